@@ -1,0 +1,466 @@
+//! # rocketgate-config
+//!
+//! Typed configuration for every rocketgate process, loaded in layers and checked once:
+//!
+//! 1. built-in defaults ([`Config::default`]),
+//! 2. a TOML file (`--config FILE`), see `rocketgate.example.toml` at the repo root,
+//! 3. environment variables `ROCKETGATE_<SECTION>__<KEY>` (or `ROCKETGATE_<KEY>` for
+//!    top-level keys), e.g. `ROCKETGATE_STORE__FLUSH=sync`, `ROCKETGATE_DATA_DIR=/srv/rg`,
+//! 4. command-line flags, which the binary turns into [`Override`]s.
+//!
+//! Every layer goes through the same path (`section.key = value`), so an unknown key or a
+//! badly typed value is reported the same way wherever it came from, and
+//! [`Config::validate`] then checks the values against each other. A bad config is a
+//! clear message at boot, never a panic.
+//!
+//! This crate only describes settings; it must not open files other than the config
+//! file, nor start anything.
+
+mod units;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use units::ByteSize;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("bad setting {origin}: {message}")]
+    Setting { origin: String, message: String },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// The whole configuration of a rocketgate process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the commit log, consume queues, index and checkpoints live.
+    pub data_dir: PathBuf,
+    pub listen: Listen,
+    pub store: StoreConfig,
+    pub broker: BrokerConfig,
+    pub namesrv: NamesrvConfig,
+}
+
+/// Listen addresses of every door. Port 0 means "any free port" (logged at start).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Listen {
+    pub namesrv: SocketAddr,
+    pub native: SocketAddr,
+    pub mqtt: SocketAddr,
+    pub http: SocketAddr,
+    pub ws: SocketAddr,
+}
+
+/// When an append is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Acknowledged once durable on disk; concurrent appends share one sync (group commit).
+    Sync,
+    /// Acknowledged after the append; flushed every `flush_interval`.
+    Async,
+}
+
+/// Storage engine settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Size of each commit-log segment file.
+    pub segment_size: ByteSize,
+    /// Largest single message (encoded record) accepted.
+    pub max_message_size: ByteSize,
+    pub flush: FlushMode,
+    /// Async flush period.
+    #[serde(with = "units::duration")]
+    pub flush_interval: Duration,
+    /// How long a sync-flush append waits for durability before it reports a timeout.
+    #[serde(with = "units::duration")]
+    pub sync_flush_timeout: Duration,
+    /// How often consume queues and index are flushed and the checkpoint written.
+    #[serde(with = "units::duration")]
+    pub checkpoint_interval: Duration,
+    /// Segments whose newest message is older than this are deleted.
+    #[serde(with = "units::duration")]
+    pub retention: Duration,
+    /// How often retention and disk usage are checked.
+    #[serde(with = "units::duration")]
+    pub retention_check_interval: Duration,
+    /// Above this share of the disk in use, the oldest segments are deleted early.
+    pub disk_soft_ratio: f64,
+    /// Above this share of the disk in use, appends are refused ("disk full").
+    pub disk_hard_ratio: f64,
+    /// Entries (20 bytes each) per consume-queue file.
+    pub consume_queue_entries_per_file: u32,
+    /// Hash slots per index file.
+    pub index_slots: u32,
+    /// Entries per index file.
+    pub index_entries_per_file: u32,
+}
+
+/// Broker identity and registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BrokerConfig {
+    pub name: String,
+    pub cluster: String,
+    /// 0 = master, > 0 = slave.
+    pub id: u64,
+    /// NameServers to register with, `host:port` each. In standalone mode the embedded
+    /// NameServer is always added.
+    #[serde(deserialize_with = "units::addr_list")]
+    pub namesrv_addrs: Vec<String>,
+    /// Create a topic on first send (standalone default).
+    pub auto_create_topics: bool,
+    /// Queues of an auto-created topic.
+    pub default_queue_nums: u32,
+    #[serde(with = "units::duration")]
+    pub register_interval: Duration,
+}
+
+/// NameServer liveness settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamesrvConfig {
+    /// How often silent brokers are looked for.
+    #[serde(with = "units::duration")]
+    pub scan_interval: Duration,
+    /// A broker silent for this long is dropped from every route.
+    #[serde(with = "units::duration")]
+    pub broker_expiry: Duration,
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("data"),
+            listen: Listen::default(),
+            store: StoreConfig::default(),
+            broker: BrokerConfig::default(),
+            namesrv: NamesrvConfig::default(),
+        }
+    }
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            namesrv: local(9876),
+            native: local(10911),
+            mqtt: local(1883),
+            http: local(8080),
+            ws: local(8083),
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            segment_size: ByteSize(1 << 30),
+            max_message_size: ByteSize(4 << 20),
+            flush: FlushMode::Async,
+            flush_interval: Duration::from_millis(500),
+            sync_flush_timeout: Duration::from_secs(5),
+            checkpoint_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(72 * 3600),
+            retention_check_interval: Duration::from_secs(10),
+            disk_soft_ratio: 0.75,
+            disk_hard_ratio: 0.90,
+            consume_queue_entries_per_file: 300_000,
+            index_slots: 5_000_000,
+            index_entries_per_file: 20_000_000,
+        }
+    }
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            name: "broker-a".into(),
+            cluster: "DefaultCluster".into(),
+            id: 0,
+            namesrv_addrs: Vec::new(),
+            auto_create_topics: true,
+            default_queue_nums: 4,
+            register_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for NamesrvConfig {
+    fn default() -> Self {
+        NamesrvConfig {
+            scan_interval: Duration::from_secs(10),
+            broker_expiry: Duration::from_secs(120),
+        }
+    }
+}
+
+/// One `section.key = value` setting from the environment or a flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    /// Dotted path, e.g. `store.flush` or `data_dir`.
+    pub path: String,
+    /// The raw value; parsed as a TOML scalar when it is one, else taken as a string.
+    pub value: String,
+    /// Where it came from, for error messages (`env ROCKETGATE_STORE__FLUSH`, `flag --mqtt`).
+    pub origin: String,
+}
+
+impl Override {
+    pub fn new(path: &str, value: impl Into<String>, origin: &str) -> Self {
+        Override {
+            path: path.to_string(),
+            value: value.into(),
+            origin: origin.to_string(),
+        }
+    }
+}
+
+/// Prefix of the environment variables read as settings.
+pub const ENV_PREFIX: &str = "ROCKETGATE_";
+
+/// Turns `ROCKETGATE_*` environment variables into overrides:
+/// `ROCKETGATE_STORE__FLUSH=sync` becomes `store.flush = "sync"`.
+pub fn env_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Override> {
+    let mut out: Vec<Override> = vars
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let rest = k.strip_prefix(ENV_PREFIX)?;
+            let path = rest.to_ascii_lowercase().replace("__", ".");
+            Some(Override {
+                path,
+                value: v,
+                origin: format!("env {k}"),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// Parses a listen address given as a flag: `PORT`, `HOST:PORT` or `[V6]:PORT`.
+/// A bare port binds 127.0.0.1.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(local(port));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("`{s}` is not a port or a HOST:PORT address"))
+}
+
+impl Config {
+    /// Loads defaults, then `file`, then `overrides` (environment first, flags last),
+    /// and validates the result.
+    pub fn load(file: Option<&Path>, overrides: &[Override]) -> Result<Config, Error> {
+        let mut tree = toml::Value::try_from(Config::default()).map_err(|e| Error::Setting {
+            origin: "defaults".into(),
+            message: e.to_string(),
+        })?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let from_file: toml::Value = toml::from_str(&text).map_err(|source| Error::Parse {
+                path: path.to_path_buf(),
+                source: Box::new(source),
+            })?;
+            merge(&mut tree, from_file);
+            // Catch unknown keys and bad types here, naming the file.
+            Config::deserialize(tree.clone()).map_err(|e| Error::Setting {
+                origin: format!("in {}", path.display()),
+                message: e.to_string(),
+            })?;
+        }
+        for o in overrides {
+            set_path(&mut tree, &o.path, scalar(&o.value)).map_err(|message| Error::Setting {
+                origin: format!("from {}", o.origin),
+                message,
+            })?;
+            Config::deserialize(tree.clone()).map_err(|e| Error::Setting {
+                origin: format!("from {}", o.origin),
+                message: e.to_string(),
+            })?;
+        }
+        let config = Config::deserialize(tree).map_err(|e| Error::Setting {
+            origin: "(merged)".into(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values against each other; returns every problem at once.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut bad = Vec::new();
+        let s = &self.store;
+        if self.data_dir.as_os_str().is_empty() {
+            bad.push("data_dir must not be empty".to_string());
+        }
+        if s.segment_size.0 < 64 * 1024 {
+            bad.push(format!(
+                "store.segment_size is {}; it must be at least 64KiB",
+                s.segment_size
+            ));
+        }
+        if s.segment_size.0 > (1u64 << 40) {
+            bad.push(format!(
+                "store.segment_size is {}; it must be at most 1TiB",
+                s.segment_size
+            ));
+        }
+        if s.max_message_size.0 < 1024 {
+            bad.push("store.max_message_size must be at least 1KiB".to_string());
+        }
+        if s.max_message_size.0 + 1024 > s.segment_size.0 {
+            bad.push(format!(
+                "store.max_message_size ({}) must be at least 1KiB smaller than store.segment_size ({})",
+                s.max_message_size, s.segment_size
+            ));
+        }
+        for (name, d) in [
+            ("store.flush_interval", s.flush_interval),
+            ("store.sync_flush_timeout", s.sync_flush_timeout),
+            ("store.checkpoint_interval", s.checkpoint_interval),
+            ("store.retention", s.retention),
+            ("store.retention_check_interval", s.retention_check_interval),
+            ("broker.register_interval", self.broker.register_interval),
+            ("namesrv.scan_interval", self.namesrv.scan_interval),
+            ("namesrv.broker_expiry", self.namesrv.broker_expiry),
+        ] {
+            if d.is_zero() {
+                bad.push(format!("{name} must be greater than zero"));
+            }
+        }
+        for (name, r) in [
+            ("store.disk_soft_ratio", s.disk_soft_ratio),
+            ("store.disk_hard_ratio", s.disk_hard_ratio),
+        ] {
+            if !(r > 0.0 && r <= 1.0) {
+                bad.push(format!("{name} is {r}; it must be in (0, 1]"));
+            }
+        }
+        if s.disk_soft_ratio >= s.disk_hard_ratio {
+            bad.push(format!(
+                "store.disk_soft_ratio ({}) must be below store.disk_hard_ratio ({})",
+                s.disk_soft_ratio, s.disk_hard_ratio
+            ));
+        }
+        if s.consume_queue_entries_per_file < 16 {
+            bad.push("store.consume_queue_entries_per_file must be at least 16".to_string());
+        }
+        if s.index_slots < 16 || s.index_entries_per_file < 16 {
+            bad.push(
+                "store.index_slots and store.index_entries_per_file must be at least 16"
+                    .to_string(),
+            );
+        }
+        if self.broker.name.is_empty() || self.broker.name.contains(['/', '\\', ' ']) {
+            bad.push(format!(
+                "broker.name `{}` must be non-empty, without spaces or slashes",
+                self.broker.name
+            ));
+        }
+        if self.broker.default_queue_nums == 0 || self.broker.default_queue_nums > 1024 {
+            bad.push("broker.default_queue_nums must be in 1..=1024".to_string());
+        }
+        if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
+            bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());
+        }
+        let l = &self.listen;
+        let doors = [
+            ("listen.namesrv", l.namesrv),
+            ("listen.native", l.native),
+            ("listen.mqtt", l.mqtt),
+            ("listen.http", l.http),
+            ("listen.ws", l.ws),
+        ];
+        for (i, (a, x)) in doors.iter().enumerate() {
+            for (b, y) in &doors[i + 1..] {
+                if x.port() != 0 && x == y {
+                    bad.push(format!("{a} and {b} both listen on {x}"));
+                }
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(bad))
+        }
+    }
+}
+
+/// Takes `s` as a TOML scalar (number, bool, array) when it is one, else as a string.
+fn scalar(s: &str) -> toml::Value {
+    let doc = format!("v = {s}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(s.into())),
+        Err(_) => toml::Value::String(s.to_string()),
+    }
+}
+
+fn merge(base: &mut toml::Value, over: toml::Value) {
+    match (base, over) {
+        (toml::Value::Table(b), toml::Value::Table(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn set_path(tree: &mut toml::Value, path: &str, value: toml::Value) -> Result<(), String> {
+    let mut node = tree;
+    let parts: Vec<&str> = path.split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        let table = node
+            .as_table_mut()
+            .ok_or_else(|| format!("`{}` is not a section", parts[..i].join(".")))?;
+        if !table.contains_key(*part) {
+            return Err(format!("unknown setting `{path}`"));
+        }
+        if i + 1 == parts.len() {
+            let slot = table.get_mut(*part).expect("checked above");
+            if slot.is_table() {
+                return Err(format!("`{path}` is a section, not a setting"));
+            }
+            *slot = value;
+            return Ok(());
+        }
+        node = table.get_mut(*part).expect("checked above");
+    }
+    Err(format!("empty setting path `{path}`"))
+}
+
+#[cfg(test)]
+mod tests;

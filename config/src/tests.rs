@@ -1,0 +1,123 @@
+use super::*;
+
+#[test]
+fn defaults_are_valid_and_documented_ports() {
+    let c = Config::load(None, &[]).unwrap();
+    assert_eq!(c.listen.namesrv.port(), 9876);
+    assert_eq!(c.listen.native.port(), 10911);
+    assert_eq!(c.listen.mqtt.port(), 1883);
+    assert_eq!(c.listen.http.port(), 8080);
+    assert_eq!(c.listen.ws.port(), 8083);
+    assert_eq!(c.data_dir, PathBuf::from("data"));
+    assert_eq!(c.store.segment_size, ByteSize(1 << 30));
+    assert_eq!(c.store.retention, Duration::from_secs(72 * 3600));
+}
+
+#[test]
+fn layers_apply_in_order_file_env_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rg.toml");
+    std::fs::write(
+        &file,
+        "data_dir = \"/from/file\"\n[store]\nflush = \"sync\"\nsegment_size = \"64MiB\"\n[listen]\nmqtt = \"127.0.0.1:2883\"\n",
+    )
+    .unwrap();
+    let env = env_overrides(vec![
+        ("ROCKETGATE_DATA_DIR".to_string(), "/from/env".to_string()),
+        ("ROCKETGATE_STORE__RETENTION".to_string(), "2h".to_string()),
+        ("PATH".to_string(), "/bin".to_string()),
+    ]);
+    let mut all = env;
+    all.push(Override::new("data_dir", "/from/flag", "flag --data-dir"));
+    let c = Config::load(Some(&file), &all).unwrap();
+    assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
+    assert_eq!(c.store.flush, FlushMode::Sync);
+    assert_eq!(c.store.segment_size, ByteSize(64 << 20));
+    assert_eq!(c.store.retention, Duration::from_secs(7200));
+    assert_eq!(c.listen.mqtt.port(), 2883);
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_their_origin() {
+    let err = Config::load(None, &[Override::new("store.flsh", "sync", "env X")]).unwrap_err();
+    assert!(err.to_string().contains("unknown setting `store.flsh`"), "{err}");
+    assert!(err.to_string().contains("env X"), "{err}");
+
+    let err = Config::load(None, &[Override::new("store.flush", "sometimes", "flag --flush")])
+        .unwrap_err();
+    assert!(err.to_string().contains("flag --flush"), "{err}");
+
+    let err = Config::load(None, &[Override::new("store.retention", "forever", "env R")])
+        .unwrap_err();
+    assert!(err.to_string().contains("not a duration"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[store]\nsegmentsize = 1\n").unwrap();
+    let err = Config::load(Some(&file), &[]).unwrap_err();
+    assert!(err.to_string().contains("bad.toml"), "{err}");
+    assert!(err.to_string().contains("segmentsize"), "{err}");
+
+    std::fs::write(&file, "[store\n").unwrap();
+    assert!(matches!(
+        Config::load(Some(&file), &[]).unwrap_err(),
+        Error::Parse { .. }
+    ));
+}
+
+#[test]
+fn validation_reports_every_problem() {
+    let err = Config::load(
+        None,
+        &[
+            Override::new("store.disk_soft_ratio", "0.95", "t"),
+            Override::new("store.segment_size", "1KiB", "t"),
+            Override::new("listen.http", "127.0.0.1:1883", "t"),
+        ],
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("disk_soft_ratio"), "{text}");
+    assert!(text.contains("segment_size"), "{text}");
+    assert!(text.contains("listen.mqtt and listen.http"), "{text}");
+}
+
+#[test]
+fn listen_flags_accept_a_bare_port() {
+    assert_eq!(parse_listen("0").unwrap(), "127.0.0.1:0".parse().unwrap());
+    assert_eq!(
+        parse_listen("[::1]:1883").unwrap(),
+        "[::1]:1883".parse().unwrap()
+    );
+    assert!(parse_listen("localhost").is_err());
+}
+
+#[test]
+fn namesrv_list_accepts_rocketmq_style_string() {
+    let c = Config::load(
+        None,
+        &[Override::new(
+            "broker.namesrv_addrs",
+            "127.0.0.1:9876;127.0.0.2:9876",
+            "t",
+        )],
+    )
+    .unwrap();
+    assert_eq!(c.broker.namesrv_addrs, vec!["127.0.0.1:9876", "127.0.0.2:9876"]);
+}
+
+#[test]
+fn shipped_example_config_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rocketgate.example.toml");
+    let c = Config::load(Some(&path), &[]).unwrap();
+    assert_eq!(c, Config::default(), "the example documents the defaults");
+}
+
+#[test]
+fn sizes_parse_and_print() {
+    assert_eq!(ByteSize::parse("64KiB").unwrap(), ByteSize(65536));
+    assert_eq!(ByteSize::parse("10MB").unwrap(), ByteSize(10_000_000));
+    assert_eq!(ByteSize::parse("123").unwrap(), ByteSize(123));
+    assert!(ByteSize::parse("12 parsecs").is_err());
+    assert_eq!(ByteSize(1 << 30).to_string(), "1GiB");
+}

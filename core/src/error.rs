@@ -1,0 +1,58 @@
+//! The one error type of the core. Gateways map these to their own status codes.
+
+use std::path::PathBuf;
+
+/// Everything the core can fail with. Variants carry structured fields so a
+/// gateway can pick the right status code without parsing text.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("corrupt data in {path} at offset {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
+
+    #[error("message of {size} bytes exceeds the maximum of {max} bytes")]
+    MessageTooLarge { size: usize, max: usize },
+
+    #[error("offset {offset} is out of range (valid: {min}..{max})")]
+    OffsetOutOfRange { offset: u64, min: u64, max: u64 },
+
+    #[error("disk full: usage {usage_percent:.1}% is above the hard limit of {limit_percent:.1}%; appends are refused until space is freed")]
+    DiskFull {
+        usage_percent: f64,
+        limit_percent: f64,
+    },
+
+    #[error("flush to disk failed: {0}")]
+    FlushFailed(String),
+
+    #[error("the store is shut down")]
+    ShutDown,
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an `io::Error` with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
