@@ -29,7 +29,9 @@ pub enum Error {
     #[error("offset {offset} is out of range (valid: {min}..{max})")]
     OffsetOutOfRange { offset: u64, min: u64, max: u64 },
 
-    #[error("disk full: usage {usage_percent:.1}% is above the hard limit of {limit_percent:.1}%; appends are refused until space is freed")]
+    #[error(
+        "disk full: usage {usage_percent:.1}% is above the hard limit of {limit_percent:.1}%; appends are refused until space is freed"
+    )]
     DiskFull {
         usage_percent: f64,
         limit_percent: f64,
@@ -43,6 +45,10 @@ pub enum Error {
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A topic name that cannot be used as a directory name on disk.
+    #[error("invalid topic name {topic:?}: {reason}")]
+    InvalidTopicName { topic: String, reason: &'static str },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

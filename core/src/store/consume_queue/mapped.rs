@@ -1,0 +1,160 @@
+//! A fixed-size memory-mapped file accessed only through 32- and 64-bit atomics.
+//!
+//! The consume queue and the index both share their mapped bytes between one
+//! writer and many readers. Plain `&[u8]`/`&mut [u8]` views of memory another
+//! thread is writing would be a data race (undefined behaviour), so every load and
+//! store goes through an atomic word. Ordering between words is the caller's job:
+//! each caller publishes with a `Release` store of its own counter, and documents
+//! that under `# Invariants`.
+//!
+//! Bytes are stored so that the *file* is big-endian: a word holding bytes
+//! `b0..b3` is `u32::from_ne_bytes([b0, b1, b2, b3])`.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+
+/// A mapped file of a fixed length, pre-sized on creation.
+#[derive(Debug)]
+pub(crate) struct MappedFile {
+    path: PathBuf,
+    len: usize,
+    /// `MmapRaw` is `Send + Sync` and hands out a raw pointer; all access goes
+    /// through the atomic helpers below, never through a slice.
+    map: MmapRaw,
+    /// Kept open so `sync_all` can cover metadata after a resize-on-create.
+    _file: File,
+}
+
+impl MappedFile {
+    /// Creates (or reuses an empty) file of exactly `len` bytes and maps it.
+    /// The file is sparse: untouched pages take no disk space.
+    pub(crate) fn create(path: &Path, len: usize) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        file.set_len(len as u64).map_err(|e| Error::io(path, e))?;
+        Self::map(path, file, len)
+    }
+
+    /// Opens an existing file, which must be exactly `len` bytes long.
+    pub(crate) fn open(path: &Path, len: usize) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        let actual = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if actual != len as u64 {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                offset: 0,
+                reason: format!("file is {actual} bytes, expected exactly {len}"),
+            });
+        }
+        Self::map(path, file, len)
+    }
+
+    fn map(path: &Path, file: File, len: usize) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{}: a mapped file cannot be empty",
+                path.display()
+            )));
+        }
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| Error::io(path, e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            len,
+            map,
+            _file: file,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn word32(&self, pos: usize) -> &AtomicU32 {
+        assert!(
+            pos.is_multiple_of(4) && pos + 4 <= self.len,
+            "word32 at {pos} outside a {} byte map",
+            self.len
+        );
+        // SAFETY: the map is page-aligned and `pos` is a multiple of 4 inside it,
+        // so the pointer is valid and aligned for a u32 for as long as `self`
+        // (which owns the mapping) lives. The memory is only ever accessed
+        // atomically, so there are no data races.
+        unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(pos).cast::<u32>()) }
+    }
+
+    fn word64(&self, pos: usize) -> &AtomicU64 {
+        assert!(
+            pos.is_multiple_of(8) && pos + 8 <= self.len,
+            "word64 at {pos} outside a {} byte map",
+            self.len
+        );
+        // SAFETY: as in `word32`, with 8-byte alignment.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(pos).cast::<u64>()) }
+    }
+
+    /// Loads `N` bytes (a multiple of 4) at the 4-aligned byte position `pos`.
+    pub(crate) fn load<const N: usize>(&self, pos: usize, order: Ordering) -> [u8; N] {
+        let mut out = [0u8; N];
+        for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
+            chunk.copy_from_slice(&self.word32(pos + i * 4).load(order).to_ne_bytes());
+        }
+        out
+    }
+
+    /// Stores `N` bytes (a multiple of 4) at the 4-aligned byte position `pos`.
+    pub(crate) fn store<const N: usize>(&self, pos: usize, bytes: &[u8; N], order: Ordering) {
+        for (i, chunk) in bytes.chunks_exact(4).enumerate() {
+            let word = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            self.word32(pos + i * 4).store(word, order);
+        }
+    }
+
+    pub(crate) fn load_i32(&self, pos: usize, order: Ordering) -> i32 {
+        i32::from_be_bytes(self.word32(pos).load(order).to_ne_bytes())
+    }
+
+    pub(crate) fn store_i32(&self, pos: usize, value: i32, order: Ordering) {
+        self.word32(pos)
+            .store(u32::from_ne_bytes(value.to_be_bytes()), order);
+    }
+
+    pub(crate) fn load_i64(&self, pos: usize, order: Ordering) -> i64 {
+        i64::from_be_bytes(self.word64(pos).load(order).to_ne_bytes())
+    }
+
+    pub(crate) fn store_i64(&self, pos: usize, value: i64, order: Ordering) {
+        self.word64(pos)
+            .store(u64::from_ne_bytes(value.to_be_bytes()), order);
+    }
+
+    /// msync of the byte range `[pos, pos + len)`.
+    pub(crate) fn flush_range(&self, pos: usize, len: usize) -> Result<()> {
+        let end = (pos + len).min(self.len);
+        if end <= pos {
+            return Ok(());
+        }
+        self.map
+            .flush_range(pos, end - pos)
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.map.flush().map_err(|e| Error::io(&self.path, e))
+    }
+}
