@@ -147,8 +147,14 @@ impl IndexStore {
         }
         let hash = java_string_hash(&index_key(topic, key));
         let mut w = self.lock_writer();
-        let active = match self.snapshot().last() {
-            Some(f) if !f.is_full() => f.clone(),
+        let last = self
+            .files
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last()
+            .cloned();
+        let active = match last {
+            Some(f) if !f.is_full() => f,
             last => self.roll(last.map(|f| f.name), store_ts_ms)?,
         };
         let header = active.header();
