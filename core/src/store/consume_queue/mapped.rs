@@ -7,6 +7,9 @@
 //! each caller publishes with a `Release` store of its own counter, and documents
 //! that under `# Invariants`.
 //!
+//! Shared with the index (`crate::store::index`); it lives here only because
+//! `store/mod.rs` belongs to another change. It should move to `store/mapped.rs`.
+//!
 //! Bytes are stored so that the *file* is big-endian: a word holding bytes
 //! `b0..b3` is `u32::from_ne_bytes([b0, b1, b2, b3])`.
 
@@ -26,7 +29,8 @@ pub(crate) struct MappedFile {
     /// `MmapRaw` is `Send + Sync` and hands out a raw pointer; all access goes
     /// through the atomic helpers below, never through a slice.
     map: MmapRaw,
-    /// Kept open so `sync_all` can cover metadata after a resize-on-create.
+    /// Not needed by the mapping itself; kept so the descriptor's lifetime
+    /// matches the mapping's (one open file per mapped file, easy to account).
     _file: File,
 }
 
