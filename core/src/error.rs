@@ -43,6 +43,15 @@ pub enum Error {
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    #[error("invalid filter expression: {0}")]
+    InvalidFilter(#[from] crate::broker::filter::FilterError),
+
+    #[error("invalid name: {0}")]
+    InvalidName(#[from] crate::broker::schedule::InvalidName),
+
+    #[error("invalid delay levels: {0}")]
+    InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -281,10 +281,10 @@ fn lex_number(src: &str, start: usize) -> Result<(Tok, usize), FilterError> {
         if text.starts_with('.') {
             text.insert(0, '0');
         }
-        if let Some(p) = text.find('.') {
-            if !text[p + 1..].starts_with(|c: char| c.is_ascii_digit()) {
-                text.insert(p + 1, '0');
-            }
+        let point = text.find('.');
+        if let Some(p) = point.filter(|p| !text[p + 1..].starts_with(|c: char| c.is_ascii_digit()))
+        {
+            text.insert(p + 1, '0');
         }
     }
     Ok((Tok::Number { text, float }, i))
@@ -724,7 +724,8 @@ impl Parser<'_> {
                     self.check_orderable(o, o_at, "BETWEEN")?;
                 }
                 if let (Operand::Num(l), Operand::Num(h)) = (&low, &high) {
-                    if l.cmp(*h) == Some(Ordering::Greater) {
+                    let reversed = l.cmp(*h) == Some(Ordering::Greater);
+                    if reversed {
                         return Err(self.error_at(
                             low_at,
                             format!("BETWEEN bounds are reversed: {l} is greater than {h}"),
