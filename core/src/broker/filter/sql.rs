@@ -270,10 +270,14 @@ fn lex_number(src: &str, start: usize) -> Result<(Tok, usize), FilterError> {
         i += 1; // Java long suffix, as RocketMQ accepts.
     }
     if bytes.get(i).is_some_and(|&b| is_ident_part(b)) {
+        let mut end = i;
+        while end < bytes.len() && is_ident_part(bytes[end]) {
+            end += 1;
+        }
         return Err(FilterError::syntax(
             src,
             start,
-            format!("malformed number `{}`", &src[start..=i]),
+            format!("malformed number `{}`", &src[start..end]),
         ));
     }
     if float {
