@@ -51,6 +51,11 @@ pub enum AllocateStrategy {
     /// `CONSISTENT_HASH`: queues and `virtual_nodes` points per member on a hash
     /// ring; a queue belongs to the next point clockwise. When one member joins
     /// or leaves only the queues of that member move.
+    ///
+    /// `Average` and `AverageByCircle` compute exactly what RocketMQ's Java
+    /// client computes, so mixed groups agree. This ring uses a different hash
+    /// than Java's (MD5 over `MessageQueue.toString()`), so a group that mixes
+    /// Java clients with rocketgate-side allocation must not use it.
     ConsistentHash { virtual_nodes: u32 },
     /// `CONFIG`: this consumer takes exactly these queues (those that exist),
     /// whatever the others do. Coverage is the operator's responsibility.

@@ -372,6 +372,13 @@ mod tests {
     }
 
     #[test]
+    fn filter_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Filter>();
+        assert_send_sync::<FilterError>();
+    }
+
+    #[test]
     fn filter_type_names() {
         assert_eq!("sql92".parse::<FilterType>().unwrap(), FilterType::Sql92);
         assert_eq!("".parse::<FilterType>().unwrap(), FilterType::Tag);
