@@ -49,6 +49,15 @@ pub enum Error {
     /// A topic name that cannot be used as a directory name on disk.
     #[error("invalid topic name {topic:?}: {reason}")]
     InvalidTopicName { topic: String, reason: &'static str },
+
+    #[error("invalid filter expression: {0}")]
+    InvalidFilter(#[from] crate::broker::filter::FilterError),
+
+    #[error("invalid name: {0}")]
+    InvalidName(#[from] crate::broker::schedule::InvalidName),
+
+    #[error("invalid delay levels: {0}")]
+    InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

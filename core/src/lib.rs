@@ -13,6 +13,7 @@
 //! - [`store::Store`] — ties them together: dispatch, flush, checkpoint, recovery,
 //!   retention.
 
+pub mod broker;
 pub mod error;
 pub mod store;
 
