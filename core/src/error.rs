@@ -29,7 +29,9 @@ pub enum Error {
     #[error("offset {offset} is out of range (valid: {min}..{max})")]
     OffsetOutOfRange { offset: u64, min: u64, max: u64 },
 
-    #[error("disk full: usage {usage_percent:.1}% is above the hard limit of {limit_percent:.1}%; appends are refused until space is freed")]
+    #[error(
+        "disk full: usage {usage_percent:.1}% is above the hard limit of {limit_percent:.1}%; appends are refused until space is freed"
+    )]
     DiskFull {
         usage_percent: f64,
         limit_percent: f64,
@@ -37,6 +39,16 @@ pub enum Error {
 
     #[error("flush to disk failed: {0}")]
     FlushFailed(String),
+
+    #[error("not durable after {waited:?}: waiting for offset {offset}, durable up to {durable}")]
+    FlushTimeout {
+        offset: u64,
+        durable: u64,
+        waited: std::time::Duration,
+    },
+
+    #[error("malformed record: {0}")]
+    Record(#[from] crate::store::record::RecordError),
 
     #[error("the store is shut down")]
     ShutDown,
