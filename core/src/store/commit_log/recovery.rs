@@ -25,6 +25,13 @@ pub enum Recovery {
     FromCheckpoint(u64),
 }
 
+impl From<Option<u64>> for Recovery {
+    /// `None` (no checkpoint) is [`Recovery::Full`].
+    fn from(checkpoint: Option<u64>) -> Self {
+        checkpoint.map_or(Recovery::Full, Recovery::FromCheckpoint)
+    }
+}
+
 /// What recovery found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {

@@ -28,6 +28,24 @@ pub(crate) fn parse_file_name(name: &str) -> Option<u64> {
     }
 }
 
+/// Allocates the file's blocks (Linux `posix_fallocate`); a file system that
+/// cannot do it keeps the sparse file.
+#[cfg(target_os = "linux")]
+fn reserve(file: &File, size: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(size).map_err(std::io::Error::other)?;
+    // SAFETY: a plain syscall on a file descriptor we own.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 | libc::EINVAL | libc::EOPNOTSUPP => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(code)),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn reserve(_file: &File, _size: usize) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// A mapped segment. Shared as `Arc<Segment>`: the log's segment list, the
 /// appender, and every outstanding [`RecordRef`] hold one, so a segment deleted
 /// by retention stays mapped until the last reader drops it.
@@ -51,7 +69,10 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
-    /// Creates `dir/<start>` of exactly `size` zero bytes and maps it.
+    /// Creates `dir/<start>` of exactly `size` zero bytes and maps it. The
+    /// blocks are reserved up front (where the file system supports it) so a
+    /// full disk is an error here, not a SIGBUS on a later write to a hole.
+    /// A half-created file is removed, so a retry can succeed.
     pub(crate) fn create(dir: &Path, start: u64, size: usize) -> Result<Segment> {
         let path = dir.join(file_name(start));
         let file = OpenOptions::new()
@@ -60,10 +81,21 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        file.set_len(size as u64).map_err(|e| Error::io(&path, e))?;
-        let seg = Segment::map(file, path, start, size)?;
-        seg.needs_dir_sync.store(true, Ordering::Relaxed);
-        Ok(seg)
+        let made = file
+            .set_len(size as u64)
+            .and_then(|()| reserve(&file, size))
+            .map_err(|e| Error::io(&path, e))
+            .and_then(|()| Segment::map(file, path.clone(), start, size));
+        match made {
+            Ok(seg) => {
+                seg.needs_dir_sync.store(true, Ordering::Relaxed);
+                Ok(seg)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
     }
 
     /// Opens an existing segment file, which must be exactly `size` bytes.

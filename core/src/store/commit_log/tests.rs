@@ -1,3 +1,5 @@
+//! Unit tests of append, read, roll and the queue-offset table on one log.
+
 use super::*;
 use crate::store::record::RecordView;
 

@@ -1,3 +1,5 @@
+//! Group commit against an in-memory twin of the log, including failed syncs.
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::*;
