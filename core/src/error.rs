@@ -40,6 +40,16 @@ pub enum Error {
     #[error("flush to disk failed: {0}")]
     FlushFailed(String),
 
+    #[error("not durable after {waited:?}: waiting for offset {offset}, durable up to {durable}")]
+    FlushTimeout {
+        offset: u64,
+        durable: u64,
+        waited: std::time::Duration,
+    },
+
+    #[error("malformed record: {0}")]
+    Record(#[from] crate::store::record::RecordError),
+
     #[error("the store is shut down")]
     ShutDown,
 

@@ -3,5 +3,6 @@
 
 pub mod commit_log;
 pub mod consume_queue;
+pub mod flush;
 pub mod index;
 pub mod record;

@@ -1,1 +1,763 @@
-//! (being written)
+//! The on-disk message record: RocketMQ's message layout (magic v1), byte for
+//! byte, so the native gateway can hand stored bytes to RocketMQ clients
+//! unchanged. This module owns encoding a caller's [`Message`], stamping the
+//! fields only the log knows (offsets, store time, record CRC), decoding a
+//! [`RecordView`] over stored bytes without copying, and the offset message id.
+//! It does no I/O. The layout, the blank filler and the `__CRC32#` decision are
+//! written down in `docs/storage-format.md`.
+//!
+//! Decoding never panics: every length is checked against the buffer and
+//! failures are a [`RecordError`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::ops::Range;
+
+use bytes::Bytes;
+
+mod msg_id;
+pub use msg_id::{decode_msg_id, encode_msg_id};
+
+use crate::error::{Error, Result};
+
+/// MAGICCODE of a message record (`0xDAA320A7`).
+pub const MESSAGE_MAGIC_CODE: i32 = 0xDAA3_20A7_u32 as i32;
+/// MAGICCODE of the blank filler that pads the end of a segment (`0xCBD43194`).
+pub const BLANK_MAGIC_CODE: i32 = 0xCBD4_3194_u32 as i32;
+/// Bytes a segment always keeps free for a blank filler (TOTALSIZE + MAGICCODE):
+/// a record fits only if `len + END_FILE_MIN_BLANK_LENGTH <= remaining`.
+pub const END_FILE_MIN_BLANK_LENGTH: usize = 8;
+/// Longest topic: its length is one byte on disk, and RocketMQ caps it at 127.
+pub const MAX_TOPIC_LEN: usize = 127;
+/// Longest encoded properties (including the `__CRC32#` property): an i16 length.
+pub const MAX_PROPERTIES_LEN: usize = i16::MAX as usize;
+/// Separates a property name from its value.
+pub const NAME_VALUE_SEPARATOR: u8 = 0x01;
+/// Ends each property.
+pub const PROPERTY_SEPARATOR: u8 = 0x02;
+/// Length of the `__CRC32#` property the store appends last:
+/// name (8) + separator (1) + 10 decimal digits + separator (1).
+pub const CRC32_PROPERTY_LEN: usize = property::CRC32.len() + 1 + 10 + 1;
+
+/// Offsets of the fixed fields (the host fields move the rest, see [`RecordView`]).
+const POS_QUEUE_OFFSET: usize = 20;
+const POS_SYS_FLAG: usize = 36;
+const POS_BORN_HOST: usize = 48;
+/// Size of a record with IPv4 hosts, empty body, empty topic, no properties.
+pub const MIN_RECORD_LEN: usize = 91;
+
+/// RocketMQ `MessageSysFlag` bits.
+pub mod sys_flag {
+    pub const COMPRESSED: i32 = 1;
+    pub const MULTI_TAGS: i32 = 1 << 1;
+    pub const TRANSACTION_NOT_TYPE: i32 = 0;
+    pub const TRANSACTION_PREPARED_TYPE: i32 = 1 << 2;
+    pub const TRANSACTION_COMMIT_TYPE: i32 = 2 << 2;
+    pub const TRANSACTION_ROLLBACK_TYPE: i32 = 3 << 2;
+    /// Mask of the two transaction-type bits.
+    pub const TRANSACTION_TYPE_MASK: i32 = 3 << 2;
+    pub const BORNHOST_V6_FLAG: i32 = 1 << 4;
+    pub const STOREHOSTADDRESS_V6_FLAG: i32 = 1 << 5;
+
+    /// The transaction type bits of a sys flag.
+    pub fn transaction_type(flag: i32) -> i32 {
+        flag & TRANSACTION_TYPE_MASK
+    }
+}
+
+/// Well-known property names (RocketMQ `MessageConst`).
+pub mod property {
+    pub const KEYS: &str = "KEYS";
+    pub const TAGS: &str = "TAGS";
+    pub const WAIT_STORE_MSG_OK: &str = "WAIT";
+    pub const DELAY_TIME_LEVEL: &str = "DELAY";
+    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    pub const REAL_QUEUE_ID: &str = "REAL_QID";
+    pub const TRANSACTION_PREPARED: &str = "TRAN_MSG";
+    pub const PRODUCER_GROUP: &str = "PGROUP";
+    pub const MIN_OFFSET: &str = "MIN_OFFSET";
+    pub const MAX_OFFSET: &str = "MAX_OFFSET";
+    pub const BUYER_ID: &str = "BUYER_ID";
+    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+    pub const UNIQ_CLIENT_MESSAGE_ID_KEYIDX: &str = "UNIQ_KEY";
+    pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+    pub const CONSUME_START_TIMESTAMP: &str = "CONSUME_START_TIME";
+    pub const TRANSACTION_PREPARED_QUEUE_OFFSET: &str = "TRAN_PREPARED_QUEUE_OFFSET";
+    pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+    pub const CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
+    pub const CORRELATION_ID: &str = "CORRELATION_ID";
+    pub const MESSAGE_REPLY_TO_CLIENT: &str = "REPLY_TO_CLIENT";
+    pub const MESSAGE_TTL: &str = "TTL";
+    pub const MESSAGE_TYPE: &str = "MSG_TYPE";
+    pub const SHARDING_KEY: &str = "__SHARDINGKEY";
+    pub const START_DELIVER_TIME: &str = "__STARTDELIVERTIME";
+    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    pub const TRACE_SWITCH: &str = "TRACE_ON";
+    /// Whole-record checksum the store appends as the last property (RocketMQ 5).
+    pub const CRC32: &str = "__CRC32#";
+    /// Separates several keys inside the `KEYS` property.
+    pub const KEY_SEPARATOR: &str = " ";
+}
+
+/// Why bytes are not a valid record. The commit log wraps it with the file and
+/// offset into [`Error::Corrupt`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record truncated: {needed} bytes needed, {available} available")]
+    Truncated { needed: usize, available: usize },
+    #[error("bad magic code {0:#010x}")]
+    BadMagic(u32),
+    #[error("impossible total size {0}")]
+    BadTotalSize(i64),
+    #[error("{field} length {len} does not fit in the record")]
+    BadLength { field: &'static str, len: i64 },
+    #[error("fields end at byte {fields_end} but the total size is {total_size}")]
+    SizeMismatch {
+        fields_end: usize,
+        total_size: usize,
+    },
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(&'static str),
+    #[error("body CRC mismatch: stored {stored}, computed {computed}")]
+    BodyCrc { stored: u32, computed: u32 },
+    #[error("record CRC mismatch: stored {stored}, computed {computed}")]
+    RecordCrc { stored: u32, computed: u32 },
+    #[error("the __CRC32# property is missing or malformed")]
+    MissingRecordCrc,
+}
+
+/// A message as a producer hands it to the store. The store fills in queue
+/// offset, physical offset, store time, store host and the record CRC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub topic: String,
+    /// Chosen by the caller (round-robin, sharding key...). At most `i32::MAX`.
+    pub queue_id: u32,
+    pub flag: i32,
+    pub body: Bytes,
+    /// In order; names are unique (see [`Message::insert_property`]). Names and
+    /// values must not contain the bytes 0x01 or 0x02.
+    pub properties: Vec<(String, String)>,
+    /// RocketMQ sys flag; the two host-v6 bits are set by the encoder from the
+    /// actual addresses.
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: SocketAddr,
+    pub reconsume_times: i32,
+    pub prepared_transaction_offset: i64,
+}
+
+impl Message {
+    /// A message with no properties, born now-unknown (timestamp 0) at `0.0.0.0:0`.
+    pub fn new(topic: impl Into<String>, queue_id: u32, body: impl Into<Bytes>) -> Self {
+        Message {
+            topic: topic.into(),
+            queue_id,
+            flag: 0,
+            body: body.into(),
+            properties: Vec::new(),
+            sys_flag: 0,
+            born_timestamp: 0,
+            born_host: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    /// The value of property `name`.
+    pub fn property(&self, name: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Sets property `name`, replacing an existing value in place.
+    pub fn insert_property(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let (name, value) = (name.into(), value.into());
+        match self.properties.iter_mut().find(|(k, _)| *k == name) {
+            Some(slot) => slot.1 = value,
+            None => self.properties.push((name, value)),
+        }
+    }
+
+    /// Removes property `name`, returning its value.
+    pub fn remove_property(&mut self, name: &str) -> Option<String> {
+        let i = self.properties.iter().position(|(k, _)| k == name)?;
+        Some(self.properties.remove(i).1)
+    }
+
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.insert_property(name, value);
+        self
+    }
+
+    pub fn with_tags(self, tags: impl Into<String>) -> Self {
+        self.with_property(property::TAGS, tags)
+    }
+
+    /// Sets `KEYS` to the keys joined by a space (RocketMQ's key separator).
+    pub fn with_keys<I, S>(self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let joined: Vec<String> = keys.into_iter().map(|k| k.as_ref().to_owned()).collect();
+        self.with_property(property::KEYS, joined.join(property::KEY_SEPARATOR))
+    }
+
+    pub fn tags(&self) -> Option<&str> {
+        self.property(property::TAGS)
+    }
+
+    /// The business keys of `KEYS`, split on spaces.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        split_keys(self.property(property::KEYS))
+    }
+}
+
+fn split_keys(keys: Option<&str>) -> impl Iterator<Item = &str> {
+    keys.unwrap_or("")
+        .split(property::KEY_SEPARATOR)
+        .filter(|k| !k.is_empty())
+}
+
+/// The fields of a record that only the log knows, filled in under its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub queue_offset: u64,
+    pub phys_offset: u64,
+    pub store_timestamp: i64,
+}
+
+/// A record encoded by [`encode`] whose log-assigned fields are still zero.
+/// Carries partial CRCs of the bytes that do not change, so [`Encoded::stamp`]
+/// costs O(log len) instead of a pass over the body while the log's lock is held.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    len: usize,
+    store_ts_at: usize,
+    /// CRC of bytes `[0, 20)` (before QUEUEOFFSET).
+    crc_head: crc32fast::Hasher,
+    /// CRC of bytes `[36, store_ts_at)` (SYSFLAG .. BORNHOST).
+    crc_mid: crc32fast::Hasher,
+    /// CRC of bytes `[store_ts_at + 8, len - CRC32_PROPERTY_LEN)`.
+    crc_tail: crc32fast::Hasher,
+}
+
+impl Encoded {
+    /// Encoded length of the record in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes queue offset, physical offset and store timestamp into `record`
+    /// (the bytes [`encode`] produced) and then the `__CRC32#` value over
+    /// `[0, len - CRC32_PROPERTY_LEN)`, which now includes those fields.
+    pub fn stamp(&self, record: &mut [u8], stamp: &Stamp) -> Result<(), RecordError> {
+        if record.len() != self.len {
+            return Err(RecordError::Truncated {
+                needed: self.len,
+                available: record.len(),
+            });
+        }
+        let mut offsets = [0u8; 16];
+        offsets[..8].copy_from_slice(&stamp.queue_offset.to_be_bytes());
+        offsets[8..].copy_from_slice(&stamp.phys_offset.to_be_bytes());
+        let ts = stamp.store_timestamp.to_be_bytes();
+        record[POS_QUEUE_OFFSET..POS_SYS_FLAG].copy_from_slice(&offsets);
+        record[self.store_ts_at..self.store_ts_at + 8].copy_from_slice(&ts);
+
+        let mut crc = self.crc_head.clone();
+        crc.update(&offsets);
+        crc.combine(&self.crc_mid);
+        crc.update(&ts);
+        crc.combine(&self.crc_tail);
+        write_crc_digits(&mut record[self.len - 11..self.len - 1], java_crc(crc));
+        Ok(())
+    }
+}
+
+/// RocketMQ's `UtilAll.crc32`: the CRC32 with the sign bit cleared.
+fn java_crc(h: crc32fast::Hasher) -> u32 {
+    h.finalize() & 0x7FFF_FFFF
+}
+
+/// CRC32 of `bytes` as RocketMQ stores it (BODYCRC and `__CRC32#`).
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes) & 0x7FFF_FFFF
+}
+
+fn write_crc_digits(out: &mut [u8], crc: u32) {
+    let mut v = crc;
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+fn host_len(addr: &SocketAddr) -> usize {
+    match addr {
+        SocketAddr::V4(_) => 8,
+        SocketAddr::V6(_) => 20,
+    }
+}
+
+fn put_host(out: &mut Vec<u8>, addr: &SocketAddr) {
+    match addr.ip() {
+        IpAddr::V4(ip) => out.extend_from_slice(&ip.octets()),
+        IpAddr::V6(ip) => out.extend_from_slice(&ip.octets()),
+    }
+    out.extend_from_slice(&i32::from(addr.port()).to_be_bytes());
+}
+
+fn check_property_text(s: &str, what: &str) -> Result<()> {
+    if s.bytes()
+        .any(|b| b == NAME_VALUE_SEPARATOR || b == PROPERTY_SEPARATOR)
+    {
+        return Err(Error::InvalidMessage(format!(
+            "property {what} {s:?} contains a reserved separator byte (0x01 or 0x02)"
+        )));
+    }
+    Ok(())
+}
+
+/// Length of the properties section of `msg` including the `__CRC32#` property.
+fn properties_len(msg: &Message) -> Result<usize> {
+    let mut len = CRC32_PROPERTY_LEN;
+    for (k, v) in &msg.properties {
+        if k.is_empty() {
+            return Err(Error::InvalidMessage("empty property name".into()));
+        }
+        if k == property::CRC32 {
+            return Err(Error::InvalidMessage(format!(
+                "property {} is reserved for the store",
+                property::CRC32
+            )));
+        }
+        check_property_text(k, "name")?;
+        check_property_text(v, "value")?;
+        len += k.len() + v.len() + 2;
+    }
+    if len > MAX_PROPERTIES_LEN {
+        return Err(Error::InvalidMessage(format!(
+            "properties take {len} bytes encoded; the maximum is {MAX_PROPERTIES_LEN}"
+        )));
+    }
+    Ok(len)
+}
+
+/// Encoded size of `msg` when stored by a broker at `store_host`.
+pub fn encoded_len(msg: &Message, store_host: &SocketAddr) -> Result<usize> {
+    if msg.topic.is_empty() || msg.topic.len() > MAX_TOPIC_LEN {
+        return Err(Error::InvalidMessage(format!(
+            "topic is {} bytes; it must be 1..={MAX_TOPIC_LEN}",
+            msg.topic.len()
+        )));
+    }
+    if msg.queue_id > i32::MAX as u32 {
+        return Err(Error::InvalidMessage(format!(
+            "queue id {} exceeds {}",
+            msg.queue_id,
+            i32::MAX
+        )));
+    }
+    if msg.body.len() > i32::MAX as usize {
+        return Err(Error::MessageTooLarge {
+            size: msg.body.len(),
+            max: i32::MAX as usize,
+        });
+    }
+    let len = MIN_RECORD_LEN - 16
+        + host_len(&msg.born_host)
+        + host_len(store_host)
+        + msg.body.len()
+        + msg.topic.len()
+        + properties_len(msg)?;
+    if len > i32::MAX as usize {
+        return Err(Error::MessageTooLarge {
+            size: len,
+            max: i32::MAX as usize,
+        });
+    }
+    Ok(len)
+}
+
+/// Appends the record for `msg` to `out`, with QUEUEOFFSET, PHYSICALOFFSET,
+/// STORETIMESTAMP and the `__CRC32#` value left as zeros for [`Encoded::stamp`].
+pub fn encode(msg: &Message, store_host: &SocketAddr, out: &mut Vec<u8>) -> Result<Encoded> {
+    let len = encoded_len(msg, store_host)?;
+    let start = out.len();
+    out.reserve(len);
+    let mut sys = msg.sys_flag & !(sys_flag::BORNHOST_V6_FLAG | sys_flag::STOREHOSTADDRESS_V6_FLAG);
+    if msg.born_host.is_ipv6() {
+        sys |= sys_flag::BORNHOST_V6_FLAG;
+    }
+    if store_host.is_ipv6() {
+        sys |= sys_flag::STOREHOSTADDRESS_V6_FLAG;
+    }
+    out.extend_from_slice(&(len as i32).to_be_bytes());
+    out.extend_from_slice(&MESSAGE_MAGIC_CODE.to_be_bytes());
+    out.extend_from_slice(&(crc32(&msg.body) as i32).to_be_bytes());
+    out.extend_from_slice(&(msg.queue_id as i32).to_be_bytes());
+    out.extend_from_slice(&msg.flag.to_be_bytes());
+    out.extend_from_slice(&[0u8; 16]); // queue offset, physical offset
+    out.extend_from_slice(&sys.to_be_bytes());
+    out.extend_from_slice(&msg.born_timestamp.to_be_bytes());
+    put_host(out, &msg.born_host);
+    let store_ts_at = out.len() - start;
+    out.extend_from_slice(&[0u8; 8]); // store timestamp
+    put_host(out, store_host);
+    out.extend_from_slice(&msg.reconsume_times.to_be_bytes());
+    out.extend_from_slice(&msg.prepared_transaction_offset.to_be_bytes());
+    out.extend_from_slice(&(msg.body.len() as i32).to_be_bytes());
+    out.extend_from_slice(&msg.body);
+    out.push(msg.topic.len() as u8);
+    out.extend_from_slice(msg.topic.as_bytes());
+    let props_len = properties_len(msg)?;
+    out.extend_from_slice(&(props_len as i16).to_be_bytes());
+    for (k, v) in &msg.properties {
+        out.extend_from_slice(k.as_bytes());
+        out.push(NAME_VALUE_SEPARATOR);
+        out.extend_from_slice(v.as_bytes());
+        out.push(PROPERTY_SEPARATOR);
+    }
+    out.extend_from_slice(property::CRC32.as_bytes());
+    out.push(NAME_VALUE_SEPARATOR);
+    out.extend_from_slice(b"0000000000");
+    out.push(PROPERTY_SEPARATOR);
+    debug_assert_eq!(out.len() - start, len);
+
+    let rec = &out[start..];
+    let hasher = |r: Range<usize>| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&rec[r]);
+        h
+    };
+    Ok(Encoded {
+        len,
+        store_ts_at,
+        crc_head: hasher(0..POS_QUEUE_OFFSET),
+        crc_mid: hasher(POS_SYS_FLAG..store_ts_at),
+        crc_tail: hasher(store_ts_at + 8..len - CRC32_PROPERTY_LEN),
+    })
+}
+
+/// What a header at some position holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// A message record of `size` bytes.
+    Message { size: u32 },
+    /// An end-of-segment filler of `size` bytes.
+    Blank { size: u32 },
+    /// TOTALSIZE and MAGICCODE are both zero: nothing was ever written here.
+    Zero,
+}
+
+/// Reads TOTALSIZE and MAGICCODE at the start of `bytes`. Checks only that the
+/// size is plausible for its kind; it does not look at the rest.
+pub fn read_header(bytes: &[u8]) -> Result<Header, RecordError> {
+    let total = read_i32(bytes, 0)?;
+    let magic = read_i32(bytes, 4)?;
+    match magic {
+        MESSAGE_MAGIC_CODE if total >= MIN_RECORD_LEN as i32 => {
+            Ok(Header::Message { size: total as u32 })
+        }
+        BLANK_MAGIC_CODE if total >= END_FILE_MIN_BLANK_LENGTH as i32 => {
+            Ok(Header::Blank { size: total as u32 })
+        }
+        MESSAGE_MAGIC_CODE | BLANK_MAGIC_CODE => Err(RecordError::BadTotalSize(total.into())),
+        0 if total == 0 => Ok(Header::Zero),
+        other => Err(RecordError::BadMagic(other as u32)),
+    }
+}
+
+/// Writes a blank filler header of `size` bytes (the rest of the segment).
+pub fn write_blank(out: &mut [u8; 8], size: u32) {
+    out[..4].copy_from_slice(&(size as i32).to_be_bytes());
+    out[4..].copy_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
+}
+
+fn read_bytes<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], RecordError> {
+    b.get(at..at + N)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(RecordError::Truncated {
+            needed: at + N,
+            available: b.len(),
+        })
+}
+
+fn read_i32(b: &[u8], at: usize) -> Result<i32, RecordError> {
+    read_bytes::<4>(b, at).map(i32::from_be_bytes)
+}
+
+/// A zero-copy view over one stored message record. Construct with
+/// [`RecordView::parse`] (structure only) or [`decode`] (structure + checksums).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    bytes: &'a [u8],
+    store_ts_at: usize,
+    body: (usize, usize),
+    topic: (usize, usize),
+    props: (usize, usize),
+}
+
+impl<'a> RecordView<'a> {
+    /// Parses the record at the start of `bytes` (which may continue past it):
+    /// magic, every length against TOTALSIZE and the buffer, UTF-8 of topic and
+    /// properties. Does not check CRCs (see [`RecordView::verify`]).
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, RecordError> {
+        let total = match read_header(bytes)? {
+            Header::Message { size } => size as usize,
+            Header::Blank { .. } => return Err(RecordError::BadMagic(BLANK_MAGIC_CODE as u32)),
+            Header::Zero => return Err(RecordError::BadMagic(0)),
+        };
+        if bytes.len() < total {
+            return Err(RecordError::Truncated {
+                needed: total,
+                available: bytes.len(),
+            });
+        }
+        let b = &bytes[..total];
+        let sys = read_i32(b, POS_SYS_FLAG)?;
+        let born_len = if sys & sys_flag::BORNHOST_V6_FLAG != 0 {
+            20
+        } else {
+            8
+        };
+        let store_len = if sys & sys_flag::STOREHOSTADDRESS_V6_FLAG != 0 {
+            20
+        } else {
+            8
+        };
+        let store_ts_at = POS_BORN_HOST + born_len;
+        let body_len_at = store_ts_at + 8 + store_len + 4 + 8;
+        let body_len = read_i32(b, body_len_at)?;
+        let body_start = body_len_at + 4;
+        if body_len < 0 || body_len as usize > total.saturating_sub(body_start) {
+            return Err(RecordError::BadLength {
+                field: "body",
+                len: body_len.into(),
+            });
+        }
+        let body_end = body_start + body_len as usize;
+        let topic_len = *b.get(body_end).ok_or(RecordError::Truncated {
+            needed: body_end + 1,
+            available: total,
+        })? as usize;
+        let topic_start = body_end + 1;
+        let props_len_at = topic_start + topic_len;
+        let props_len = read_bytes::<2>(b, props_len_at).map(i16::from_be_bytes)?;
+        let props_start = props_len_at + 2;
+        if props_len < 0 {
+            return Err(RecordError::BadLength {
+                field: "properties",
+                len: props_len.into(),
+            });
+        }
+        let props_end = props_start + props_len as usize;
+        if props_end != total {
+            return Err(RecordError::SizeMismatch {
+                fields_end: props_end,
+                total_size: total,
+            });
+        }
+        std::str::from_utf8(&b[topic_start..props_len_at])
+            .map_err(|_| RecordError::NotUtf8("topic"))?;
+        std::str::from_utf8(&b[props_start..props_end])
+            .map_err(|_| RecordError::NotUtf8("properties"))?;
+        Ok(RecordView {
+            bytes: b,
+            store_ts_at,
+            body: (body_start, body_end),
+            topic: (topic_start, props_len_at),
+            props: (props_start, props_end),
+        })
+    }
+
+    /// Checks BODYCRC, and the `__CRC32#` property when the record has one.
+    pub fn verify(&self) -> Result<(), RecordError> {
+        let stored = self.body_crc();
+        let computed = crc32(self.body());
+        if stored != computed {
+            return Err(RecordError::BodyCrc { stored, computed });
+        }
+        if let Some(stored) = self.stored_record_crc() {
+            let computed = crc32(&self.bytes[..self.bytes.len() - CRC32_PROPERTY_LEN]);
+            if stored != computed {
+                return Err(RecordError::RecordCrc { stored, computed });
+            }
+        }
+        Ok(())
+    }
+
+    /// [`verify`](Self::verify), and the `__CRC32#` property must be present:
+    /// every record this store writes has it, so recovery uses this.
+    pub fn verify_strict(&self) -> Result<(), RecordError> {
+        if self.stored_record_crc().is_none() {
+            return Err(RecordError::MissingRecordCrc);
+        }
+        self.verify()
+    }
+
+    /// The `__CRC32#` value if the properties end with a well-formed one.
+    pub fn stored_record_crc(&self) -> Option<u32> {
+        let props = self.properties_raw();
+        let tail = props.get(props.len().checked_sub(CRC32_PROPERTY_LEN)?..)?;
+        let (name, rest) = tail.split_at(property::CRC32.len());
+        if name != property::CRC32.as_bytes()
+            || rest[0] != NAME_VALUE_SEPARATOR
+            || rest[11] != PROPERTY_SEPARATOR
+        {
+            return None;
+        }
+        let digits = &rest[1..11];
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v = digits
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        u32::try_from(v).ok()
+    }
+
+    /// The whole record, as stored.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    fn i32_at(&self, at: usize) -> i32 {
+        // In bounds: parse checked that the fixed part lies inside the record.
+        i32::from_be_bytes(self.bytes[at..at + 4].try_into().unwrap_or_default())
+    }
+
+    fn i64_at(&self, at: usize) -> i64 {
+        i64::from_be_bytes(self.bytes[at..at + 8].try_into().unwrap_or_default())
+    }
+
+    fn host_at(&self, at: usize, v6: bool) -> SocketAddr {
+        let b = self.bytes;
+        if v6 {
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&b[at..at + 16]);
+            let port = self.i32_at(at + 16);
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), port as u16)
+        } else {
+            let ip = Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3]);
+            SocketAddr::new(IpAddr::V4(ip), self.i32_at(at + 4) as u16)
+        }
+    }
+
+    pub fn total_size(&self) -> u32 {
+        self.bytes.len() as u32
+    }
+    pub fn body_crc(&self) -> u32 {
+        self.i32_at(8) as u32
+    }
+    pub fn queue_id(&self) -> i32 {
+        self.i32_at(12)
+    }
+    pub fn flag(&self) -> i32 {
+        self.i32_at(16)
+    }
+    pub fn queue_offset(&self) -> i64 {
+        self.i64_at(POS_QUEUE_OFFSET)
+    }
+    pub fn phys_offset(&self) -> i64 {
+        self.i64_at(28)
+    }
+    pub fn sys_flag(&self) -> i32 {
+        self.i32_at(POS_SYS_FLAG)
+    }
+    pub fn born_timestamp(&self) -> i64 {
+        self.i64_at(40)
+    }
+    pub fn born_host(&self) -> SocketAddr {
+        self.host_at(
+            POS_BORN_HOST,
+            self.sys_flag() & sys_flag::BORNHOST_V6_FLAG != 0,
+        )
+    }
+    pub fn store_timestamp(&self) -> i64 {
+        self.i64_at(self.store_ts_at)
+    }
+    pub fn store_host(&self) -> SocketAddr {
+        let v6 = self.sys_flag() & sys_flag::STOREHOSTADDRESS_V6_FLAG != 0;
+        self.host_at(self.store_ts_at + 8, v6)
+    }
+    fn after_store_host(&self) -> usize {
+        // RECONSUMETIMES sits right before PREPARED_TRANSACTION_OFFSET and BODYLENGTH.
+        self.body.0 - 4 - 8 - 4
+    }
+    pub fn reconsume_times(&self) -> i32 {
+        self.i32_at(self.after_store_host())
+    }
+    pub fn prepared_transaction_offset(&self) -> i64 {
+        self.i64_at(self.after_store_host() + 4)
+    }
+    pub fn body(&self) -> &'a [u8] {
+        &self.bytes[self.body.0..self.body.1]
+    }
+    pub fn topic(&self) -> &'a str {
+        std::str::from_utf8(&self.bytes[self.topic.0..self.topic.1]).unwrap_or_default()
+    }
+    /// The encoded properties section (`name\x01value\x02...`).
+    pub fn properties_raw(&self) -> &'a [u8] {
+        &self.bytes[self.props.0..self.props.1]
+    }
+    /// All properties in stored order, including the store's `__CRC32#`.
+    pub fn properties(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
+        let raw = std::str::from_utf8(self.properties_raw()).unwrap_or_default();
+        raw.split(PROPERTY_SEPARATOR as char)
+            .filter_map(|item| item.split_once(NAME_VALUE_SEPARATOR as char))
+    }
+    pub fn property(&self, name: &str) -> Option<&'a str> {
+        self.properties().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+    pub fn tags(&self) -> Option<&'a str> {
+        self.property(property::TAGS)
+    }
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> + use<'a> {
+        split_keys(self.property(property::KEYS))
+    }
+
+    /// The message a producer would have sent, without the store's `__CRC32#`
+    /// (re-appending it, e.g. to a retry topic, gets a fresh one).
+    pub fn to_message(&self) -> Message {
+        let host_bits = sys_flag::BORNHOST_V6_FLAG | sys_flag::STOREHOSTADDRESS_V6_FLAG;
+        Message {
+            topic: self.topic().to_owned(),
+            queue_id: self.queue_id().max(0) as u32,
+            flag: self.flag(),
+            body: Bytes::copy_from_slice(self.body()),
+            properties: self
+                .properties()
+                .filter(|(k, _)| *k != property::CRC32)
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            sys_flag: self.sys_flag() & !host_bits,
+            born_timestamp: self.born_timestamp(),
+            born_host: self.born_host(),
+            reconsume_times: self.reconsume_times(),
+            prepared_transaction_offset: self.prepared_transaction_offset(),
+        }
+    }
+}
+
+/// Parses and verifies (body CRC, and `__CRC32#` when present) the record at the
+/// start of `bytes`.
+pub fn decode(bytes: &[u8]) -> Result<RecordView<'_>, RecordError> {
+    let view = RecordView::parse(bytes)?;
+    view.verify()?;
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,265 @@
+//! One segment file of the commit log: a fixed-size, pre-zeroed file named by
+//! its start offset and memory-mapped read-write. Owns the mapping and the raw
+//! byte access to it; knows nothing about records or positions, which
+//! [`CommitLog`](super::CommitLog) tracks and publishes.
+
+use std::fs::{File, OpenOptions};
+use std::ops::{Deref, Range};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use bytes::Bytes;
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+
+/// File name of the segment starting at `start`: 20 digits, zero-padded.
+pub(crate) fn file_name(start: u64) -> String {
+    format!("{start:020}")
+}
+
+/// Start offset encoded in a segment file name, if it is one.
+pub(crate) fn parse_file_name(name: &str) -> Option<u64> {
+    if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+        name.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Allocates the file's blocks (Linux `posix_fallocate`); a file system that
+/// cannot do it keeps the sparse file.
+#[cfg(target_os = "linux")]
+fn reserve(file: &File, size: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(size).map_err(std::io::Error::other)?;
+    // SAFETY: a plain syscall on a file descriptor we own.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 | libc::EINVAL | libc::EOPNOTSUPP => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(code)),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn reserve(_file: &File, _size: usize) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// A mapped segment. Shared as `Arc<Segment>`: the log's segment list, the
+/// appender, and every outstanding [`RecordRef`] hold one, so a segment deleted
+/// by retention stays mapped until the last reader drops it.
+///
+/// Byte access is split by the log's positions: bytes below the published
+/// written position are immutable and may be read by anyone; bytes above it are
+/// written only by the appender holding the log's append lock (or by recovery
+/// before the log is shared). That discipline is what makes the raw accesses
+/// below free of data races.
+pub(crate) struct Segment {
+    start: u64,
+    size: usize,
+    path: PathBuf,
+    map: MmapRaw,
+    /// Store timestamp of the newest record appended or recovered in this
+    /// process (0 = unknown); retention falls back to the file mtime.
+    last_store_timestamp: AtomicI64,
+    /// The directory entry of a newly created file is not durable until the
+    /// directory is fsynced; the flusher does that once and clears this.
+    needs_dir_sync: AtomicBool,
+}
+
+impl Segment {
+    /// Creates `dir/<start>` of exactly `size` zero bytes and maps it. The
+    /// blocks are reserved up front (where the file system supports it) so a
+    /// full disk is an error here, not a SIGBUS on a later write to a hole.
+    /// A half-created file is removed, so a retry can succeed.
+    pub(crate) fn create(dir: &Path, start: u64, size: usize) -> Result<Segment> {
+        let path = dir.join(file_name(start));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        let made = file
+            .set_len(size as u64)
+            .and_then(|()| reserve(&file, size))
+            .map_err(|e| Error::io(&path, e))
+            .and_then(|()| Segment::map(file, path.clone(), start, size));
+        match made {
+            Ok(seg) => {
+                seg.needs_dir_sync.store(true, Ordering::Relaxed);
+                Ok(seg)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing segment file, which must be exactly `size` bytes.
+    pub(crate) fn open(path: PathBuf, start: u64, size: usize) -> Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        if len != size as u64 {
+            return Err(Error::Corrupt {
+                path,
+                offset: 0,
+                reason: format!("segment file is {len} bytes; the segment size is {size}"),
+            });
+        }
+        Segment::map(file, path, start, size)
+    }
+
+    fn map(file: File, path: PathBuf, start: u64, size: usize) -> Result<Segment> {
+        let map = MmapOptions::new()
+            .len(size)
+            .map_raw(&file)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Segment {
+            start,
+            size,
+            path,
+            map,
+            last_store_timestamp: AtomicI64::new(0),
+            needs_dir_sync: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn start(&self) -> u64 {
+        self.start
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.start + self.size as u64
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn contains(&self, phys: u64) -> bool {
+        phys >= self.start && phys < self.end()
+    }
+
+    /// The bytes at `range` (segment-relative).
+    ///
+    /// Callers pass only ranges below the published written position (or are
+    /// the appender/recovery), so nothing writes these bytes concurrently. The
+    /// range is clamped to the segment rather than trusted.
+    pub(crate) fn bytes(&self, range: Range<usize>) -> &[u8] {
+        let end = range.end.min(self.size);
+        let start = range.start.min(end);
+        // SAFETY: the mapping is `size` bytes long and lives as long as `self`;
+        // start..end is inside it; see the type docs for why no write races.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), end - start) }
+    }
+
+    /// Copies `data` to segment-relative offset `at`. Only the appender (under
+    /// the log's append lock) and recovery (before the log is shared) call this,
+    /// and only above the published written position.
+    pub(crate) fn write(&self, at: usize, data: &[u8]) -> Result<()> {
+        if at.checked_add(data.len()).is_none_or(|end| end > self.size) {
+            return Err(Error::InvalidArgument(format!(
+                "write of {} bytes at {at} overruns segment {}",
+                data.len(),
+                self.path.display()
+            )));
+        }
+        // SAFETY: in bounds (checked above); no reader looks above the written
+        // position and only one writer exists (see the type docs).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(at), data.len());
+        }
+        Ok(())
+    }
+
+    /// msync of the segment-relative range.
+    pub(crate) fn flush_range(&self, range: Range<usize>) -> Result<()> {
+        let end = range.end.min(self.size);
+        let start = range.start.min(end);
+        if end > start {
+            self.map
+                .flush_range(start, end - start)
+                .map_err(|e| Error::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn take_needs_dir_sync(&self) -> bool {
+        self.needs_dir_sync.swap(false, Ordering::AcqRel)
+    }
+
+    pub(crate) fn restore_needs_dir_sync(&self) {
+        self.needs_dir_sync.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn note_store_timestamp(&self, ts: i64) {
+        self.last_store_timestamp.fetch_max(ts, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last_store_timestamp(&self) -> Option<i64> {
+        Some(self.last_store_timestamp.load(Ordering::Relaxed)).filter(|t| *t > 0)
+    }
+}
+
+/// A zero-copy handle on one stored record. Keeps its segment mapped (even if
+/// retention deleted the file) for as long as it lives.
+#[derive(Clone)]
+pub struct RecordRef {
+    pub(crate) segment: Arc<Segment>,
+    pub(crate) range: Range<usize>,
+}
+
+impl RecordRef {
+    /// Physical (log-wide) offset of the record.
+    pub fn phys_offset(&self) -> u64 {
+        self.segment.start + self.range.start as u64
+    }
+
+    /// Offset just past the record.
+    pub fn end_offset(&self) -> u64 {
+        self.segment.start + self.range.end as u64
+    }
+
+    /// Parses the record (structure only; recovery verified checksums).
+    pub fn view(&self) -> Result<crate::store::record::RecordView<'_>> {
+        crate::store::record::RecordView::parse(self).map_err(|e| Error::Corrupt {
+            path: self.segment.path.clone(),
+            offset: self.phys_offset(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The record as `Bytes` without copying: the `Bytes` owns this handle.
+    pub fn into_bytes(self) -> Bytes {
+        Bytes::from_owner(self)
+    }
+}
+
+impl Deref for RecordRef {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.segment.bytes(self.range.clone())
+    }
+}
+
+impl AsRef<[u8]> for RecordRef {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for RecordRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordRef")
+            .field("phys_offset", &self.phys_offset())
+            .field("len", &self.range.len())
+            .finish()
+    }
+}
