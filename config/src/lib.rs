@@ -327,9 +327,10 @@ impl Config {
                 s.segment_size
             ));
         }
-        if s.segment_size.0 > (1u64 << 40) {
+        if s.segment_size.0 > i32::MAX as u64 {
+            // A record's TOTALSIZE (and so a segment's end filler) is an i32.
             bad.push(format!(
-                "store.segment_size is {}; it must be at most 1TiB",
+                "store.segment_size is {}; it must be below 2GiB",
                 s.segment_size
             ));
         }
@@ -418,7 +419,9 @@ impl Config {
 fn scalar(s: &str) -> toml::Value {
     let doc = format!("v = {s}");
     match toml::from_str::<toml::Table>(&doc) {
-        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(s.into())),
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(s.into())),
         Err(_) => toml::Value::String(s.to_string()),
     }
 }

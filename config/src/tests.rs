@@ -40,15 +40,24 @@ fn layers_apply_in_order_file_env_flags() {
 #[test]
 fn unknown_keys_and_bad_values_name_their_origin() {
     let err = Config::load(None, &[Override::new("store.flsh", "sync", "env X")]).unwrap_err();
-    assert!(err.to_string().contains("unknown setting `store.flsh`"), "{err}");
+    assert!(
+        err.to_string().contains("unknown setting `store.flsh`"),
+        "{err}"
+    );
     assert!(err.to_string().contains("env X"), "{err}");
 
-    let err = Config::load(None, &[Override::new("store.flush", "sometimes", "flag --flush")])
-        .unwrap_err();
+    let err = Config::load(
+        None,
+        &[Override::new("store.flush", "sometimes", "flag --flush")],
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("flag --flush"), "{err}");
 
-    let err = Config::load(None, &[Override::new("store.retention", "forever", "env R")])
-        .unwrap_err();
+    let err = Config::load(
+        None,
+        &[Override::new("store.retention", "forever", "env R")],
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("not a duration"), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -103,7 +112,10 @@ fn namesrv_list_accepts_rocketmq_style_string() {
         )],
     )
     .unwrap();
-    assert_eq!(c.broker.namesrv_addrs, vec!["127.0.0.1:9876", "127.0.0.2:9876"]);
+    assert_eq!(
+        c.broker.namesrv_addrs,
+        vec!["127.0.0.1:9876", "127.0.0.2:9876"]
+    );
 }
 
 #[test]

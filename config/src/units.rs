@@ -45,7 +45,7 @@ impl ByteSize {
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (suffix, mult) in &UNITS[..4] {
-            if self.0 >= *mult && self.0 % mult == 0 {
+            if self.0 >= *mult && self.0.is_multiple_of(*mult) {
                 return write!(f, "{}{}", self.0 / mult, suffix);
             }
         }

@@ -11,7 +11,7 @@
 //! - [`store::commit_log`] — the append-only, memory-mapped log of every message.
 //! - [`store::consume_queue`] and [`store::index`] — the per-queue and per-key views.
 //! - [`store::Store`] — ties them together: dispatch, flush, checkpoint, recovery,
-//!   retention.
+//!   retention. Start here.
 
 pub mod broker;
 pub mod error;

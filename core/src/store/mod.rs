@@ -1,8 +1,20 @@
 //! The storage engine: one commit log for every message, a consume queue per
 //! (topic, queue id) pointing into it, and a key index.
 
+pub mod checkpoint;
 pub mod commit_log;
 pub mod consume_queue;
+pub mod disk;
+mod engine;
 pub mod flush;
 pub mod index;
 pub mod record;
+
+pub use commit_log::{AppendResult, RecordRef};
+pub use consume_queue::CqEntry;
+pub use disk::{DiskSpace, Quota, Statvfs};
+pub use engine::{
+    Clock, FlushMode, OpenReport, Positions, QueueRead, Store, StoreDeps, StoreOptions,
+    system_clock,
+};
+pub use record::{Message, RecordView};

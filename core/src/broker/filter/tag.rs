@@ -8,21 +8,9 @@
 
 use super::FilterError;
 
-/// Java's `String.hashCode()` over the UTF-16 code units of `s`, sign-extended to
-/// `i64` the way RocketMQ stores `tagsCode` (`(long) tags.hashCode()`).
-///
-/// `h = h * 31 + unit` with 32-bit wrapping. Characters outside the BMP count as
-/// two units (a surrogate pair), so `"😀"` hashes as `0xD83D * 31 + 0xDE00`.
-///
-/// The consume-queue module has its own copy; the two are deduplicated when the
-/// broker is wired together (both are pinned by the same known Java values).
-pub(crate) fn java_string_hash(s: &str) -> i64 {
-    let mut h: i32 = 0;
-    for unit in s.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    i64::from(h)
-}
+/// The consume-queue tag hash (Java's `String.hashCode()` as RocketMQ stores it);
+/// one definition, in the store, so filter and dispatcher can never disagree.
+pub(crate) use crate::store::consume_queue::tag_hash as java_string_hash;
 
 /// A parsed tag expression.
 #[derive(Debug, Clone, PartialEq, Eq)]

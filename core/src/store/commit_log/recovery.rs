@@ -216,15 +216,19 @@ fn truncate(dir: &Path, segments: &mut Vec<Arc<Segment>>, idx: usize, end: u64) 
     const CHUNK: usize = 64 * 1024;
     let zeros = [0u8; CHUNK];
     let mut last_nonzero = None;
-    let mut at = from;
-    while at < len {
-        let to = (at + CHUNK - at % CHUNK).min(len);
-        let chunk = seg.bytes(at..to);
-        if let Some(i) = chunk.iter().rposition(|b| *b != 0) {
-            last_nonzero = Some(at + i);
-            seg.write(at, &zeros[..to - at])?;
+    // Only the parts of the file that may hold data are read: reading a 1 GiB
+    // segment's never-written tail would fault every page in for nothing.
+    for range in data_ranges(seg.path(), from, len) {
+        let mut at = range.start;
+        while at < range.end {
+            let to = (at + CHUNK - at % CHUNK).min(range.end);
+            let chunk = seg.bytes(at..to);
+            if let Some(i) = chunk.iter().rposition(|b| *b != 0) {
+                last_nonzero = Some(at + i);
+                seg.write(at, &zeros[..to - at])?;
+            }
+            at = to;
         }
-        at = to;
     }
     if let Some(last) = last_nonzero {
         discarded += (last + 1 - from) as u64;
@@ -236,4 +240,51 @@ fn truncate(dir: &Path, segments: &mut Vec<Arc<Segment>>, idx: usize, end: u64) 
             .map_err(|e| Error::io(dir, e))?;
     }
     Ok(discarded)
+}
+
+/// The byte ranges of `[from, len)` of the file at `path` that may hold data, by
+/// `SEEK_DATA`/`SEEK_HOLE` (holes and never-written preallocated extents read as
+/// zero and are skipped; pages still in the page cache count as data). Falls back
+/// to the whole range where the file system cannot tell.
+fn data_ranges(path: &Path, from: usize, len: usize) -> Vec<std::ops::Range<usize>> {
+    let whole = std::iter::once(from..len).collect();
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let Ok(file) = std::fs::File::open(path) else {
+            return whole;
+        };
+        let fd = file.as_raw_fd();
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < len {
+            // SAFETY: plain lseek calls on a descriptor we own.
+            let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::ENXIO) {
+                    break; // no data past `at`
+                }
+                return whole;
+            }
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            if hole < 0 {
+                return whole;
+            }
+            let (start, end) = ((data as usize).max(at), (hole as usize).min(len));
+            if start < end {
+                out.push(start..end);
+            }
+            if end <= at {
+                break;
+            }
+            at = end;
+        }
+        out
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        whole
+    }
 }

@@ -1,0 +1,803 @@
+//! [`Store`]: the commit log, the consume queues and the index working as one.
+//!
+//! - **Append** goes to the commit log (one short lock, a memcpy); under `sync` flush the
+//!   caller then waits for the group commit that covers its bytes.
+//! - **Dispatch**: one thread walks the commit log behind the writers and writes each
+//!   record's consume-queue entry and index keys, then publishes the dispatched position
+//!   (what long polling waits on). Under `sync` flush it only dispatches durable bytes,
+//!   so a consumer never sees a message that a crash could take back.
+//! - **Checkpoint**: a maintenance thread syncs consume queues and index, then records
+//!   how far the log and the dispatch are durable (see [`super::checkpoint`]).
+//! - **Recovery** (in [`Store::open`]): verify the log from the checkpoint on, truncate
+//!   the torn tail, drop queue entries past the new end, re-dispatch from the
+//!   checkpoint, seed the queue-offset counters.
+//! - **Retention**: segments older than the retention time go, oldest first; above the
+//!   soft disk ratio the oldest go early; above the hard ratio appends are refused with
+//!   [`Error::DiskFull`] until space is back.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::checkpoint::{AbortMarker, Checkpoint};
+use super::commit_log::{AppendResult, CommitLog, CommitLogConfig, RecordRef, Recovery};
+use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash};
+use super::disk::{DiskSpace, Statvfs};
+use super::flush::{FlushMode as FlushPolicy, GroupCommit};
+use super::index::IndexStore;
+use super::record::{self, Message, RecordView};
+use crate::{Error, Result};
+
+/// When an append is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushMode {
+    /// After the bytes are durable; concurrent appends share one sync.
+    Sync { timeout: Duration },
+    /// After the append; the log is synced every `interval`.
+    Async { interval: Duration },
+}
+
+/// Everything [`Store::open`] needs to know.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub segment_size: u64,
+    pub max_message_size: usize,
+    pub flush: FlushMode,
+    pub checkpoint_interval: Duration,
+    pub retention: Duration,
+    pub retention_check_interval: Duration,
+    pub disk_soft_ratio: f64,
+    pub disk_hard_ratio: f64,
+    pub consume_queue_entries_per_file: u32,
+    pub index_slots: u32,
+    pub index_entries_per_file: u32,
+    /// Written into every record and message id.
+    pub store_host: std::net::SocketAddr,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            segment_size: 1 << 30,
+            max_message_size: 4 << 20,
+            flush: FlushMode::Async {
+                interval: Duration::from_millis(500),
+            },
+            checkpoint_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(72 * 3600),
+            retention_check_interval: Duration::from_secs(10),
+            disk_soft_ratio: 0.75,
+            disk_hard_ratio: 0.90,
+            consume_queue_entries_per_file: 300_000,
+            index_slots: 5_000_000,
+            index_entries_per_file: 20_000_000,
+            store_host: std::net::SocketAddr::from(([127, 0, 0, 1], 10911)),
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the epoch; injectable for retention tests.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// What a store depends on besides its options.
+pub struct StoreDeps {
+    pub disk: Arc<dyn DiskSpace>,
+    pub clock: Clock,
+}
+
+impl Default for StoreDeps {
+    fn default() -> Self {
+        StoreDeps {
+            disk: Arc::new(Statvfs),
+            clock: system_clock(),
+        }
+    }
+}
+
+/// What [`Store::open`] found and did.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    pub unclean_shutdown: bool,
+    pub checkpoint: Option<Checkpoint>,
+    pub log_end: u64,
+    pub truncated_bytes: u64,
+    pub redispatched_records: u64,
+}
+
+/// Entries read from one consume queue.
+#[derive(Debug, Clone, Default)]
+pub struct QueueRead {
+    /// `(queue offset, entry)` in order.
+    pub entries: Vec<(u64, CqEntry)>,
+    /// Where the next read should start. Past `entries`, or moved up to the queue's
+    /// minimum when the requested offset was deleted by retention.
+    pub next_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+}
+
+/// Position counters, for admin and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Positions {
+    pub min: u64,
+    pub flushed: u64,
+    pub written: u64,
+    pub dispatched: u64,
+}
+
+/// The storage engine. Cheap to share: clone the `Arc<Store>`.
+pub struct Store {
+    inner: Arc<Inner>,
+    /// Background threads, joined by [`Store::close`]. Locked only there.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Removed on a clean close. Locked only at close.
+    abort: Mutex<Option<AbortMarker>>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    opts: StoreOptions,
+    deps: StoreDeps,
+    log: Arc<CommitLog>,
+    durability: GroupCommit,
+    queues: ConsumeQueues,
+    index: IndexStore,
+    /// Records below this have consume-queue and index entries written (not yet
+    /// necessarily durable). Only the dispatcher advances it.
+    dispatched: AtomicU64,
+    /// Publishes `dispatched` to long-polling readers.
+    dispatched_tx: tokio::sync::watch::Sender<u64>,
+    /// Wakes the dispatcher: bumped on every append.
+    wake: Signal,
+    /// Set above the hard disk ratio; appends are refused while set.
+    disk_full: AtomicBool,
+    /// Last measured disk usage in basis points (for the error message and metrics).
+    disk_usage_bp: AtomicU64,
+    closing: AtomicBool,
+}
+
+/// A counter with a condition variable: the cheapest "something happened" signal
+/// between std threads. The mutex guards only the counter.
+struct Signal {
+    seq: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Signal {
+    fn new() -> Self {
+        Signal {
+            seq: Mutex::new(0),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn notify(&self) {
+        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        *s += 1;
+        self.cv.notify_all();
+    }
+
+    /// Waits until the counter moves past `seen` or `timeout` passes; returns the counter.
+    fn wait(&self, seen: u64, timeout: Duration) -> u64 {
+        let s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, timeout, |s| *s == seen)
+            .unwrap_or_else(|p| p.into_inner());
+        *s
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, recovering after an unclean stop, and
+    /// starts its background threads.
+    pub fn open(dir: &Path, opts: StoreOptions, deps: StoreDeps) -> Result<(Store, OpenReport)> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let (abort, unclean) = AbortMarker::create(dir)?;
+        let checkpoint = Checkpoint::load(dir);
+        let mut report = OpenReport {
+            unclean_shutdown: unclean,
+            checkpoint,
+            ..OpenReport::default()
+        };
+
+        let log_opts = CommitLogConfig {
+            segment_size: opts.segment_size,
+            max_message_size: opts.max_message_size,
+            store_host: opts.store_host,
+        };
+        let (log, recovery) = CommitLog::open(
+            dir.join("commitlog"),
+            log_opts,
+            Recovery::from(checkpoint.map(|c| c.log_flushed)),
+        )?;
+        let log = Arc::new(log);
+        report.log_end = log.max_offset();
+        report.truncated_bytes = recovery.truncated_bytes;
+
+        let queues = ConsumeQueues::open(dir, opts.consume_queue_entries_per_file as u64)?;
+        let index = IndexStore::open(dir, opts.index_slots, opts.index_entries_per_file)?;
+        queues.truncate_all_from_phys(log.max_offset())?;
+        // Queue files may still point into segments retention already deleted.
+        queues.delete_all_before_phys(log.min_offset())?;
+
+        let start = checkpoint
+            .map(|c| c.dispatched)
+            .unwrap_or(0)
+            .clamp(log.min_offset(), log.max_offset());
+
+        let policy = match opts.flush {
+            FlushMode::Sync { .. } => FlushPolicy::Sync,
+            FlushMode::Async { interval } => FlushPolicy::Async { interval },
+        };
+        let durability = GroupCommit::start(log.clone(), policy)?;
+        let (dispatched_tx, _) = tokio::sync::watch::channel(start);
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            opts,
+            deps,
+            log,
+            durability,
+            queues,
+            index,
+            dispatched: AtomicU64::new(start),
+            dispatched_tx,
+            wake: Signal::new(),
+            disk_full: AtomicBool::new(false),
+            disk_usage_bp: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+        });
+
+        // Re-dispatch everything the checkpoint does not vouch for, before anyone reads.
+        report.redispatched_records = inner.dispatch_until(inner.log.max_offset())?;
+        let mut next: HashMap<(String, u32), u64> = inner.queues.next_offsets();
+        for ((topic, qid), n) in recovery.next_queue_offsets {
+            let slot = next.entry((topic, qid)).or_insert(0);
+            *slot = (*slot).max(n);
+        }
+        inner.log.set_next_queue_offsets(next);
+        // Everything recovered is durable from here on: sync it and write a checkpoint,
+        // so a second crash right away does not redo this work.
+        inner.durability.flush_now()?;
+        inner.checkpoint()?;
+        inner.check_disk();
+
+        if unclean {
+            tracing::warn!(
+                dir = %dir.display(),
+                truncated_bytes = report.truncated_bytes,
+                redispatched = report.redispatched_records,
+                "recovered after an unclean stop"
+            );
+        }
+
+        let mut threads = Vec::new();
+        {
+            let inner = inner.clone();
+            threads.push(spawn("rg-dispatch", move || inner.dispatch_loop()));
+        }
+        {
+            let inner = inner.clone();
+            threads.push(spawn("rg-maintain", move || inner.maintain_loop()));
+        }
+        Ok((
+            Store {
+                inner,
+                threads: Mutex::new(threads),
+                abort: Mutex::new(Some(abort)),
+            },
+            report,
+        ))
+    }
+
+    /// Appends one message; under sync flush returns once it is durable.
+    pub fn put(&self, msg: &Message) -> Result<AppendResult> {
+        let r = self.append(std::slice::from_ref(msg))?.pop();
+        r.ok_or_else(|| Error::InvalidMessage("nothing appended".into()))
+    }
+
+    /// Appends a batch as one contiguous write; under sync flush returns once durable.
+    pub fn put_batch(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        self.append(msgs)
+    }
+
+    fn append(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        let results = self.append_only(msgs)?;
+        if let FlushMode::Sync { timeout } = self.inner.opts.flush {
+            let end = results.last().map(|r| r.end_offset).unwrap_or(0);
+            self.inner.durability.wait_durable(end, timeout)?;
+            self.inner.wake.notify();
+        }
+        Ok(results)
+    }
+
+    /// Async twin of [`Store::put_batch`] for gateways on tokio: the append is a
+    /// memcpy; the durability wait does not block a runtime thread.
+    pub async fn put_batch_async(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        let results = self.append_only(msgs)?;
+        if let FlushMode::Sync { timeout } = self.inner.opts.flush {
+            let end = results.last().map(|r| r.end_offset).unwrap_or(0);
+            match tokio::time::timeout(timeout, self.inner.durability.wait_durable_async(end)).await
+            {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(Error::FlushTimeout {
+                        offset: end,
+                        durable: self.inner.log.flushed_offset(),
+                        waited: timeout,
+                    });
+                }
+            }
+            self.inner.wake.notify();
+        }
+        Ok(results)
+    }
+
+    fn append_only(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        let inner = &self.inner;
+        if inner.closing.load(Ordering::Acquire) {
+            return Err(Error::ShutDown);
+        }
+        if msgs.is_empty() {
+            return Err(Error::InvalidMessage("an empty batch".into()));
+        }
+        if inner.disk_full.load(Ordering::Acquire) {
+            return Err(inner.disk_full_error());
+        }
+        let results = if msgs.len() == 1 {
+            vec![inner.log.append(&msgs[0])?]
+        } else {
+            inner.log.append_batch(msgs)?
+        };
+        if matches!(inner.opts.flush, FlushMode::Async { .. }) {
+            inner.wake.notify();
+        }
+        Ok(results)
+    }
+
+    /// Reads up to `max` entries of a consume queue from `offset`.
+    pub fn read_queue(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<QueueRead> {
+        let Some(q) = self.inner.queues.get(topic, queue_id) else {
+            return Ok(QueueRead::default());
+        };
+        let (min, max_off) = (q.min_offset(), q.max_offset());
+        let from = offset.clamp(min, max_off);
+        let batch = if from < max_off && max > 0 {
+            q.read(from, max)?
+        } else {
+            CqBatch {
+                entries: Vec::new(),
+                next_offset: from,
+            }
+        };
+        Ok(QueueRead {
+            entries: batch.entries,
+            next_offset: batch.next_offset,
+            min_offset: min,
+            max_offset: max_off,
+        })
+    }
+
+    /// The stored record at `phys` (RocketMQ layout, ready to send as is).
+    pub fn read(&self, phys: u64, size: u32) -> Result<RecordRef> {
+        self.inner.log.read(phys, size)
+    }
+
+    /// The record a consume-queue entry points at.
+    pub fn read_entry(&self, e: &CqEntry) -> Result<RecordRef> {
+        self.inner.log.read(e.phys_offset, e.size)
+    }
+
+    /// Looks a message up by its offset message id (store host + physical offset).
+    pub fn read_by_msg_id(&self, msg_id: &str) -> Result<RecordRef> {
+        let (_, phys) = record::decode_msg_id(msg_id)?;
+        self.inner.log.read_at(phys)
+    }
+
+    /// Messages of `topic` whose `KEYS` (or unique key) include `key`, stored in
+    /// `[begin_ms, end_ms]`, newest first, at most `max`.
+    pub fn query_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        begin_ms: i64,
+        end_ms: i64,
+        max: usize,
+    ) -> Result<Vec<RecordRef>> {
+        let candidates =
+            self.inner
+                .index
+                .query(topic, key, begin_ms, end_ms, max.saturating_mul(4).max(max))?;
+        let mut out = Vec::new();
+        let min = self.inner.log.min_offset();
+        for phys in candidates {
+            if phys < min || phys >= self.inner.dispatched.load(Ordering::Acquire) {
+                continue;
+            }
+            let Ok(rec) = self.inner.log.read_at(phys) else {
+                continue;
+            };
+            let Ok(view) = RecordView::parse(&rec) else {
+                continue;
+            };
+            let ts = view.store_timestamp();
+            let matches = view.topic() == topic
+                && ts >= begin_ms
+                && ts <= end_ms
+                && (view.keys().any(|k| k == key)
+                    || view.property(record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == Some(key));
+            if matches {
+                out.push(rec);
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Lowest and one-past-highest offsets of a queue (0, 0 when it does not exist).
+    pub fn queue_bounds(&self, topic: &str, queue_id: u32) -> (u64, u64) {
+        self.inner
+            .queues
+            .get(topic, queue_id)
+            .map(|q| (q.min_offset(), q.max_offset()))
+            .unwrap_or((0, 0))
+    }
+
+    /// The first offset of a queue whose message was stored at or after `ts_ms`.
+    pub fn queue_offset_by_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
+        let Some(q) = self.inner.queues.get(topic, queue_id) else {
+            return Ok(0);
+        };
+        let log = &self.inner.log;
+        q.offset_at_or_after_time(ts_ms, |phys, size| {
+            let rec = log.read(phys, size)?;
+            Ok(RecordView::parse(&rec)?.store_timestamp())
+        })
+    }
+
+    /// Every (topic, queue id) that has a consume queue.
+    pub fn queues(&self) -> Vec<(String, u32)> {
+        self.inner
+            .queues
+            .queues()
+            .into_iter()
+            .map(|(t, q, _)| (t, q))
+            .collect()
+    }
+
+    /// A receiver that changes whenever new records are dispatched (long polling).
+    pub fn watch_dispatch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.dispatched_tx.subscribe()
+    }
+
+    pub fn positions(&self) -> Positions {
+        let i = &self.inner;
+        Positions {
+            min: i.log.min_offset(),
+            flushed: i.log.flushed_offset(),
+            written: i.log.max_offset(),
+            dispatched: i.dispatched.load(Ordering::Acquire),
+        }
+    }
+
+    /// Last measured share of the disk in use.
+    pub fn disk_usage(&self) -> f64 {
+        self.inner.disk_usage_bp.load(Ordering::Relaxed) as f64 / 10_000.0
+    }
+
+    /// Runs retention and the disk check now (the maintenance thread does this on its own).
+    pub fn run_retention(&self) -> Result<usize> {
+        let n = self.inner.retain()?;
+        self.inner.check_disk();
+        Ok(n)
+    }
+
+    /// Waits until everything appended so far is dispatched (tests and benchmarks).
+    pub fn wait_dispatched(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let target = match self.inner.opts.flush {
+                FlushMode::Sync { .. } => self.inner.log.flushed_offset(),
+                FlushMode::Async { .. } => self.inner.log.max_offset(),
+            };
+            if self.inner.dispatched.load(Ordering::Acquire) >= target {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.inner.wake.notify();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Simulates a crash for tests: stops the background threads without the final
+    /// flush, dispatch or checkpoint, and leaves the abort marker in place.
+    #[doc(hidden)]
+    pub fn halt_for_tests(&self) {
+        let inner = &self.inner;
+        if inner.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        inner.wake.notify();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = inner.durability.close();
+        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            std::mem::forget(m);
+        }
+    }
+
+    /// Stops the background threads, syncs everything, writes the checkpoint and
+    /// removes the abort marker. Appends after this fail with [`Error::ShutDown`].
+    pub fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.closing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        inner.wake.notify();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        inner.durability.flush_now()?;
+        inner.dispatch_until(inner.log.max_offset())?;
+        inner.checkpoint()?;
+        inner.durability.close()?;
+        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            m.remove()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!(error = %e, "closing the store failed; the next start will recover");
+        }
+    }
+}
+
+/// During a long catch-up, publish the dispatched position this often (records).
+const DISPATCH_PUBLISH_EVERY: u64 = 1024;
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawning a store thread")
+}
+
+impl Inner {
+    fn disk_full_error(&self) -> Error {
+        Error::DiskFull {
+            usage_percent: self.disk_usage_bp.load(Ordering::Relaxed) as f64 / 100.0,
+            limit_percent: self.opts.disk_hard_ratio * 100.0,
+        }
+    }
+
+    fn dispatch_limit(&self) -> u64 {
+        match self.opts.flush {
+            FlushMode::Sync { .. } => self.log.flushed_offset(),
+            FlushMode::Async { .. } => self.log.max_offset(),
+        }
+    }
+
+    fn dispatch_loop(&self) {
+        let mut seen = 0;
+        while !self.closing.load(Ordering::Acquire) {
+            if let Err(e) = self.dispatch_until(self.dispatch_limit()) {
+                tracing::error!(error = %e, "dispatch failed; retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen = self.wake.wait(seen, Duration::from_millis(20));
+        }
+    }
+
+    /// Writes consume-queue and index entries for every record in
+    /// `[dispatched, limit)`. Idempotent: entries land at their queue offset.
+    fn dispatch_until(&self, limit: u64) -> Result<u64> {
+        let from = self.dispatched.load(Ordering::Acquire);
+        if from >= limit {
+            return Ok(0);
+        }
+        let mut count = 0u64;
+        let mut pos = from;
+        for item in self.log.records_from(from) {
+            let rec = item?;
+            let phys = rec.phys_offset();
+            if phys >= limit {
+                break;
+            }
+            if count > 0 && count.is_multiple_of(DISPATCH_PUBLISH_EVERY) {
+                // Let long-polling readers see progress during a long catch-up.
+                self.dispatched.store(phys, Ordering::Release);
+                self.dispatched_tx.send_replace(phys);
+            }
+            let view = RecordView::parse(&rec)?;
+            let tx = view.sys_flag() & record::sys_flag::TRANSACTION_TYPE_MASK;
+            if tx != record::sys_flag::TRANSACTION_PREPARED_TYPE
+                && tx != record::sys_flag::TRANSACTION_ROLLBACK_TYPE
+            {
+                let q = self
+                    .queues
+                    .get_or_create(view.topic(), view.queue_id() as u32)?;
+                q.put(
+                    view.queue_offset() as u64,
+                    CqEntry {
+                        phys_offset: phys,
+                        size: rec.len() as u32,
+                        tag_hash: view.tags().map(tag_hash).unwrap_or(0),
+                    },
+                )?;
+                let ts = view.store_timestamp();
+                for key in view.keys() {
+                    self.index.put(view.topic(), key, phys, ts)?;
+                }
+                if let Some(uniq) = view.property(record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX) {
+                    self.index.put(view.topic(), uniq, phys, ts)?;
+                }
+            }
+            pos = phys + rec.len() as u64;
+            count += 1;
+        }
+        self.dispatched.store(pos, Ordering::Release);
+        self.dispatched_tx.send_replace(pos);
+        Ok(count)
+    }
+
+    fn maintain_loop(&self) {
+        let tick = self
+            .opts
+            .checkpoint_interval
+            .min(Duration::from_secs(1))
+            .min(self.opts.retention_check_interval);
+        let mut last_checkpoint = Instant::now();
+        let mut last_retention = Instant::now();
+        let mut seen = 0;
+        while !self.closing.load(Ordering::Acquire) {
+            seen = self.wake.wait(seen, tick);
+            if self.closing.load(Ordering::Acquire) {
+                break;
+            }
+            if last_checkpoint.elapsed() >= self.opts.checkpoint_interval {
+                if let Err(e) = self.checkpoint() {
+                    tracing::error!(error = %e, "checkpoint failed");
+                }
+                last_checkpoint = Instant::now();
+            }
+            if last_retention.elapsed() >= self.opts.retention_check_interval {
+                if let Err(e) = self.retain() {
+                    tracing::error!(error = %e, "retention failed");
+                }
+                last_retention = Instant::now();
+            }
+            self.check_disk();
+        }
+    }
+
+    /// Syncs queues and index, then records what is durable.
+    fn checkpoint(&self) -> Result<()> {
+        let dispatched = self.dispatched.load(Ordering::Acquire);
+        self.queues.flush_all()?;
+        self.index.flush()?;
+        let log_flushed = self.log.flushed_offset();
+        Checkpoint {
+            version: 1,
+            log_flushed,
+            // The checkpoint never vouches for queue entries of bytes that are not
+            // durable in the log itself.
+            dispatched: dispatched.min(log_flushed),
+            written_at_ms: (self.deps.clock)(),
+        }
+        .store(&self.dir)
+    }
+
+    /// Deletes expired segments, and the oldest ones while above the soft disk ratio.
+    fn retain(&self) -> Result<usize> {
+        let now = (self.deps.clock)();
+        let cutoff = now - self.opts.retention.as_millis() as i64;
+        let mut deleted = 0;
+        // Never delete what is not yet dispatched or durable: recovery needs it.
+        let safe_below = self
+            .dispatched
+            .load(Ordering::Acquire)
+            .min(self.log.flushed_offset());
+        loop {
+            let segs = self.log.segments();
+            let Some(oldest) = segs.first() else { break };
+            if segs.len() < 2 || oldest.start + oldest.written > safe_below {
+                break;
+            }
+            // The newest message's store time when this process saw it, else the file's
+            // modification time (mmap writes update it).
+            let newest = oldest.last_store_timestamp.or_else(|| {
+                oldest
+                    .modified
+                    .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as i64)
+            });
+            let expired = newest.is_some_and(|t| t < cutoff);
+            let over_soft = self.usage() > self.opts.disk_soft_ratio;
+            if !expired && !over_soft {
+                break;
+            }
+            tracing::info!(
+                segment = %oldest.path.display(),
+                reason = if expired { "retention time" } else { "disk usage" },
+                "deleting commit-log segment"
+            );
+            self.log.delete_oldest_segment()?;
+            deleted += 1;
+        }
+        if deleted > 0 {
+            let min = self.log.min_offset();
+            self.queues.delete_all_before_phys(min)?;
+            self.index.delete_files_before_phys(min)?;
+        }
+        Ok(deleted)
+    }
+
+    fn usage(&self) -> f64 {
+        match self.deps.disk.usage_ratio(&self.dir) {
+            Ok(r) => {
+                self.disk_usage_bp
+                    .store((r * 10_000.0) as u64, Ordering::Relaxed);
+                r
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read disk usage");
+                self.disk_usage_bp.load(Ordering::Relaxed) as f64 / 10_000.0
+            }
+        }
+    }
+
+    /// Sets or clears the disk-full flag. Deletes old segments first when above soft.
+    fn check_disk(&self) {
+        let mut r = self.usage();
+        if r > self.opts.disk_soft_ratio {
+            if let Err(e) = self.retain() {
+                tracing::error!(error = %e, "freeing disk space failed");
+            }
+            r = self.usage();
+        }
+        let full = r > self.opts.disk_hard_ratio;
+        let was = self.disk_full.swap(full, Ordering::AcqRel);
+        if full && !was {
+            tracing::error!(
+                usage = r,
+                limit = self.opts.disk_hard_ratio,
+                "disk full: refusing appends"
+            );
+        } else if was && !full {
+            tracing::info!(usage = r, "disk space is back: accepting appends");
+        }
+    }
+}

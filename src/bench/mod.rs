@@ -1,0 +1,12 @@
+//! `rocketgate bench …`: load generators that print throughput, latency percentiles and
+//! peak memory, and compare against a ceiling measured in the same run.
+
+mod stats;
+pub mod store;
+
+/// Runs one `rocketgate bench` subcommand.
+pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        crate::cli::BenchCommand::Store(args) => store::run(args),
+    }
+}
