@@ -57,11 +57,12 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
         "only the storage engine is built so far; the NameServer (issue #4), native (#5), MQTT (#6), \
          HTTP (#7) and WebSocket (#8) doors are not listening yet"
     );
+    let shutdown = shutdown_signal()?;
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
     );
-    shutdown_signal().await;
+    shutdown.await;
     tracing::info!("shutting down");
     tokio::task::spawn_blocking(move || store.close())
         .await
@@ -74,23 +75,16 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     standalone(config).await
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+/// Registers for SIGINT/SIGTERM now (so a signal that arrives right after the
+/// "ready" line is not lost) and returns a future that completes on the first one.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
 }

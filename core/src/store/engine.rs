@@ -168,35 +168,54 @@ struct Inner {
     closing: AtomicBool,
 }
 
-/// A counter with a condition variable: the cheapest "something happened" signal
-/// between std threads. The mutex guards only the counter.
+/// A "something happened" signal between std threads that costs producers one
+/// atomic add unless the other side is asleep: only then do they take the lock and
+/// notify (a futex syscall per append would be a large share of an append).
+///
+/// Why it cannot miss a wake-up: a waiter registers in `sleepers` *before* it
+/// re-checks `seq` under the lock; a notifier bumps `seq` *before* it reads
+/// `sleepers` (both SeqCst). Either the waiter sees the new `seq`, or the notifier
+/// sees the sleeper and notifies under the lock, after the waiter is waiting.
 struct Signal {
-    seq: Mutex<u64>,
+    seq: AtomicU64,
+    sleepers: AtomicU64,
+    /// Guards nothing but the sleep itself (the condvar needs a mutex).
+    lock: Mutex<()>,
     cv: Condvar,
 }
 
 impl Signal {
     fn new() -> Self {
         Signal {
-            seq: Mutex::new(0),
+            seq: AtomicU64::new(0),
+            sleepers: AtomicU64::new(0),
+            lock: Mutex::new(()),
             cv: Condvar::new(),
         }
     }
 
     fn notify(&self) {
-        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        *s += 1;
-        self.cv.notify_all();
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_all();
+        }
     }
 
     /// Waits until the counter moves past `seen` or `timeout` passes; returns the counter.
     fn wait(&self, seen: u64, timeout: Duration) -> u64 {
-        let s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        let (s, _) = self
-            .cv
-            .wait_timeout_while(s, timeout, |s| *s == seen)
-            .unwrap_or_else(|p| p.into_inner());
-        *s
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.seq.load(Ordering::SeqCst) == seen {
+            let _ = self
+                .cv
+                .wait_timeout_while(g, timeout, |_| self.seq.load(Ordering::SeqCst) == seen)
+                .unwrap_or_else(|p| p.into_inner());
+        } else {
+            drop(g);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.seq.load(Ordering::SeqCst)
     }
 }
 
