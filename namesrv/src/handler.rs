@@ -167,7 +167,7 @@ fn register_broker(
         .field(field::BODY_CRC32)
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(0);
-    if crc != 0 && crc as i32 != crc32fast::hash(&req.body) as i32 {
+    if crc != 0 && crc != i64::from(protocol::body_crc32(&req.body)) {
         return Err(Refusal(response::SYSTEM_ERROR, "crc32 not match".into()));
     }
     let topics = if req.body.is_empty() {
@@ -233,5 +233,158 @@ fn broker_heartbeat(
             response::SYSTEM_ERROR,
             format!("broker {addr} is not registered"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rocketgate_native::protocol::{ClusterInfo, RegisterBrokerBody, TopicConfig};
+
+    use super::*;
+
+    fn state() -> State {
+        State {
+            routes: RouteTable::new(Duration::from_secs(120)),
+            kv: KvConfig::default(),
+        }
+    }
+
+    fn req(code: i32) -> RemotingCommand {
+        RemotingCommand {
+            version: version::CURRENT,
+            ..RemotingCommand::request(code, 5)
+        }
+    }
+
+    fn register(st: &mut State, name: &str, cluster: &str, topics: &[&str]) -> RemotingCommand {
+        let mut body = RegisterBrokerBody::default();
+        for t in topics {
+            body.topic_config_serialize_wrapper
+                .topic_config_table
+                .insert(t.to_string(), TopicConfig::new(*t, 4));
+        }
+        let r = req(request::REGISTER_BROKER)
+            .with_field(field::BROKER_NAME, name)
+            .with_field(field::BROKER_ADDR, format!("{name}:10911"))
+            .with_field(field::CLUSTER_NAME, cluster)
+            .with_field(field::BROKER_ID, 0)
+            .with_body(protocol::to_json(&body));
+        handle(st, &r, 1, Instant::now())
+    }
+
+    #[test]
+    fn kv_config_round_trip() {
+        let mut st = state();
+        let put = req(request::PUT_KV_CONFIG)
+            .with_field(field::NAMESPACE, "ns")
+            .with_field(field::KEY, "k")
+            .with_field(field::VALUE, "v");
+        assert_eq!(
+            handle(&mut st, &put, 1, Instant::now()).code,
+            response::SUCCESS
+        );
+        let get = req(request::GET_KV_CONFIG)
+            .with_field(field::NAMESPACE, "ns")
+            .with_field(field::KEY, "k");
+        let got = handle(&mut st, &get, 1, Instant::now());
+        assert_eq!(got.field(field::VALUE), Some("v"));
+        let list = req(request::GET_KVLIST_BY_NAMESPACE).with_field(field::NAMESPACE, "ns");
+        let table: KvTable =
+            protocol::from_json(&handle(&mut st, &list, 1, Instant::now()).body).unwrap();
+        assert_eq!(table.table["k"], "v");
+        let del = req(request::DELETE_KV_CONFIG)
+            .with_field(field::NAMESPACE, "ns")
+            .with_field(field::KEY, "k");
+        handle(&mut st, &del, 1, Instant::now());
+        let gone = handle(&mut st, &get, 1, Instant::now());
+        assert_eq!(gone.code, response::QUERY_NOT_FOUND);
+        assert_eq!(
+            gone.remark.as_deref(),
+            Some("No config item, Namespace: ns Key: k")
+        );
+    }
+
+    #[test]
+    fn cluster_info_and_topic_lists() {
+        let mut st = state();
+        assert_eq!(
+            register(&mut st, "broker-a", "c1", &["T", "A"]).code,
+            response::SUCCESS
+        );
+        register(&mut st, "broker-x", "c2", &["T", "X"]);
+
+        let info: ClusterInfo = protocol::from_json(
+            &handle(
+                &mut st,
+                &req(request::GET_BROKER_CLUSTER_INFO),
+                1,
+                Instant::now(),
+            )
+            .body,
+        )
+        .unwrap();
+        assert_eq!(
+            info.broker_addr_table["broker-a"].broker_addrs[&0],
+            "broker-a:10911"
+        );
+        assert!(info.cluster_addr_table["c2"].contains("broker-x"));
+
+        let all: TopicList = protocol::from_json(
+            &handle(
+                &mut st,
+                &req(request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                1,
+                Instant::now(),
+            )
+            .body,
+        )
+        .unwrap();
+        assert_eq!(all.topic_list.len(), 3);
+
+        let by_cluster = req(request::GET_TOPICS_BY_CLUSTER).with_field(field::CLUSTER, "c2");
+        let c2: TopicList =
+            protocol::from_json(&handle(&mut st, &by_cluster, 1, Instant::now()).body).unwrap();
+        assert_eq!(c2.topic_list.into_iter().collect::<Vec<_>>(), ["T", "X"]);
+
+        let delete = req(request::DELETE_TOPIC_IN_NAMESRV).with_field(field::TOPIC, "X");
+        assert_eq!(
+            handle(&mut st, &delete, 1, Instant::now()).code,
+            response::SUCCESS
+        );
+        let route = req(request::GET_ROUTEINFO_BY_TOPIC).with_field(field::TOPIC, "X");
+        assert_eq!(
+            handle(&mut st, &route, 1, Instant::now()).code,
+            response::TOPIC_NOT_EXIST
+        );
+    }
+
+    #[test]
+    fn old_clients_get_bare_numeric_keys() {
+        let mut st = state();
+        register(&mut st, "broker-a", "c1", &["T"]);
+        let mut route = req(request::GET_ROUTEINFO_BY_TOPIC).with_field(field::TOPIC, "T");
+        route.version = 399;
+        let body = handle(&mut st, &route, 1, Instant::now()).body;
+        assert!(String::from_utf8_lossy(&body).contains(r#"{0:"broker-a:10911"}"#));
+        let route = route.with_field(field::ACCEPT_STANDARD_JSON_ONLY, "true");
+        let body = handle(&mut st, &route, 1, Instant::now()).body;
+        assert!(String::from_utf8_lossy(&body).contains(r#"{"0":"broker-a:10911"}"#));
+    }
+
+    #[test]
+    fn compressed_registration_is_refused_with_a_reason() {
+        let mut st = state();
+        let r = req(request::REGISTER_BROKER)
+            .with_field(field::BROKER_NAME, "b")
+            .with_field(field::BROKER_ADDR, "b:1")
+            .with_field(field::CLUSTER_NAME, "c")
+            .with_field(field::BROKER_ID, 0)
+            .with_field(field::COMPRESSED, true)
+            .with_body(&b"\x78\x9c"[..]);
+        let resp = handle(&mut st, &r, 1, Instant::now());
+        assert_eq!(resp.code, response::SYSTEM_ERROR);
+        assert!(resp.remark.unwrap().contains("compressed"));
     }
 }

@@ -162,6 +162,12 @@ pub struct KvTable {
     pub table: BTreeMap<String, String>,
 }
 
+/// The `bodyCrc32` of a request body, as Java's `UtilAll.crc32`: CRC-32 (IEEE) with the
+/// sign bit cleared. 0 on the wire means "not checked".
+pub fn body_crc32(body: &[u8]) -> i32 {
+    (crc32fast::hash(body) & 0x7FFF_FFFF) as i32
+}
+
 /// Strict JSON of a wire struct. Our structs hold only strings, numbers and string-keyed
 /// or integer-keyed maps, which always serialize.
 pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -213,6 +219,12 @@ mod tests {
             from_json::<TopicRouteData>(expected.as_bytes()).unwrap(),
             route()
         );
+    }
+
+    #[test]
+    fn body_crc_matches_java() {
+        // java.util.zip.CRC32 of "123456789" is 0xCBF43926; UtilAll.crc32 clears bit 31.
+        assert_eq!(body_crc32(b"123456789"), 0x4BF4_3926);
     }
 
     #[test]

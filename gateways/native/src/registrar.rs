@@ -188,7 +188,7 @@ impl Shared {
             .with_field(field::HA_SERVER_ADDR, &id.ha_addr)
             .with_field(field::BROKER_ID, id.id)
             .with_field(field::COMPRESSED, false)
-            .with_field(field::BODY_CRC32, crc32fast::hash(&body) as i32)
+            .with_field(field::BODY_CRC32, crate::protocol::body_crc32(&body))
             .with_body(body)
     }
 
@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(r.field(field::BROKER_NAME), Some("broker-a"));
         assert_eq!(r.field(field::BROKER_ID), Some("0"));
         assert_eq!(r.field(field::COMPRESSED), Some("false"));
-        let crc = crc32fast::hash(&r.body) as i32;
+        let crc = crate::protocol::body_crc32(&r.body);
         assert_eq!(r.field(field::BODY_CRC32), Some(crc.to_string().as_str()));
         let body: RegisterBrokerBody = crate::protocol::from_json(&r.body).unwrap();
         let w = body.topic_config_serialize_wrapper;

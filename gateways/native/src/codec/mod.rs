@@ -193,12 +193,13 @@ impl RemotingCommand {
         }
     }
 
-    /// The response to `request`: same opaque and header serialization, response flag set.
+    /// The response to `request`: same opaque and header serialization, response flag
+    /// set, our own language and version.
     pub fn response_to(request: &RemotingCommand, code: i32) -> Self {
         RemotingCommand {
             code,
             language: LanguageCode::Rust,
-            version: request.version,
+            version: crate::code::version::CURRENT,
             opaque: request.opaque,
             flag: FLAG_RESPONSE,
             serialize_type: request.serialize_type,
