@@ -46,7 +46,8 @@ pub struct NameServer {
     state: Shared,
 }
 
-/// Controls a spawned [`NameServer`].
+/// Controls a spawned [`NameServer`]. Dropping it stops the server too (in the
+/// background); [`NameServerHandle::stop`] also waits for the connections to close.
 pub struct NameServerHandle {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,

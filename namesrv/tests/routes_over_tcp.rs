@@ -74,7 +74,7 @@ async fn brokers_join_and_leave_the_routes_of_every_namesrv() {
     // Crash: the connections drop without an unregister; both NameServers notice.
     let broker_a = broker("broker-a", 10911, &ns);
     eventually("broker-a back", || both_see(&ns, &["broker-a", "broker-b"])).await;
-    broker_a.abort();
+    broker_a.abort().await;
     eventually("crashed broker-a gone", || both_see(&ns, &["broker-b"])).await;
 
     broker_b.stop().await;

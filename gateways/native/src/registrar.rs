@@ -69,9 +69,20 @@ struct Shared {
     version: Mutex<(Vec<TopicConfig>, DataVersion)>,
 }
 
-/// Controls a spawned [`Registrar`].
+/// Where a registrar is in its life; watched by every per-NameServer task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Unregister, then end.
+    Stopping,
+    /// End without a word, like a crash.
+    Aborting,
+}
+
+/// Controls a spawned [`Registrar`]. Dropping it stops the registrar cleanly in the
+/// background (it still unregisters); [`RegistrarHandle::stop`] also waits for that.
 pub struct RegistrarHandle {
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Phase>,
     kick: watch::Sender<()>,
     task: JoinHandle<()>,
 }
@@ -83,14 +94,29 @@ impl RegistrarHandle {
     }
 
     /// Clean stop: unregisters from every reachable NameServer, then returns.
-    pub async fn stop(self) {
-        self.stop.send_replace(true);
-        let _ = self.task.await;
+    pub async fn stop(mut self) {
+        self.stop.send_replace(Phase::Stopping);
+        let _ = (&mut self.task).await;
     }
 
-    /// Abrupt stop: drops every NameServer connection without unregistering.
-    pub fn abort(self) {
+    /// Abrupt stop: drops every NameServer connection without unregistering, as a crash
+    /// would. The connections close as soon as the runtime drops the aborted tasks.
+    pub async fn abort(mut self) {
+        self.stop.send_replace(Phase::Aborting);
         self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for RegistrarHandle {
+    fn drop(&mut self) {
+        self.stop.send_if_modified(|p| {
+            let running = *p == Phase::Running;
+            if running {
+                *p = Phase::Stopping;
+            }
+            running
+        });
     }
 }
 
@@ -115,18 +141,18 @@ impl Registrar {
 
     /// Registers until `shutdown` completes, then unregisters and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
-        let (stop, _) = watch::channel(false);
+        let (stop, _) = watch::channel(Phase::Running);
         let (kick, _) = watch::channel(());
         self.run_until(stop.clone(), kick, async move {
             shutdown.await;
-            stop.send_replace(true);
+            stop.send_replace(Phase::Stopping);
         })
         .await;
     }
 
     /// Runs on the current tokio runtime; see [`RegistrarHandle`].
     pub fn spawn(self) -> RegistrarHandle {
-        let (stop, _) = watch::channel(false);
+        let (stop, _) = watch::channel(Phase::Running);
         let (kick, _) = watch::channel(());
         let task = tokio::spawn(self.run_until(stop.clone(), kick.clone(), async {}));
         RegistrarHandle { stop, kick, task }
@@ -135,7 +161,7 @@ impl Registrar {
     /// Dropping this future aborts every link (the JoinSet aborts its tasks on drop).
     async fn run_until(
         self,
-        stop: watch::Sender<bool>,
+        stop: watch::Sender<Phase>,
         kick: watch::Sender<()>,
         trigger: impl Future<Output = ()>,
     ) {
@@ -227,14 +253,14 @@ enum Wake {
 async fn keep_registered(
     addr: String,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Phase>,
     mut kick: watch::Receiver<()>,
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let connected = tokio::select! {
             c = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&addr)) => c,
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|p| *p != Phase::Running) => return,
         };
         match connected {
             Ok(Ok(stream)) => {
@@ -256,7 +282,10 @@ async fn keep_registered(
                     let wake = tokio::select! {
                         _ = tokio::time::sleep(shared.interval) => Wake::Tick,
                         _ = kick.changed() => Wake::Tick,
-                        _ = stop.wait_for(|s| *s) => Wake::Stop,
+                        p = stop.wait_for(|p| *p != Phase::Running) => match p.map(|p| *p) {
+                            Ok(Phase::Stopping) => Wake::Stop,
+                            _ => return,
+                        },
                         _ = link.closed() => Wake::Closed,
                     };
                     match wake {
@@ -280,7 +309,7 @@ async fn keep_registered(
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|p| *p != Phase::Running) => return,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
