@@ -280,7 +280,7 @@ impl FrameCodec {
         }
         let total = total as usize;
         if buf.len() < 4 + total {
-            buf.reserve(4 + total - buf.len());
+            // No reserve here: a peer could make us allocate the limit with 4 bytes.
             return Ok(None);
         }
         buf.advance(4);
