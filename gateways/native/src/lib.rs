@@ -1,4 +1,21 @@
 //! # rocketgate-native
 //!
-//! RocketMQ's remoting protocol: a pure codec, the broker-side server and the Rust client.
-//! Not built yet: the codec is tracked by issue #4, the server and client by issue #5.
+//! The native door: RocketMQ's *remoting* protocol, wire-compatible with Java RocketMQ and
+//! its SDKs. This crate owns the frame [`codec`] (pure, no tokio, no sockets; shared by the
+//! NameServer, the broker-side server and our Rust client), the request/response [`code`]s,
+//! the JSON bodies of the NameServer [`protocol`], and the broker's [`Registrar`], which keeps
+//! a broker registered with every NameServer.
+//!
+//! It must not know about storage (the core is reached through its `Broker` API only) nor
+//! about other gateways; the codec must never grow I/O.
+//!
+//! Start reading at [`codec::FrameCodec::decode`], then [`protocol`], then [`Registrar`].
+//! `docs/remoting.md` has the byte layout with worked examples.
+
+pub mod code;
+pub mod codec;
+pub mod protocol;
+mod registrar;
+
+pub use codec::{CodecError, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
+pub use registrar::{BrokerIdentity, Registrar, RegistrarHandle, TopicSource};

@@ -1,0 +1,430 @@
+//! Keeps a broker registered with every NameServer in its list.
+//!
+//! One task per NameServer, each with its own connection, back-off and failures: the
+//! NameServers never talk to each other, so neither do their links. Each task registers at
+//! once, then every `interval` (or sooner on [`RegistrarHandle::register_now`]), and
+//! reconnects with exponential back-off when the link breaks. A clean stop unregisters
+//! from each NameServer; an abort just drops the sockets, which is what a crash looks like.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{debug, info, warn};
+
+use crate::code::{request, response, version};
+use crate::codec::{FrameCodec, LanguageCode, RemotingCommand};
+use crate::protocol::{DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigWrapper, field};
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Who a broker is, as it tells the NameServers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerIdentity {
+    pub cluster: String,
+    /// The broker group name; master and slaves share it.
+    pub name: String,
+    /// 0 = master, > 0 = slave.
+    pub id: u64,
+    /// `host:port` clients connect to (the native listener).
+    pub addr: String,
+    /// `host:port` slaves replicate from.
+    pub ha_addr: String,
+}
+
+/// The broker's current topics, read at every registration.
+pub trait TopicSource: Send + Sync + 'static {
+    fn topics(&self) -> Vec<TopicConfig>;
+}
+
+impl<F> TopicSource for F
+where
+    F: Fn() -> Vec<TopicConfig> + Send + Sync + 'static,
+{
+    fn topics(&self) -> Vec<TopicConfig> {
+        self()
+    }
+}
+
+/// The broker side of NameServer registration. Build with [`Registrar::new`], then
+/// [`Registrar::run`] it until shutdown or [`Registrar::spawn`] it.
+pub struct Registrar {
+    shared: Arc<Shared>,
+    namesrv_addrs: Vec<String>,
+}
+
+struct Shared {
+    identity: BrokerIdentity,
+    interval: Duration,
+    topics: Arc<dyn TopicSource>,
+    /// Last topic table sent and its version; bumped when the table changes. One short
+    /// std lock shared by the per-NameServer tasks, never held across an await.
+    version: Mutex<(Vec<TopicConfig>, DataVersion)>,
+}
+
+/// Where a registrar is in its life; watched by every per-NameServer task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Unregister, then end.
+    Stopping,
+    /// End without a word, like a crash.
+    Aborting,
+}
+
+/// Controls a spawned [`Registrar`]. Dropping it stops the registrar cleanly in the
+/// background (it still unregisters); [`RegistrarHandle::stop`] also waits for that.
+pub struct RegistrarHandle {
+    stop: watch::Sender<Phase>,
+    kick: watch::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl RegistrarHandle {
+    /// Re-registers with every NameServer now (e.g. after a topic was created).
+    pub fn register_now(&self) {
+        self.kick.send_replace(());
+    }
+
+    /// Clean stop: unregisters from every reachable NameServer, then returns.
+    pub async fn stop(mut self) {
+        self.stop.send_replace(Phase::Stopping);
+        let _ = (&mut self.task).await;
+    }
+
+    /// Abrupt stop: drops every NameServer connection without unregistering, as a crash
+    /// would. The connections close as soon as the runtime drops the aborted tasks.
+    pub async fn abort(mut self) {
+        self.stop.send_replace(Phase::Aborting);
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for RegistrarHandle {
+    fn drop(&mut self) {
+        self.stop.send_if_modified(|p| {
+            let running = *p == Phase::Running;
+            if running {
+                *p = Phase::Stopping;
+            }
+            running
+        });
+    }
+}
+
+impl Registrar {
+    /// `namesrv_addrs` are `host:port`; `interval` is `broker.register_interval`.
+    pub fn new(
+        identity: BrokerIdentity,
+        namesrv_addrs: Vec<String>,
+        interval: Duration,
+        topics: Arc<dyn TopicSource>,
+    ) -> Self {
+        Registrar {
+            shared: Arc::new(Shared {
+                identity,
+                interval,
+                topics,
+                version: Mutex::new((Vec::new(), DataVersion::default())),
+            }),
+            namesrv_addrs,
+        }
+    }
+
+    /// Registers until `shutdown` completes, then unregisters and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let (stop, _) = watch::channel(Phase::Running);
+        let (kick, _) = watch::channel(());
+        self.run_until(stop.clone(), kick, async move {
+            shutdown.await;
+            stop.send_replace(Phase::Stopping);
+        })
+        .await;
+    }
+
+    /// Runs on the current tokio runtime; see [`RegistrarHandle`].
+    pub fn spawn(self) -> RegistrarHandle {
+        let (stop, _) = watch::channel(Phase::Running);
+        let (kick, _) = watch::channel(());
+        let task = tokio::spawn(self.run_until(stop.clone(), kick.clone(), async {}));
+        RegistrarHandle { stop, kick, task }
+    }
+
+    /// Dropping this future aborts every link (the JoinSet aborts its tasks on drop).
+    async fn run_until(
+        self,
+        stop: watch::Sender<Phase>,
+        kick: watch::Sender<()>,
+        trigger: impl Future<Output = ()>,
+    ) {
+        let mut links = JoinSet::new();
+        for addr in self.namesrv_addrs {
+            links.spawn(keep_registered(
+                addr,
+                self.shared.clone(),
+                stop.subscribe(),
+                kick.subscribe(),
+            ));
+        }
+        trigger.await;
+        while links.join_next().await.is_some() {}
+    }
+}
+
+impl Shared {
+    fn register_request(&self) -> RemotingCommand {
+        let topics = {
+            let mut t = self.topics.topics();
+            t.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+            t
+        };
+        let data_version = {
+            let mut v = self.version.lock().unwrap_or_else(|e| e.into_inner());
+            if v.1.timestamp == 0 || v.0 != topics {
+                v.1.counter += 1;
+                v.1.timestamp = now_millis();
+                v.0 = topics.clone();
+            }
+            v.1.clone()
+        };
+        let body = RegisterBrokerBody {
+            filter_server_list: Vec::new(),
+            topic_config_serialize_wrapper: TopicConfigWrapper {
+                data_version,
+                topic_config_table: topics
+                    .into_iter()
+                    .map(|t| (t.topic_name.clone(), t))
+                    .collect(),
+            },
+        };
+        let body = crate::protocol::to_json(&body);
+        let id = &self.identity;
+        command(request::REGISTER_BROKER)
+            .with_field(field::BROKER_NAME, &id.name)
+            .with_field(field::BROKER_ADDR, &id.addr)
+            .with_field(field::CLUSTER_NAME, &id.cluster)
+            .with_field(field::HA_SERVER_ADDR, &id.ha_addr)
+            .with_field(field::BROKER_ID, id.id)
+            .with_field(field::COMPRESSED, false)
+            .with_field(field::BODY_CRC32, crate::protocol::body_crc32(&body))
+            .with_body(body)
+    }
+
+    fn unregister_request(&self) -> RemotingCommand {
+        let id = &self.identity;
+        command(request::UNREGISTER_BROKER)
+            .with_field(field::BROKER_NAME, &id.name)
+            .with_field(field::BROKER_ADDR, &id.addr)
+            .with_field(field::CLUSTER_NAME, &id.cluster)
+            .with_field(field::BROKER_ID, id.id)
+    }
+}
+
+fn command(code: i32) -> RemotingCommand {
+    RemotingCommand {
+        code,
+        language: LanguageCode::Rust,
+        version: version::CURRENT,
+        ..Default::default()
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+enum Wake {
+    Tick,
+    Stop,
+    Closed,
+}
+
+/// One NameServer's registration loop.
+async fn keep_registered(
+    addr: String,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<Phase>,
+    mut kick: watch::Receiver<()>,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let connected = tokio::select! {
+            c = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&addr)) => c,
+            _ = stop.wait_for(|p| *p != Phase::Running) => return,
+        };
+        match connected {
+            Ok(Ok(stream)) => {
+                let mut link = Link::new(stream);
+                loop {
+                    match link.call(shared.register_request()).await {
+                        Ok(r) if r.code == response::SUCCESS => {
+                            debug!(namesrv = %addr, "registered");
+                            backoff = FIRST_BACKOFF;
+                        }
+                        Ok(r) => {
+                            warn!(namesrv = %addr, code = r.code, remark = ?r.remark, "registration refused")
+                        }
+                        Err(e) => {
+                            warn!(namesrv = %addr, error = %e, "registration failed; reconnecting");
+                            break;
+                        }
+                    }
+                    let wake = tokio::select! {
+                        _ = tokio::time::sleep(shared.interval) => Wake::Tick,
+                        _ = kick.changed() => Wake::Tick,
+                        p = stop.wait_for(|p| *p != Phase::Running) => match p.map(|p| *p) {
+                            Ok(Phase::Stopping) => Wake::Stop,
+                            _ => return,
+                        },
+                        _ = link.closed() => Wake::Closed,
+                    };
+                    match wake {
+                        Wake::Tick => {}
+                        Wake::Closed => {
+                            info!(namesrv = %addr, "connection closed by NameServer; reconnecting");
+                            break;
+                        }
+                        Wake::Stop => {
+                            match link.call(shared.unregister_request()).await {
+                                Ok(_) => info!(namesrv = %addr, "unregistered"),
+                                Err(e) => warn!(namesrv = %addr, error = %e, "unregister failed"),
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => debug!(namesrv = %addr, error = %e, "connect failed"),
+            Err(_) => debug!(namesrv = %addr, "connect timed out"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|p| *p != Phase::Running) => return,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// A request/response connection to one peer, used by one task at a time.
+struct Link {
+    stream: TcpStream,
+    buf: BytesMut,
+    codec: FrameCodec,
+    next_opaque: i32,
+}
+
+impl Link {
+    fn new(stream: TcpStream) -> Self {
+        Link {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            codec: FrameCodec::default(),
+            next_opaque: 1,
+        }
+    }
+
+    /// Sends `cmd` and waits for the response with its opaque, within [`REQUEST_TIMEOUT`].
+    async fn call(&mut self, mut cmd: RemotingCommand) -> std::io::Result<RemotingCommand> {
+        cmd.opaque = self.next_opaque;
+        self.next_opaque = self.next_opaque.wrapping_add(1);
+        let mut out = BytesMut::new();
+        self.codec.encode(&cmd, &mut out).map_err(invalid)?;
+        let exchange = async {
+            self.stream.write_all(&out).await?;
+            loop {
+                if let Some(r) = self.codec.decode(&mut self.buf).map_err(invalid)? {
+                    if r.is_response() && r.opaque == cmd.opaque {
+                        return Ok(r);
+                    }
+                    continue;
+                }
+                if self.stream.read_buf(&mut self.buf).await? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+    }
+
+    /// Completes when the peer closes the connection (or breaks it); stray frames are
+    /// discarded.
+    async fn closed(&mut self) {
+        loop {
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    while let Ok(Some(_)) = self.codec.decode(&mut self.buf) {}
+                    if self.buf.len() > self.codec.max_frame_len() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn invalid(e: crate::codec::CodecError) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(topics: Arc<Mutex<Vec<TopicConfig>>>) -> Shared {
+        let source = move || topics.lock().unwrap().clone();
+        Shared {
+            identity: BrokerIdentity {
+                cluster: "DefaultCluster".into(),
+                name: "broker-a".into(),
+                id: 0,
+                addr: "127.0.0.1:10911".into(),
+                ha_addr: "127.0.0.1:10912".into(),
+            },
+            interval: Duration::from_secs(30),
+            topics: Arc::new(source),
+            version: Mutex::new((Vec::new(), DataVersion::default())),
+        }
+    }
+
+    #[test]
+    fn register_request_carries_identity_topics_and_a_checksum() {
+        let topics = Arc::new(Mutex::new(vec![TopicConfig::new("T", 4)]));
+        let s = shared(topics.clone());
+        let r = s.register_request();
+        assert_eq!(r.code, request::REGISTER_BROKER);
+        assert_eq!(r.field(field::BROKER_NAME), Some("broker-a"));
+        assert_eq!(r.field(field::BROKER_ID), Some("0"));
+        assert_eq!(r.field(field::COMPRESSED), Some("false"));
+        let crc = crate::protocol::body_crc32(&r.body);
+        assert_eq!(r.field(field::BODY_CRC32), Some(crc.to_string().as_str()));
+        let body: RegisterBrokerBody = crate::protocol::from_json(&r.body).unwrap();
+        let w = body.topic_config_serialize_wrapper;
+        assert_eq!(w.topic_config_table["T"].write_queue_nums, 4);
+        assert_eq!(w.data_version.counter, 1);
+
+        // Same topics: same version. Changed topics: version moves on.
+        let again: RegisterBrokerBody =
+            crate::protocol::from_json(&s.register_request().body).unwrap();
+        assert_eq!(again.topic_config_serialize_wrapper.data_version.counter, 1);
+        topics.lock().unwrap().push(TopicConfig::new("U", 2));
+        let changed: RegisterBrokerBody =
+            crate::protocol::from_json(&s.register_request().body).unwrap();
+        assert_eq!(
+            changed.topic_config_serialize_wrapper.data_version.counter,
+            2
+        );
+    }
+}
