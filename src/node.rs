@@ -1,10 +1,15 @@
 //! Wiring a running node: opens the store and starts each door that exists.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_config::{Config, FlushMode as ConfigFlush};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
+use rocketgate_native::protocol::TopicConfig;
+use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
 
 /// Store options from the config.
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -50,13 +55,76 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
     Ok(Arc::new(store))
 }
 
+/// Prints one machine-readable line per listening door (harnesses parse these).
+fn announce(door: &str, addr: SocketAddr) {
+    println!("rocketgate: {door} listening on {addr}");
+    tracing::info!(%addr, "{door} listening");
+}
+
+async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
+    let (ns, addr) = NameServer::bind(
+        config.listen.namesrv,
+        NamesrvSettings::from(&config.namesrv),
+    )
+    .await
+    .with_context(|| format!("starting the NameServer on {}", config.listen.namesrv))?;
+    announce("namesrv", addr);
+    Ok((ns.spawn(), addr))
+}
+
+/// The topics this broker registers: until the broker's topic table lands (issue #3),
+/// every topic that has consume queues, with as many queues as it uses.
+fn store_topics(store: Arc<Store>) -> impl Fn() -> Vec<TopicConfig> + Send + Sync + 'static {
+    move || {
+        let mut queues: BTreeMap<String, u32> = BTreeMap::new();
+        for (topic, qid) in store.queues() {
+            let n = queues.entry(topic).or_insert(0);
+            *n = (*n).max(qid + 1);
+        }
+        queues
+            .into_iter()
+            .map(|(topic, n)| TopicConfig::new(topic, n))
+            .collect()
+    }
+}
+
+fn start_registrar(config: &Config, store: &Arc<Store>, namesrvs: Vec<String>) -> RegistrarHandle {
+    let b = &config.broker;
+    let identity = BrokerIdentity {
+        cluster: b.cluster.clone(),
+        name: b.name.clone(),
+        id: b.id,
+        addr: config.listen.native.to_string(),
+        ha_addr: String::new(),
+    };
+    tracing::info!(namesrvs = ?namesrvs, broker = %b.name, "registering with NameServers");
+    Registrar::new(
+        identity,
+        namesrvs,
+        b.register_interval,
+        Arc::new(store_topics(store.clone())),
+    )
+    .spawn()
+}
+
+async fn close_store(store: Arc<Store>) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || store.close())
+        .await
+        .context("joining the store close")??;
+    Ok(())
+}
+
+const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6), HTTP (#7) and WebSocket (#8) doors \
+    are not built yet; the broker registers its native address with the NameServer already";
+
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config)?;
-    tracing::warn!(
-        "only the storage engine is built so far; the NameServer (issue #4), native (#5), MQTT (#6), \
-         HTTP (#7) and WebSocket (#8) doors are not listening yet"
-    );
+    let (ns, ns_addr) = start_namesrv(&config).await?;
+    let mut namesrvs = vec![ns_addr.to_string()];
+    namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
+    let registrar = start_registrar(&config, &store, namesrvs);
+    tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
         "rocketgate standalone ready (data in {})",
@@ -64,15 +132,41 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     tracing::info!("shutting down");
-    tokio::task::spawn_blocking(move || store.close())
-        .await
-        .context("joining the store close")??;
+    registrar.stop().await;
+    ns.stop().await;
+    close_store(store).await
+}
+
+/// `rocketgate namesrv`: a NameServer alone.
+pub async fn namesrv(config: Config) -> anyhow::Result<()> {
+    let (ns, _) = start_namesrv(&config).await?;
+    let shutdown = shutdown_signal()?;
+    println!("rocketgate namesrv ready");
+    shutdown.await;
+    ns.stop().await;
     Ok(())
 }
 
-/// `rocketgate broker`.
+/// `rocketgate broker`: a broker that registers with the configured NameServers.
 pub async fn broker(config: Config) -> anyhow::Result<()> {
-    standalone(config).await
+    if config.broker.namesrv_addrs.is_empty() {
+        anyhow::bail!(
+            "a broker needs NameServers to register with: --namesrv HOST:PORT;HOST:PORT \
+             (or broker.namesrv_addrs in the config)"
+        );
+    }
+    let store = open_store(&config)?;
+    let registrar = start_registrar(&config, &store, config.broker.namesrv_addrs.clone());
+    tracing::warn!("{MISSING_DOORS}");
+    let shutdown = shutdown_signal()?;
+    println!(
+        "rocketgate broker {} ready (data in {})",
+        config.broker.name,
+        config.data_dir.display()
+    );
+    shutdown.await;
+    registrar.stop().await;
+    close_store(store).await
 }
 
 /// Registers for SIGINT/SIGTERM now (so a signal that arrives right after the

@@ -51,8 +51,9 @@ fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
     rt.block_on(crate::node::standalone(config))
 }
 
-fn namesrv(_config: Config) -> anyhow::Result<()> {
-    anyhow::bail!("the NameServer is not built yet (issue #4)")
+fn namesrv(config: Config) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(crate::node::namesrv(config))
 }
 
 fn broker(config: Config) -> anyhow::Result<()> {

@@ -59,8 +59,12 @@ fn standalone_starts_and_stops_cleanly_on_sigterm() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let started = Instant::now();
-    let ready = lines.next().unwrap().unwrap();
-    assert!(ready.contains("ready"), "{ready}");
+    let ready = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("ready"))
+        .expect("a ready line");
+    assert!(ready.contains("standalone ready"), "{ready}");
     assert!(started.elapsed() < Duration::from_secs(60));
     assert!(dir.path().join("abort").exists(), "the store is open");
     // SAFETY: sending a signal to our own child.
@@ -72,4 +76,173 @@ fn standalone_starts_and_stops_cleanly_on_sigterm() {
         "a clean stop removes the abort marker"
     );
     assert!(dir.path().join("checkpoint").exists());
+}
+
+/// Starts the binary with `args`, returns it and the address it announced for `door`.
+fn start(
+    args: &[&str],
+    door: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut child = bin()
+        .args(args)
+        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let prefix = format!("rocketgate: {door} listening on ");
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the process exited before announcing")
+            .unwrap();
+        if let Some(a) = line.strip_prefix(&prefix) {
+            break a.to_string();
+        }
+    };
+    (child, addr, lines)
+}
+
+/// One request/response over the remoting protocol with our codec.
+fn ask(addr: &str, cmd: rocketgate_native::RemotingCommand) -> rocketgate_native::RemotingCommand {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = bytes::BytesMut::new();
+    rocketgate_native::codec::encode(&cmd, &mut out).unwrap();
+    s.write_all(&out).unwrap();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        if let Some(resp) = rocketgate_native::codec::decode(&mut buf).unwrap() {
+            return resp;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed before a response");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn cluster_info(addr: &str) -> String {
+    use rocketgate_native::code::{request, response};
+    let resp = ask(
+        addr,
+        rocketgate_native::RemotingCommand::request(request::GET_BROKER_CLUSTER_INFO, 1),
+    );
+    assert_eq!(resp.code, response::SUCCESS);
+    String::from_utf8_lossy(&resp.body).into_owned()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sigterm(child: &mut std::process::Child) {
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn brokers_register_with_every_namesrv_and_leave_on_stop() {
+    let (mut ns1, a1, _l1) = start(&["namesrv", "--listen", "0"], "namesrv");
+    let (mut ns2, a2, _l2) = start(&["namesrv", "--listen", "0"], "namesrv");
+    let d = tempfile::tempdir().unwrap();
+    let list = format!("{a1};{a2}");
+    let data = d.path().to_str().unwrap();
+    let mut broker = bin()
+        .args([
+            "broker",
+            "--name",
+            "broker-x",
+            "--native",
+            "0",
+            "--namesrv",
+            &list,
+            "--data-dir",
+            data,
+        ])
+        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for a in [&a1, &a2] {
+        wait_for("the broker to register", || {
+            cluster_info(a).contains("broker-x")
+        });
+    }
+    sigterm(&mut broker);
+    for a in [&a1, &a2] {
+        wait_for("the broker to leave", || {
+            !cluster_info(a).contains("broker-x")
+        });
+    }
+    sigterm(&mut ns1);
+    sigterm(&mut ns2);
+}
+
+#[test]
+fn standalone_embeds_a_namesrv_with_its_broker_registered() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "namesrv",
+    );
+    wait_for("the embedded broker to register", || {
+        cluster_info(&addr).contains("broker-a")
+    });
+    let resp = ask(
+        &addr,
+        rocketgate_native::RemotingCommand::request(
+            rocketgate_native::code::request::GET_ROUTEINFO_BY_TOPIC,
+            2,
+        )
+        .with_field("topic", "NoSuchTopic"),
+    );
+    assert_eq!(
+        resp.code,
+        rocketgate_native::code::response::TOPIC_NOT_EXIST
+    );
+    sigterm(&mut node);
+}
+
+#[test]
+fn a_broker_without_namesrvs_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["broker", "--data-dir"])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--namesrv"));
 }
