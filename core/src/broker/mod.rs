@@ -20,6 +20,7 @@ mod local;
 pub mod offsets;
 mod persist;
 mod pull;
+pub mod receipt;
 pub mod schedule;
 pub mod topics;
 
@@ -30,4 +31,5 @@ pub use api::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
+pub use receipt::ReceiptHandle;
 pub use topics::{Perm, TopicConfig, TopicKind};
