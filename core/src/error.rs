@@ -66,6 +66,44 @@ pub enum Error {
     #[error("invalid name: {0}")]
     InvalidName(#[from] crate::broker::schedule::InvalidName),
 
+    #[error("topic {topic:?} does not exist")]
+    TopicNotFound { topic: String },
+
+    #[error("topic {topic:?} already exists")]
+    TopicExists { topic: String },
+
+    /// The topic's permission bits (or a reserved name) forbid the operation.
+    #[error("no {operation} permission on topic {topic:?}")]
+    NoPermission {
+        topic: String,
+        operation: &'static str,
+    },
+
+    #[error("topic {topic:?} has no queue {queue_id} (it has {queues})")]
+    QueueNotFound {
+        topic: String,
+        queue_id: u32,
+        queues: u32,
+    },
+
+    #[error("member {member:?} is not registered in consumer group {group:?}")]
+    MemberNotFound { group: String, member: String },
+
+    #[error("consumer group {group:?} is {existing}; a member asked for {requested}")]
+    GroupModeConflict {
+        group: String,
+        existing: &'static str,
+        requested: &'static str,
+    },
+
+    #[error("queue {queue_id} of {topic:?} is locked by {owner:?} in group {group:?}")]
+    QueueLocked {
+        group: String,
+        topic: String,
+        queue_id: u32,
+        owner: String,
+    },
+
     #[error("invalid delay levels: {0}")]
     InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
 }

@@ -1,9 +1,35 @@
-//! Broker semantics that need no I/O: subscription filters, consumer-group queue
-//! allocation and rebalance decisions, delay levels, retry back-off and the names of
-//! system topics. Everything here is a pure function or an immutable value, so the
-//! stateful broker (and its tests) can drive it without sockets, files or clocks.
-//! Start with [`filter::Filter`], then [`allocate`] and [`schedule`].
+//! Broker semantics on top of the store: topics, sending, consumer groups,
+//! offsets and pull with long polling, behind one narrow API.
+//!
+//! Start with [`MessagingApi`] (what a gateway calls) and [`Broker`] (the local
+//! implementation over a [`crate::store::Store`]). The stateful parts are split
+//! along their seams: [`topics`] (the persisted topic table), [`offsets`]
+//! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
+//! locks as a pure state machine driven by a [`Clock`]). The pure building
+//! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
+//! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
+//! system topic names ([`schedule`]). The model and its decisions are written
+//! down in `docs/broker.md`.
 
 pub mod allocate;
+mod api;
+pub mod clock;
 pub mod filter;
+pub mod groups;
+mod local;
+pub mod offsets;
+mod persist;
+mod pull;
+pub mod receipt;
 pub mod schedule;
+pub mod topics;
+
+pub use api::{
+    Delivered, MessagingApi, OffsetReset, PullRequest, PullResult, PullStatus, QueueChoice,
+    SendResult,
+};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use groups::{ConsumeMode, Heartbeat, Subscription};
+pub use local::{Broker, BrokerOptions, sharding_queue};
+pub use receipt::ReceiptHandle;
+pub use topics::{Perm, TopicConfig, TopicKind};

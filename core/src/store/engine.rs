@@ -504,6 +504,12 @@ impl Store {
             .collect()
     }
 
+    /// Deletes every consume queue of `topic` (the broker calls this when a topic is
+    /// deleted). Its records stay in the commit log until retention removes them.
+    pub fn remove_topic(&self, topic: &str) -> Result<()> {
+        self.inner.queues.remove_topic(topic)
+    }
+
     /// A receiver that changes whenever new records are dispatched (long polling).
     pub fn watch_dispatch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.dispatched_tx.subscribe()

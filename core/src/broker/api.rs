@@ -1,0 +1,209 @@
+//! [`MessagingApi`]: the one narrow surface every gateway talks to, and the
+//! plain values that cross it.
+//!
+//! The local [`super::Broker`] implements it over a [`crate::store::Store`]; a
+//! later remote implementation (the native client talking to a broker cluster,
+//! as RocketMQ 5's proxy does in cluster mode) can implement the same trait, so a
+//! gateway is written once against `impl MessagingApi`. Everything crossing it is
+//! therefore an owned value with no reference into the store: records travel as
+//! [`Bytes`] in RocketMQ's stored layout (parse them with
+//! [`RecordView::parse`]), filters as expressions.
+//!
+//! Methods return `impl Future + Send` rather than being `async fn`, so the
+//! futures are `Send` and usable from any tokio task. The trait is meant for
+//! generic use (`G: MessagingApi`), not `dyn`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::filter::Filter;
+use super::groups::Heartbeat;
+use super::topics::{TopicConfig, TopicKind};
+use crate::Result;
+use crate::store::{AppendResult, Message, RecordView};
+
+/// How a send picks the queue of its topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum QueueChoice {
+    /// The next write queue of the topic, round-robin.
+    #[default]
+    RoundRobin,
+    /// A stable hash of the key modulo the write queue count, so every message
+    /// with the same key lands in the same queue, in order. The hash is Java's
+    /// `String.hashCode()`, as RocketMQ's `SelectMessageQueueByHash` uses, so a
+    /// Java producer and this broker agree on the queue of a key.
+    ShardingKey(String),
+    /// This queue id (what RocketMQ clients that choose the queue themselves send).
+    Queue(u32),
+}
+
+/// Where one sent message went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendResult {
+    pub topic: String,
+    pub queue_id: u32,
+    pub append: AppendResult,
+}
+
+/// A pull from one queue.
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    pub group: String,
+    /// The pulling member; checked against orderly-consumption locks.
+    pub member: String,
+    pub topic: String,
+    pub queue_id: u32,
+    /// The queue offset to read from.
+    pub offset: u64,
+    /// At most this many messages are returned.
+    pub max_messages: usize,
+    pub filter: Filter,
+    /// How long to wait for a matching message when there is none (zero: don't).
+    pub wait: Duration,
+}
+
+/// What a pull found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullStatus {
+    /// At least one matching message.
+    Found,
+    /// Nothing matching between the requested offset and the end of the queue
+    /// before the wait ran out; `next_offset` may have moved past messages the
+    /// filter rejected.
+    NoNewMessage,
+    /// The requested offset is below the queue's minimum (retention deleted it)
+    /// or beyond its maximum; continue from `next_offset`.
+    OffsetMoved,
+}
+
+/// One delivered message.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub queue_id: u32,
+    pub queue_offset: u64,
+    /// The stored record, RocketMQ layout, without a copy from the log.
+    pub record: Bytes,
+}
+
+impl Delivered {
+    /// Parses the record (it was checked when it was read).
+    pub fn view(&self) -> Result<RecordView<'_>> {
+        Ok(RecordView::parse(&self.record)?)
+    }
+}
+
+/// The answer to a [`PullRequest`].
+#[derive(Debug, Clone)]
+pub struct PullResult {
+    pub status: PullStatus,
+    pub messages: Vec<Delivered>,
+    /// Where the next pull of this queue should start.
+    pub next_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+}
+
+/// Where [`MessagingApi::reset_offset`] moves a consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// The oldest message still stored.
+    Earliest,
+    /// Past the newest message: only new messages are consumed.
+    Latest,
+    /// The first message stored at or after this time (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// The broker as a gateway sees it. See the module docs for why it is a trait.
+pub trait MessagingApi: Send + Sync {
+    // ---- topics ----
+
+    /// Creates a user topic; [`crate::Error::TopicExists`] if it exists.
+    fn create_topic(&self, config: TopicConfig)
+    -> impl Future<Output = Result<TopicConfig>> + Send;
+    /// Changes queue counts or permission; [`crate::Error::TopicNotFound`] if absent.
+    fn update_topic(&self, config: TopicConfig)
+    -> impl Future<Output = Result<TopicConfig>> + Send;
+    /// Deletes a topic, its consume queues and its consumer offsets.
+    fn delete_topic(&self, topic: &str) -> impl Future<Output = Result<()>> + Send;
+    fn topic(&self, topic: &str) -> impl Future<Output = Result<TopicConfig>> + Send;
+    fn topics(&self, kind: TopicKind) -> impl Future<Output = Result<Vec<TopicConfig>>> + Send;
+
+    // ---- producing ----
+
+    /// Stores one message in its topic (`message.topic`); the queue id in the
+    /// message is ignored in favour of `queue`.
+    fn send(
+        &self,
+        message: Message,
+        queue: QueueChoice,
+    ) -> impl Future<Output = Result<SendResult>> + Send;
+    /// Stores a batch in one queue of one topic, contiguously.
+    fn send_batch(
+        &self,
+        messages: Vec<Message>,
+        queue: QueueChoice,
+    ) -> impl Future<Output = Result<Vec<SendResult>>> + Send;
+
+    // ---- consuming ----
+
+    /// Reads matching messages from one queue, waiting up to `wait` for one.
+    fn pull(&self, request: PullRequest) -> impl Future<Output = Result<PullResult>> + Send;
+
+    /// Registers or refreshes a consumer; rejects malformed filters.
+    fn heartbeat(&self, heartbeat: Heartbeat) -> impl Future<Output = Result<()>> + Send;
+    /// Removes a consumer now (instead of waiting for its heartbeat to expire).
+    fn unregister(&self, group: &str, member: &str) -> impl Future<Output = Result<()>> + Send;
+    /// The queue ids of `topic` that `member` should consume now.
+    fn assignment(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+    ) -> impl Future<Output = Result<Vec<u32>>> + Send;
+
+    /// The committed offset of a queue (`None`: never committed).
+    fn query_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
+    fn commit_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Moves the offsets of every read queue of `topic`; returns `(queue, offset)`.
+    fn reset_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        to: OffsetReset,
+    ) -> impl Future<Output = Result<Vec<(u32, u64)>>> + Send;
+
+    // ---- orderly consumption ----
+
+    /// Takes or renews a lease on a queue so only `member` consumes it.
+    fn lock_queue(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> impl Future<Output = Result<()>> + Send;
+    fn unlock_queue(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> impl Future<Output = Result<()>> + Send;
+}

@@ -1,0 +1,489 @@
+//! [`Broker`]: the in-process implementation of [`MessagingApi`] over a
+//! [`Store`]. It owns the topic table, consumer offsets and consumer groups, and
+//! turns gateway calls into store appends and consume-queue reads.
+//!
+//! State and its locks (std locks, never held across an `.await`):
+//! - `topics`: an `RwLock` — read on every send and pull, written by admin calls
+//!   (each change is persisted before the lock is released);
+//! - `offsets`: see [`Offsets`]; written to disk by a background thread every
+//!   `offset_flush_interval` and on [`Broker::close`];
+//! - `groups`: one `Mutex` around the pure [`ConsumerGroups`] state machine,
+//!   driven by the injected [`Clock`];
+//! - `round_robin`: one `Mutex` around per-topic send counters.
+//!
+//! Pulling (long polling) is in `pull.rs`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::allocate::{self, AllocateStrategy, MessageQueue};
+use super::api::{MessagingApi, OffsetReset, PullRequest, PullResult, QueueChoice, SendResult};
+use super::clock::Clock;
+use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
+use super::offsets::{Offsets, owner_key};
+use super::schedule;
+use super::topics::{TopicConfig, TopicKind, TopicTable};
+use crate::store::consume_queue::java_string_hash;
+use crate::store::{Message, Store};
+use crate::{Error, Result};
+
+/// What a [`Broker`] needs to know besides its store and clock.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// This broker's name in queue identities (allocation sorts by it).
+    pub broker_name: String,
+    /// Create a user topic on its first send (standalone mode).
+    pub auto_create_topics: bool,
+    /// Read and write queues of an auto-created topic.
+    pub default_queues: u32,
+    /// A consumer whose last heartbeat is older than this is dropped.
+    pub member_timeout: Duration,
+    /// How long an orderly-consumption queue lock lasts without renewal.
+    pub lock_lease: Duration,
+    /// How often changed consumer offsets are written to disk.
+    pub offset_flush_interval: Duration,
+    /// How clustering groups share out queues.
+    pub allocate: AllocateStrategy,
+    /// Consume-queue entries one pull round examines before it lets other tasks
+    /// run (a filter may reject long runs of messages).
+    pub pull_scan_batch: usize,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            broker_name: "broker-a".into(),
+            auto_create_topics: true,
+            default_queues: 4,
+            member_timeout: Duration::from_secs(120),
+            lock_lease: Duration::from_secs(60),
+            offset_flush_interval: Duration::from_secs(5),
+            allocate: AllocateStrategy::Average,
+            pull_scan_batch: 1024,
+        }
+    }
+}
+
+/// The local broker. Share it as `Arc<Broker>`; call [`Broker::close`] (or drop
+/// it) to write the final offsets.
+pub struct Broker {
+    pub(super) store: Arc<Store>,
+    pub(super) opts: BrokerOptions,
+    pub(super) clock: Arc<dyn Clock>,
+    topics: RwLock<TopicTable>,
+    offsets: Arc<Offsets>,
+    pub(super) groups: Mutex<ConsumerGroups>,
+    round_robin: Mutex<HashMap<String, u64>>,
+    /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
+    flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Broker {
+    /// Opens the broker's state in `<store dir>/config/` and starts the offset
+    /// flusher thread.
+    pub fn open(store: Arc<Store>, opts: BrokerOptions, clock: Arc<dyn Clock>) -> Result<Broker> {
+        if opts.default_queues == 0 || opts.default_queues > super::topics::MAX_QUEUES {
+            return Err(Error::InvalidArgument(format!(
+                "default_queues is {}; it must be between 1 and {}",
+                opts.default_queues,
+                super::topics::MAX_QUEUES
+            )));
+        }
+        let config_dir: PathBuf = store.dir().join("config");
+        let topics = TopicTable::open(&config_dir)?;
+        let offsets = Arc::new(Offsets::open(&config_dir)?);
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let flusher = {
+            let offsets = offsets.clone();
+            let every = opts.offset_flush_interval;
+            std::thread::Builder::new()
+                .name("rg-offsets".into())
+                .spawn(move || {
+                    // Runs until the sender is dropped (or sends) at close.
+                    while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
+                        if let Err(e) = offsets.flush() {
+                            tracing::error!(error = %e, "writing consumer offsets failed");
+                        }
+                    }
+                })
+                .map_err(|e| Error::io(&config_dir, e))?
+        };
+        let member_timeout_ms = opts.member_timeout.as_millis() as i64;
+        Ok(Broker {
+            store,
+            opts,
+            clock,
+            topics: RwLock::new(topics),
+            offsets,
+            groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
+            round_robin: Mutex::new(HashMap::new()),
+            flusher: Mutex::new(Some((stop_tx, flusher))),
+        })
+    }
+
+    /// Stops the flusher and writes the offsets. The store stays open (its owner
+    /// closes it). Idempotent.
+    pub fn close(&self) -> Result<()> {
+        if let Some((stop, thread)) = lock(&self.flusher).take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+        self.offsets.flush()
+    }
+
+    /// Writes changed offsets now (the flusher does this periodically).
+    pub fn flush_offsets(&self) -> Result<()> {
+        self.offsets.flush()
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, TopicTable> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn topics_write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTable> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn topic_config(&self, topic: &str) -> Result<TopicConfig> {
+        self.topics_read()
+            .get(topic)
+            .cloned()
+            .ok_or_else(|| Error::TopicNotFound {
+                topic: topic.to_owned(),
+            })
+    }
+
+    /// The topic a send goes to, created on the way when that is allowed.
+    fn writable_topic(&self, topic: &str) -> Result<TopicConfig> {
+        schedule::validate_topic(topic)?;
+        let no_write = || Error::NoPermission {
+            topic: topic.to_owned(),
+            operation: "write",
+        };
+        if schedule::is_send_forbidden(topic) {
+            return Err(no_write());
+        }
+        let existing = self.topics_read().get(topic).cloned();
+        let config = match existing {
+            Some(c) => c,
+            None => self.auto_create(topic)?,
+        };
+        if !config.perm.is_writable() {
+            return Err(no_write());
+        }
+        Ok(config)
+    }
+
+    fn auto_create(&self, topic: &str) -> Result<TopicConfig> {
+        let retry_or_dlq = schedule::retry_topic_group(topic).is_some()
+            || schedule::dlq_topic_group(topic).is_some();
+        let mut table = self.topics_write();
+        if let Some(c) = table.get(topic) {
+            return Ok(c.clone()); // created by a concurrent send
+        }
+        // Consumers send failed messages back to their retry topic, which is
+        // created on demand whatever the auto-create setting (one queue, as RocketMQ).
+        let created = if retry_or_dlq {
+            table.create_system(TopicConfig::new(topic, 1))?
+        } else if self.opts.auto_create_topics && !schedule::is_system_topic(topic) {
+            table.create(TopicConfig::new(topic, self.opts.default_queues))?
+        } else {
+            return Err(Error::TopicNotFound {
+                topic: topic.to_owned(),
+            });
+        };
+        tracing::info!(topic, queues = created.write_queues, "auto-created topic");
+        Ok(created)
+    }
+
+    fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
+        let n = config.write_queues;
+        match choice {
+            QueueChoice::RoundRobin => {
+                let mut rr = lock(&self.round_robin);
+                let next = rr.entry(config.name.clone()).or_insert(0);
+                let q = (*next % u64::from(n)) as u32;
+                *next = next.wrapping_add(1);
+                Ok(q)
+            }
+            QueueChoice::ShardingKey(key) => Ok(sharding_queue(key, n)),
+            QueueChoice::Queue(q) if *q < n => Ok(*q),
+            QueueChoice::Queue(q) => Err(Error::QueueNotFound {
+                topic: config.name.clone(),
+                queue_id: *q,
+                queues: n,
+            }),
+        }
+    }
+
+    /// The offset owner for `member` of `group`: see [`owner_key`].
+    fn offset_owner(&self, group: &str, member: &str) -> Result<String> {
+        schedule::validate_group(group)?;
+        let mut groups = lock(&self.groups);
+        groups.expire(self.clock.now_ms());
+        let broadcasting = groups.mode(group) == Some(ConsumeMode::Broadcasting);
+        if broadcasting && member.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "group {group:?} is broadcasting: offsets belong to a member, and none was given"
+            )));
+        }
+        Ok(owner_key(group, member, broadcasting))
+    }
+
+    fn readable_queue(&self, topic: &str, queue_id: u32) -> Result<TopicConfig> {
+        let config = self.topic_config(topic)?;
+        if queue_id >= config.read_queues {
+            return Err(Error::QueueNotFound {
+                topic: topic.to_owned(),
+                queue_id,
+                queues: config.read_queues,
+            });
+        }
+        Ok(config)
+    }
+}
+
+/// RocketMQ's `SelectMessageQueueByHash`: `|hashCode(key) % n|`, with Java's
+/// `String.hashCode()` — stable across processes and shared with Java producers.
+pub fn sharding_queue(key: &str, queues: u32) -> u32 {
+    let n = i64::from(queues.max(1));
+    (i64::from(java_string_hash(key)) % n).unsigned_abs() as u32
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!(error = %e, "writing consumer offsets at shutdown failed");
+        }
+    }
+}
+
+impl MessagingApi for Broker {
+    async fn create_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
+        self.topics_write().create(config)
+    }
+
+    async fn update_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
+        self.topics_write().update(config)
+    }
+
+    async fn delete_topic(&self, topic: &str) -> Result<()> {
+        self.topics_write().delete(topic)?;
+        self.offsets.table().remove_topic(topic);
+        lock(&self.round_robin).remove(topic);
+        self.store.remove_topic(topic)
+    }
+
+    async fn topic(&self, topic: &str) -> Result<TopicConfig> {
+        self.topic_config(topic)
+    }
+
+    async fn topics(&self, kind: TopicKind) -> Result<Vec<TopicConfig>> {
+        Ok(self.topics_read().list(kind))
+    }
+
+    async fn send(&self, mut message: Message, queue: QueueChoice) -> Result<SendResult> {
+        let config = self.writable_topic(&message.topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        message.queue_id = queue_id;
+        let append = self
+            .store
+            .put_batch_async(std::slice::from_ref(&message))
+            .await?
+            .pop()
+            .ok_or_else(|| Error::InvalidMessage("nothing appended".into()))?;
+        Ok(SendResult {
+            topic: config.name,
+            queue_id,
+            append,
+        })
+    }
+
+    async fn send_batch(
+        &self,
+        mut messages: Vec<Message>,
+        queue: QueueChoice,
+    ) -> Result<Vec<SendResult>> {
+        let Some(first) = messages.first() else {
+            return Err(Error::InvalidMessage("an empty batch".into()));
+        };
+        let topic = first.topic.clone();
+        if let Some(other) = messages.iter().find(|m| m.topic != topic) {
+            return Err(Error::InvalidArgument(format!(
+                "a batch goes to one topic; it mixes {topic:?} and {:?}",
+                other.topic
+            )));
+        }
+        let config = self.writable_topic(&topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        for m in &mut messages {
+            m.queue_id = queue_id;
+        }
+        let appended = self.store.put_batch_async(&messages).await?;
+        Ok(appended
+            .into_iter()
+            .map(|append| SendResult {
+                topic: topic.clone(),
+                queue_id,
+                append,
+            })
+            .collect())
+    }
+
+    async fn pull(&self, request: PullRequest) -> Result<PullResult> {
+        self.pull_waiting(request).await
+    }
+
+    async fn heartbeat(&self, heartbeat: Heartbeat) -> Result<()> {
+        let changed = lock(&self.groups).heartbeat(&heartbeat, self.clock.now_ms())?;
+        if changed {
+            tracing::debug!(
+                group = heartbeat.group,
+                member = heartbeat.member,
+                "consumer group changed"
+            );
+        }
+        Ok(())
+    }
+
+    async fn unregister(&self, group: &str, member: &str) -> Result<()> {
+        lock(&self.groups).unregister(group, member);
+        Ok(())
+    }
+
+    async fn assignment(&self, group: &str, member: &str, topic: &str) -> Result<Vec<u32>> {
+        let config = self.topic_config(topic)?;
+        let (mode, members) = {
+            let mut groups = lock(&self.groups);
+            groups.expire(self.clock.now_ms());
+            if !groups.is_member(group, member) {
+                return Err(Error::MemberNotFound {
+                    group: group.to_owned(),
+                    member: member.to_owned(),
+                });
+            }
+            (groups.mode(group), groups.members_of(group, topic))
+        };
+        if !members.iter().any(|m| m == member) {
+            return Ok(Vec::new()); // not subscribed to this topic
+        }
+        let all = 0..config.read_queues;
+        if mode == Some(ConsumeMode::Broadcasting) {
+            return Ok(all.collect());
+        }
+        let queues: Vec<MessageQueue> = all
+            .map(|q| MessageQueue::new(topic, self.opts.broker_name.as_str(), q))
+            .collect();
+        Ok(
+            allocate::allocate(&self.opts.allocate, member, &members, &queues)
+                .into_iter()
+                .map(|q| q.queue_id)
+                .collect(),
+        )
+    }
+
+    async fn query_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<u64>> {
+        let owner = self.offset_owner(group, member)?;
+        Ok(self.offsets.table().get(&owner, topic, queue_id))
+    }
+
+    async fn commit_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<()> {
+        self.readable_queue(topic, queue_id)?;
+        let owner = self.offset_owner(group, member)?;
+        self.offsets.table().set(&owner, topic, queue_id, offset);
+        Ok(())
+    }
+
+    async fn reset_offset(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        to: OffsetReset,
+    ) -> Result<Vec<(u32, u64)>> {
+        let config = self.topic_config(topic)?;
+        let owner = self.offset_owner(group, member)?;
+        let mut moved = Vec::new();
+        for q in 0..config.read_queues {
+            let (min, max) = self.store.queue_bounds(topic, q);
+            let offset = match to {
+                OffsetReset::Earliest => min,
+                OffsetReset::Latest => max,
+                OffsetReset::Timestamp(ts) => self
+                    .store
+                    .queue_offset_by_time(topic, q, ts)?
+                    .clamp(min, max),
+            };
+            moved.push((q, offset));
+        }
+        let mut table = self.offsets.table();
+        for (q, offset) in &moved {
+            table.set(&owner, topic, *q, *offset);
+        }
+        Ok(moved)
+    }
+
+    async fn lock_queue(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<()> {
+        self.readable_queue(topic, queue_id)?;
+        let lease = self.opts.lock_lease.as_millis() as i64;
+        lock(&self.groups).lock(group, member, topic, queue_id, self.clock.now_ms(), lease)
+    }
+
+    async fn unlock_queue(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<()> {
+        lock(&self.groups).unlock(group, member, topic, queue_id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharding_matches_rocketmqs_select_by_hash() {
+        // Java: Math.abs("order-42".hashCode() % 8)
+        let h = java_string_hash("order-42");
+        assert_eq!(sharding_queue("order-42", 8), (h % 8).unsigned_abs());
+        for key in ["a", "b", "", "é", "long-key-with-many-chars"] {
+            assert!(sharding_queue(key, 3) < 3);
+            assert_eq!(sharding_queue(key, 3), sharding_queue(key, 3));
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Consumer offsets kept by the broker: per (owner, topic, queue id), the next
+//! queue offset the owner will consume. Persisted in
+//! `<data_dir>/config/offsets.json`, rewritten atomically by the broker's
+//! background flusher when something changed and once more on close (RocketMQ's
+//! `ConsumerOffsetManager` does the same every 5 s).
+//!
+//! The owner is the consumer group for clustering groups and `group@member` for
+//! broadcasting groups (see [`owner_key`]); this table does not care which.
+//! An offset committed less than one flush interval before a crash is lost and
+//! the owner re-consumes from the previous one: at-least-once, never a gap.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::persist;
+use crate::Result;
+
+/// Separates group and member in a broadcasting owner key. Not a legal group
+/// character, so `group@member` can never collide with a real group name.
+pub const MEMBER_SEPARATOR: char = '@';
+
+/// The offset owner of `member` in `group`: the group itself when clustering,
+/// `group@member` when broadcasting (each member has its own offsets).
+pub fn owner_key(group: &str, member: &str, broadcasting: bool) -> String {
+    if broadcasting {
+        format!("{group}{MEMBER_SEPARATOR}{member}")
+    } else {
+        group.to_owned()
+    }
+}
+
+type Queues = BTreeMap<u32, u64>;
+
+#[derive(Serialize, Deserialize, Default)]
+struct OffsetsFile {
+    version: u32,
+    /// owner -> topic -> queue id -> next offset.
+    offsets: BTreeMap<String, BTreeMap<String, Queues>>,
+}
+
+/// The offset table. Not synchronized: the broker holds it under one short lock.
+#[derive(Debug)]
+pub struct OffsetTable {
+    path: PathBuf,
+    offsets: BTreeMap<String, BTreeMap<String, Queues>>,
+    /// Bumped on every change, so a flush can tell whether the file is behind.
+    version: u64,
+}
+
+impl OffsetTable {
+    pub fn open(config_dir: &Path) -> Result<OffsetTable> {
+        let path = config_dir.join("offsets.json");
+        let file: OffsetsFile = persist::read_json(&path)?.unwrap_or_default();
+        Ok(OffsetTable {
+            path,
+            offsets: file.offsets,
+            version: 0,
+        })
+    }
+
+    pub fn get(&self, owner: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        self.offsets.get(owner)?.get(topic)?.get(&queue_id).copied()
+    }
+
+    pub fn set(&mut self, owner: &str, topic: &str, queue_id: u32, offset: u64) {
+        let slot = self
+            .offsets
+            .entry(owner.to_owned())
+            .or_default()
+            .entry(topic.to_owned())
+            .or_default()
+            .entry(queue_id)
+            .or_insert(offset);
+        *slot = offset;
+        self.version += 1;
+    }
+
+    /// Every queue offset `owner` has for `topic`.
+    pub fn of_topic(&self, owner: &str, topic: &str) -> Vec<(u32, u64)> {
+        self.offsets
+            .get(owner)
+            .and_then(|t| t.get(topic))
+            .map(|q| q.iter().map(|(q, o)| (*q, *o)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets every owner's offsets of a deleted topic.
+    pub fn remove_topic(&mut self, topic: &str) {
+        for topics in self.offsets.values_mut() {
+            if topics.remove(topic).is_some() {
+                self.version += 1;
+            }
+        }
+        self.offsets.retain(|_, t| !t.is_empty());
+    }
+
+    /// Bumped on every change.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// A serialized snapshot and the version it reflects, so the file can be
+    /// written without holding the table's lock.
+    pub fn snapshot(&self) -> Result<(Vec<u8>, u64)> {
+        let file = OffsetsFile {
+            version: 1,
+            offsets: self.offsets.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file)
+            .map_err(|e| crate::Error::InvalidArgument(format!("cannot encode offsets: {e}")))?;
+        Ok((bytes, self.version))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The offset table shared by pullers, committers and the background flusher.
+#[derive(Debug)]
+pub struct Offsets {
+    /// One short lock around the table; never held across an `.await` or a write.
+    table: Mutex<OffsetTable>,
+    /// The table version `offsets.json` holds. Held while the file is written, so
+    /// two flushes never race and an older snapshot never replaces a newer one.
+    file: Mutex<u64>,
+}
+
+impl Offsets {
+    pub fn open(config_dir: &Path) -> Result<Offsets> {
+        Ok(Offsets {
+            table: Mutex::new(OffsetTable::open(config_dir)?),
+            file: Mutex::new(0),
+        })
+    }
+
+    /// The table, for a short read or update.
+    pub fn table(&self) -> MutexGuard<'_, OffsetTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the file if the table changed since the last write.
+    pub fn flush(&self) -> Result<()> {
+        let mut written = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let (bytes, version, path) = {
+            let t = self.table();
+            if t.version() == *written {
+                return Ok(());
+            }
+            let (bytes, version) = t.snapshot()?;
+            (bytes, version, t.path().to_path_buf())
+        };
+        persist::write_raw(&path, &bytes)?;
+        *written = version;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_roundtrip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = Offsets::open(dir.path()).unwrap();
+        offsets.flush().unwrap();
+        assert!(
+            !dir.path().join("offsets.json").exists(),
+            "nothing to write"
+        );
+        {
+            let mut t = offsets.table();
+            t.set("g", "orders", 0, 5);
+            t.set("g", "orders", 3, 9);
+            t.set(&owner_key("b", "m1", true), "orders", 0, 2);
+        }
+        offsets.flush().unwrap();
+
+        let t = OffsetTable::open(dir.path()).unwrap();
+        assert_eq!(t.of_topic("g", "orders"), vec![(0, 5), (3, 9)]);
+        assert_eq!(t.get("b@m1", "orders", 0), Some(2));
+        assert_eq!(t.get("b", "orders", 0), None);
+    }
+
+    #[test]
+    fn removing_a_topic_drops_its_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = OffsetTable::open(dir.path()).unwrap();
+        t.set("g", "a", 0, 1);
+        t.set("g", "b", 0, 1);
+        t.remove_topic("a");
+        assert_eq!(t.get("g", "a", 0), None);
+        assert_eq!(t.get("g", "b", 0), Some(1));
+    }
+}

@@ -1,0 +1,154 @@
+//! Pull with long polling: read matching messages from one consume queue, and
+//! when there are none, wait for the store's dispatcher to publish more.
+//!
+//! The wait is on [`Store::watch_dispatch`](crate::store::Store::watch_dispatch),
+//! not a poll interval: the receiver is marked seen *before* the queue is read,
+//! so a message dispatched between the read and the wait still wakes the puller.
+//! Every dispatch (of any topic) wakes every waiter, which re-reads its queue's
+//! bounds — two atomic loads — and sleeps again when its queue did not grow.
+//! RocketMQ's `PullRequestHoldService` keys waiters by queue instead; that is an
+//! optimisation for many thousands of idle pollers, and can come later.
+//!
+//! Filtering is two-step: the tag hash in the consume-queue entry first (no
+//! commit-log read), then the real tag or the properties on the record.
+
+use tokio::time::Instant;
+
+use super::api::{Delivered, PullRequest, PullResult, PullStatus};
+use super::local::{Broker, lock};
+use crate::{Error, Result};
+
+/// One scan of a queue.
+struct Scan {
+    messages: Vec<Delivered>,
+    next_offset: u64,
+}
+
+impl Broker {
+    pub(super) async fn pull_waiting(&self, req: PullRequest) -> Result<PullResult> {
+        let config = self.topic_config(&req.topic)?;
+        if !config.perm.is_readable() {
+            return Err(Error::NoPermission {
+                topic: req.topic.clone(),
+                operation: "read",
+            });
+        }
+        if req.queue_id >= config.read_queues {
+            return Err(Error::QueueNotFound {
+                topic: req.topic.clone(),
+                queue_id: req.queue_id,
+                queues: config.read_queues,
+            });
+        }
+        self.check_queue_lock(&req)?;
+
+        let deadline = Instant::now() + req.wait;
+        let mut dispatched = self.store.watch_dispatch();
+        let mut offset = req.offset;
+        loop {
+            dispatched.borrow_and_update();
+            let (min, max) = self.store.queue_bounds(&req.topic, req.queue_id);
+            if offset < min || offset > max {
+                return Ok(PullResult {
+                    status: PullStatus::OffsetMoved,
+                    messages: Vec::new(),
+                    next_offset: offset.clamp(min, max),
+                    min_offset: min,
+                    max_offset: max,
+                });
+            }
+            if offset < max {
+                let scan = self.scan(&req, offset)?;
+                offset = scan.next_offset;
+                if !scan.messages.is_empty() {
+                    let (min, max) = self.store.queue_bounds(&req.topic, req.queue_id);
+                    return Ok(PullResult {
+                        status: PullStatus::Found,
+                        messages: scan.messages,
+                        next_offset: offset,
+                        min_offset: min,
+                        max_offset: max,
+                    });
+                }
+                if offset < max {
+                    // The filter rejected a whole batch; let others run, go on.
+                    if Instant::now() >= deadline {
+                        return Ok(no_new(offset, min, max));
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
+            // Caught up: wait for the dispatcher (or give up at the deadline).
+            match tokio::time::timeout_at(deadline, dispatched.changed()).await {
+                Ok(Ok(())) => continue,
+                // The store is gone, or the wait is over.
+                Ok(Err(_)) | Err(_) => return Ok(no_new(offset, min, max)),
+            }
+        }
+    }
+
+    /// Refuses a pull of a queue another member holds an orderly lock on.
+    fn check_queue_lock(&self, req: &PullRequest) -> Result<()> {
+        let groups = lock(&self.groups);
+        match groups.lock_owner(&req.group, &req.topic, req.queue_id, self.clock.now_ms()) {
+            Some(owner) if owner != req.member => Err(Error::QueueLocked {
+                group: req.group.clone(),
+                topic: req.topic.clone(),
+                queue_id: req.queue_id,
+                owner: owner.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads at most one batch of entries from `from`, keeping those the filter
+    /// accepts, up to `max_messages`.
+    fn scan(&self, req: &PullRequest, from: u64) -> Result<Scan> {
+        let want = req.max_messages.max(1);
+        let read = self.store.read_queue(
+            &req.topic,
+            req.queue_id,
+            from,
+            self.opts.pull_scan_batch.max(want),
+        )?;
+        let mut scan = Scan {
+            messages: Vec::new(),
+            next_offset: read.next_offset,
+        };
+        for (queue_offset, entry) in read.entries {
+            if scan.messages.len() >= want {
+                scan.next_offset = queue_offset;
+                break;
+            }
+            scan.next_offset = queue_offset + 1;
+            if !req.filter.matches_tag_hash(entry.tag_hash) {
+                continue;
+            }
+            let record = self.store.read_entry(&entry)?;
+            let matched = {
+                let view = record.view()?;
+                req.filter
+                    .matches_with(view.tags(), |name| view.property(name))
+            };
+            if matched {
+                scan.messages.push(Delivered {
+                    queue_id: req.queue_id,
+                    queue_offset,
+                    record: record.into_bytes(),
+                });
+            }
+        }
+        Ok(scan)
+    }
+}
+
+fn no_new(next_offset: u64, min_offset: u64, max_offset: u64) -> PullResult {
+    PullResult {
+        status: PullStatus::NoNewMessage,
+        messages: Vec::new(),
+        next_offset,
+        min_offset,
+        max_offset,
+    }
+}
