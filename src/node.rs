@@ -1,14 +1,14 @@
 //! Wiring a running node: opens the store and starts each door that exists.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_config::{Config, FlushMode as ConfigFlush};
+use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
-use rocketgate_native::protocol::TopicConfig;
+use rocketgate_native::protocol::TopicConfig as WireTopic;
 use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
 
 /// Store options from the config.
@@ -72,23 +72,28 @@ async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, Soc
     Ok((ns.spawn(), addr))
 }
 
-/// The topics this broker registers: until the broker's topic table lands (issue #3),
-/// every topic that has consume queues, with as many queues as it uses.
-fn store_topics(store: Arc<Store>) -> impl Fn() -> Vec<TopicConfig> + Send + Sync + 'static {
+/// The topics this broker registers: its topic table (user topics and the retry and
+/// dead-letter topics clients need routes for), read fresh at every registration.
+fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sync + 'static {
     move || {
-        let mut queues: BTreeMap<String, u32> = BTreeMap::new();
-        for (topic, qid) in store.queues() {
-            let n = queues.entry(topic).or_insert(0);
-            *n = (*n).max(qid + 1);
-        }
-        queues
+        broker
+            .topic_snapshot(TopicKind::All)
             .into_iter()
-            .map(|(topic, n)| TopicConfig::new(topic, n))
+            .map(|t| {
+                let mut w = WireTopic::new(t.name, t.write_queues);
+                w.read_queue_nums = t.read_queues;
+                w.perm = u32::from(t.perm.0);
+                w
+            })
             .collect()
     }
 }
 
-fn start_registrar(config: &Config, store: &Arc<Store>, namesrvs: Vec<String>) -> RegistrarHandle {
+fn start_registrar(
+    config: &Config,
+    broker: &Arc<Broker>,
+    namesrvs: Vec<String>,
+) -> RegistrarHandle {
     let b = &config.broker;
     let identity = BrokerIdentity {
         cluster: b.cluster.clone(),
@@ -102,16 +107,32 @@ fn start_registrar(config: &Config, store: &Arc<Store>, namesrvs: Vec<String>) -
         identity,
         namesrvs,
         b.register_interval,
-        Arc::new(store_topics(store.clone())),
+        Arc::new(broker_topics(broker.clone())),
     )
     .spawn()
 }
 
-async fn close_store(store: Arc<Store>) -> anyhow::Result<()> {
-    tokio::task::spawn_blocking(move || store.close())
-        .await
-        .context("joining the store close")??;
-    Ok(())
+fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>> {
+    let b = &config.broker;
+    let opts = BrokerOptions {
+        broker_name: b.name.clone(),
+        auto_create_topics: b.auto_create_topics,
+        default_queues: b.default_queue_nums,
+        ..BrokerOptions::default()
+    };
+    let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
+    Ok(Arc::new(broker))
+}
+
+/// Saves consumer offsets, then syncs and closes the store (off the async threads).
+async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        broker.close().context("closing the broker")?;
+        broker.store().close().context("closing the store")?;
+        Ok(())
+    })
+    .await
+    .context("joining the close")?
 }
 
 const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6), HTTP (#7) and WebSocket (#8) doors \
@@ -119,11 +140,11 @@ const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6), HTTP (#7) and Web
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(config: Config) -> anyhow::Result<()> {
-    let store = open_store(&config)?;
+    let broker = open_broker(&config, open_store(&config)?)?;
     let (ns, ns_addr) = start_namesrv(&config).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let registrar = start_registrar(&config, &store, namesrvs);
+    let registrar = start_registrar(&config, &broker, namesrvs);
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -134,7 +155,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     registrar.stop().await;
     ns.stop().await;
-    close_store(store).await
+    close_broker(broker).await
 }
 
 /// `rocketgate namesrv`: a NameServer alone.
@@ -155,8 +176,8 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
              (or broker.namesrv_addrs in the config)"
         );
     }
-    let store = open_store(&config)?;
-    let registrar = start_registrar(&config, &store, config.broker.namesrv_addrs.clone());
+    let broker = open_broker(&config, open_store(&config)?)?;
+    let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -166,7 +187,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     registrar.stop().await;
-    close_store(store).await
+    close_broker(broker).await
 }
 
 /// Registers for SIGINT/SIGTERM now (so a signal that arrives right after the

@@ -144,6 +144,12 @@ impl Broker {
         self.offsets.flush()
     }
 
+    /// The topic table right now, without awaiting (for the NameServer registration,
+    /// which runs on a timer and must not block on anything).
+    pub fn topic_snapshot(&self, kind: TopicKind) -> Vec<TopicConfig> {
+        self.topics_read().list(kind)
+    }
+
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
