@@ -21,6 +21,7 @@ fn config() -> CommitLogConfig {
     CommitLogConfig {
         segment_size: SEG,
         max_message_size: 8 * 1024,
+        write_through: false,
         store_host: "127.0.0.1:10911".parse().unwrap(),
     }
 }

@@ -172,6 +172,7 @@ fn commit_log_opens_the_fixture() {
     let config = CommitLogConfig {
         segment_size: SEGMENT_SIZE as u64,
         max_message_size: 4096,
+        write_through: false,
         store_host: store_host(),
     };
     let (log, report) = CommitLog::open(dir.path(), config.clone(), Recovery::Full).unwrap();

@@ -56,6 +56,7 @@ struct Row {
     producers: usize,
     inflight: usize,
     msgs: u64,
+    syncs: u64,
     secs: f64,
     lat: super::stats::Summary,
     peak_rss: u64,
@@ -88,7 +89,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
     println!("raw write + fdatasync per 1MiB: {:>9.1} MB/s", raw_sync);
     println!();
     println!(
-        "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "flush",
         "size",
         "prod",
@@ -101,7 +102,8 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         "p99",
         "p999",
         "max",
-        "peak RSS"
+        "peak RSS",
+        "msg/sync"
     );
     for flush in &args.flush {
         let flush: &'static str = match flush.as_str() {
@@ -123,7 +125,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                 let row = scenario(&args, flush, size, producers, inflight)?;
                 let ceiling = if flush == "async" { raw_mmap } else { raw_sync };
                 println!(
-                    "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.1}",
                     row.flush,
                     row.size,
                     row.producers,
@@ -137,6 +139,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                     fmt_dur(row.lat.p999),
                     fmt_dur(row.lat.max),
                     fmt_bytes(row.peak_rss),
+                    row.msgs as f64 / row.syncs.max(1) as f64,
                 );
             }
         }
@@ -198,6 +201,7 @@ fn scenario(
         .enable_all()
         .build()?;
     PeakRss::reset();
+    let syncs_before = store.sync_count();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);
     let body = bytes::Bytes::from(vec![b'x'; size]);
@@ -230,6 +234,7 @@ fn scenario(
     })?;
     let secs = start.elapsed().as_secs_f64();
     let peak_rss = PeakRss::bytes();
+    let syncs = store.sync_count() - syncs_before;
     let msgs = done.load(Ordering::Relaxed);
     store.close()?;
     drop(store);
@@ -240,6 +245,7 @@ fn scenario(
         producers,
         inflight,
         msgs,
+        syncs,
         secs,
         lat: lat.summary(),
         peak_rss,

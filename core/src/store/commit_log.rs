@@ -43,6 +43,9 @@ pub struct CommitLogConfig {
     pub segment_size: u64,
     /// Largest encoded record accepted; at most `segment_size - 8`.
     pub max_message_size: usize,
+    /// Append with `pwrite` and sync with `fdatasync` rather than memcpy into the
+    /// mapping and `msync`; the better choice under sync flush (see `Segment`).
+    pub write_through: bool,
     /// This broker's address, stored in STOREHOST and in message ids.
     pub store_host: SocketAddr,
 }
@@ -341,6 +344,7 @@ impl CommitLog {
             &self.dir,
             st.active.end(),
             self.config.segment_size as usize,
+            self.config.write_through,
         )?);
         if remaining >= END_FILE_MIN_BLANK_LENGTH as u64 {
             let mut blank = [0u8; 8];

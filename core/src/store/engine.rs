@@ -159,8 +159,9 @@ struct Inner {
     dispatched: AtomicU64,
     /// Publishes `dispatched` to long-polling readers.
     dispatched_tx: tokio::sync::watch::Sender<u64>,
-    /// Wakes the dispatcher: bumped on every append.
-    wake: Signal,
+    /// Wakes the dispatcher: on every append under async flush, after every
+    /// flush round under sync flush.
+    wake: Arc<Signal>,
     /// Set above the hard disk ratio; appends are refused while set.
     disk_full: AtomicBool,
     /// Last measured disk usage in basis points (for the error message and metrics).
@@ -236,6 +237,7 @@ impl Store {
             segment_size: opts.segment_size,
             max_message_size: opts.max_message_size,
             store_host: opts.store_host,
+            write_through: matches!(opts.flush, FlushMode::Sync { .. }),
         };
         let (log, recovery) = CommitLog::open(
             dir.join("commitlog"),
@@ -261,7 +263,12 @@ impl Store {
             FlushMode::Sync { .. } => FlushPolicy::Sync,
             FlushMode::Async { interval } => FlushPolicy::Async { interval },
         };
-        let durability = GroupCommit::start(log.clone(), policy)?;
+        let wake = Arc::new(Signal::new());
+        // Under sync flush the dispatcher follows durable bytes: one wake per round.
+        let durability = {
+            let wake = wake.clone();
+            GroupCommit::start_with(log.clone(), policy, move || wake.notify())?
+        };
         let (dispatched_tx, _) = tokio::sync::watch::channel(start);
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
@@ -273,7 +280,7 @@ impl Store {
             index,
             dispatched: AtomicU64::new(start),
             dispatched_tx,
-            wake: Signal::new(),
+            wake,
             disk_full: AtomicBool::new(false),
             disk_usage_bp: AtomicU64::new(0),
             closing: AtomicBool::new(false),
@@ -337,7 +344,6 @@ impl Store {
         if let FlushMode::Sync { timeout } = self.inner.opts.flush {
             let end = results.last().map(|r| r.end_offset).unwrap_or(0);
             self.inner.durability.wait_durable(end, timeout)?;
-            self.inner.wake.notify();
         }
         Ok(results)
     }
@@ -359,7 +365,6 @@ impl Store {
                     });
                 }
             }
-            self.inner.wake.notify();
         }
         Ok(results)
     }
@@ -523,6 +528,12 @@ impl Store {
             written: i.log.max_offset(),
             dispatched: i.dispatched.load(Ordering::Acquire),
         }
+    }
+
+    /// Commit-log syncs that made bytes durable so far (group commit shares one
+    /// among all the appends that were waiting).
+    pub fn sync_count(&self) -> u64 {
+        self.inner.durability.sync_count()
     }
 
     /// Last measured share of the disk in use.

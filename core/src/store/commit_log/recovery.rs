@@ -85,10 +85,20 @@ fn load_segments(dir: &Path, config: &CommitLogConfig) -> Result<Vec<Arc<Segment
                 ),
             });
         }
-        segments.push(Arc::new(Segment::open(path, start, size as usize)?));
+        segments.push(Arc::new(Segment::open(
+            path,
+            start,
+            size as usize,
+            config.write_through,
+        )?));
     }
     if segments.is_empty() {
-        segments.push(Arc::new(Segment::create(dir, 0, size as usize)?));
+        segments.push(Arc::new(Segment::create(
+            dir,
+            0,
+            size as usize,
+            config.write_through,
+        )?));
     }
     Ok(segments)
 }

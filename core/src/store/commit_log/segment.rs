@@ -66,6 +66,14 @@ pub(crate) struct Segment {
     /// The directory entry of a newly created file is not durable until the
     /// directory is fsynced; the flusher does that once and clears this.
     needs_dir_sync: AtomicBool,
+    /// Kept for write-through mode (see `write_through`).
+    file: File,
+    /// Write with `pwrite` and sync with `fdatasync` instead of a memcpy into the
+    /// mapping and `msync`. Reads always use the mapping (same page cache). Chosen
+    /// for sync flush: `msync` write-protects the pages it cleans, so the next
+    /// append into a just-synced page takes a fault; under group commit that is
+    /// every round. A memcpy is cheaper when syncs are rare (async flush).
+    write_through: bool,
 }
 
 impl Segment {
@@ -73,7 +81,12 @@ impl Segment {
     /// blocks are reserved up front (where the file system supports it) so a
     /// full disk is an error here, not a SIGBUS on a later write to a hole.
     /// A half-created file is removed, so a retry can succeed.
-    pub(crate) fn create(dir: &Path, start: u64, size: usize) -> Result<Segment> {
+    pub(crate) fn create(
+        dir: &Path,
+        start: u64,
+        size: usize,
+        write_through: bool,
+    ) -> Result<Segment> {
         let path = dir.join(file_name(start));
         let file = OpenOptions::new()
             .read(true)
@@ -85,7 +98,7 @@ impl Segment {
             .set_len(size as u64)
             .and_then(|()| reserve(&file, size))
             .map_err(|e| Error::io(&path, e))
-            .and_then(|()| Segment::map(file, path.clone(), start, size));
+            .and_then(|()| Segment::map(file, path.clone(), start, size, write_through));
         match made {
             Ok(seg) => {
                 seg.needs_dir_sync.store(true, Ordering::Relaxed);
@@ -99,7 +112,12 @@ impl Segment {
     }
 
     /// Opens an existing segment file, which must be exactly `size` bytes.
-    pub(crate) fn open(path: PathBuf, start: u64, size: usize) -> Result<Segment> {
+    pub(crate) fn open(
+        path: PathBuf,
+        start: u64,
+        size: usize,
+        write_through: bool,
+    ) -> Result<Segment> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -113,10 +131,16 @@ impl Segment {
                 reason: format!("segment file is {len} bytes; the segment size is {size}"),
             });
         }
-        Segment::map(file, path, start, size)
+        Segment::map(file, path, start, size, write_through)
     }
 
-    fn map(file: File, path: PathBuf, start: u64, size: usize) -> Result<Segment> {
+    fn map(
+        file: File,
+        path: PathBuf,
+        start: u64,
+        size: usize,
+        write_through: bool,
+    ) -> Result<Segment> {
         let map = MmapOptions::new()
             .len(size)
             .map_raw(&file)
@@ -128,6 +152,8 @@ impl Segment {
             map,
             last_store_timestamp: AtomicI64::new(0),
             needs_dir_sync: AtomicBool::new(false),
+            file,
+            write_through,
         })
     }
 
@@ -171,6 +197,13 @@ impl Segment {
                 self.path.display()
             )));
         }
+        if self.write_through {
+            use std::os::unix::fs::FileExt;
+            return self
+                .file
+                .write_all_at(data, at as u64)
+                .map_err(|e| Error::io(&self.path, e));
+        }
         // SAFETY: in bounds (checked above); no reader looks above the written
         // position and only one writer exists (see the type docs).
         unsafe {
@@ -179,14 +212,21 @@ impl Segment {
         Ok(())
     }
 
-    /// msync of the segment-relative range.
+    /// Makes the segment-relative range durable (`msync`, or `fdatasync` in
+    /// write-through mode).
     pub(crate) fn flush_range(&self, range: Range<usize>) -> Result<()> {
         let end = range.end.min(self.size);
         let start = range.start.min(end);
         if end > start {
-            self.map
-                .flush_range(start, end - start)
-                .map_err(|e| Error::io(&self.path, e))?;
+            if self.write_through {
+                self.file
+                    .sync_data()
+                    .map_err(|e| Error::io(&self.path, e))?;
+            } else {
+                self.map
+                    .flush_range(start, end - start)
+                    .map_err(|e| Error::io(&self.path, e))?;
+            }
         }
         Ok(())
     }

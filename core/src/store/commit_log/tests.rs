@@ -7,6 +7,7 @@ pub(crate) fn config() -> CommitLogConfig {
     CommitLogConfig {
         segment_size: MIN_SEGMENT_SIZE,
         max_message_size: 16 * 1024,
+        write_through: true,
         store_host: "127.0.0.1:10911".parse().unwrap(),
     }
 }
