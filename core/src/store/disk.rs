@@ -8,8 +8,9 @@ pub trait DiskSpace: Send + Sync {
     fn usage_ratio(&self, path: &Path) -> std::io::Result<f64>;
 }
 
-/// The real file system, via `statvfs(3)`. Counts blocks reserved for root as used,
-/// as `df` does, so the ratio matches what operators see.
+/// The real file system, via `statvfs(3)`, with the ratio `df` prints as `Use%`:
+/// used / (used + available to us). Blocks reserved for root, or held back by the
+/// file system, count on neither side, so the ratio matches what operators see.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Statvfs;
 
@@ -24,13 +25,18 @@ impl DiskSpace for Statvfs {
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let total = st.f_blocks as f64;
-        if total == 0.0 {
-            return Ok(0.0);
-        }
-        let avail = st.f_bavail as f64;
-        Ok(((total - avail) / total).clamp(0.0, 1.0))
+        Ok(df_ratio(st.f_blocks as u64, st.f_bfree as u64, st.f_bavail as u64))
     }
+}
+
+/// `df`'s `Use%` from block counts: `used / (used + avail)`, `used = total - free`.
+pub fn df_ratio(total: u64, free: u64, avail: u64) -> f64 {
+    let used = total.saturating_sub(free);
+    let denom = used + avail;
+    if denom == 0 {
+        return 0.0;
+    }
+    (used as f64 / denom as f64).clamp(0.0, 1.0)
 }
 
 /// A disk of `capacity` bytes of which the store's own files are the only content:
@@ -66,6 +72,17 @@ pub fn dir_size(path: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratio_is_dfs_use_percent() {
+        // A disk as seen here: 252G total, 28G used, 64G available (the rest is
+        // reserved): df says 30%, not 75%.
+        let g = 1 << 30;
+        let r = df_ratio(252 * g, 252 * g - 28 * g, 64 * g);
+        assert!((r - 28.0 / 92.0).abs() < 1e-9, "{r}");
+        assert_eq!(df_ratio(0, 0, 0), 0.0);
+        assert_eq!(df_ratio(100, 0, 0), 1.0);
+    }
 
     #[test]
     fn statvfs_reads_a_ratio() {
