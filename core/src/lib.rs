@@ -12,6 +12,28 @@
 //! - [`store::consume_queue`] and [`store::index`] — the per-queue and per-key views.
 //! - [`store::Store`] — ties them together: dispatch, flush, checkpoint, recovery,
 //!   retention. Start here.
+//! - [`broker`] — topics, groups, offsets, long polling behind the `MessagingApi` seam.
+
+//!
+//! Embedding the storage engine (what every door builds on):
+//!
+//! ```
+//! use rocketgate_core::store::{Message, RecordView, Store, StoreDeps, StoreOptions};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let (store, _report) = Store::open(dir.path(), StoreOptions::default(), StoreDeps::default())?;
+//! let sent = store.put(&Message::new("orders", 0, b"hello".to_vec()).with_tags("created"))?;
+//! assert!(store.wait_dispatched(std::time::Duration::from_secs(5)));
+//!
+//! let read = store.read_queue("orders", 0, sent.queue_offset, 10)?;
+//! let (_offset, entry) = &read.entries[0];
+//! let record = store.read_entry(entry)?;
+//! let view = RecordView::parse(&record)?;
+//! assert_eq!(view.body(), b"hello");
+//! assert_eq!(view.tags(), Some("created"));
+//! store.close()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod broker;
 pub mod error;

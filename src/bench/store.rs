@@ -125,7 +125,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                 let row = scenario(&args, flush, size, producers, inflight)?;
                 let ceiling = if flush == "async" { raw_mmap } else { raw_sync };
                 println!(
-                    "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.1}",
+                    "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
                     row.flush,
                     row.size,
                     row.producers,
@@ -139,7 +139,11 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                     fmt_dur(row.lat.p999),
                     fmt_dur(row.lat.max),
                     fmt_bytes(row.peak_rss),
-                    row.msgs as f64 / row.syncs.max(1) as f64,
+                    if row.flush == "sync" {
+                        format!("{:.1}", row.msgs as f64 / row.syncs.max(1) as f64)
+                    } else {
+                        "-".to_string()
+                    },
                 );
             }
         }

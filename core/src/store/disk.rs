@@ -25,7 +25,11 @@ impl DiskSpace for Statvfs {
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(df_ratio(st.f_blocks as u64, st.f_bfree as u64, st.f_bavail as u64))
+        Ok(df_ratio(
+            st.f_blocks as u64,
+            st.f_bfree as u64,
+            st.f_bavail as u64,
+        ))
     }
 }
 
