@@ -92,6 +92,8 @@ pub struct BrokerArgs {
 pub enum BenchCommand {
     /// Append throughput and latency of the storage engine, against the raw disk.
     Store(crate::bench::store::StoreBenchArgs),
+    /// Catch-up read rate and long-poll wake-up latency through the broker's pull.
+    Consume(crate::bench::consume::ConsumeBenchArgs),
 }
 
 impl CommonArgs {

@@ -1,6 +1,7 @@
 //! `rocketgate bench …`: load generators that print throughput, latency percentiles and
 //! peak memory, and compare against a ceiling measured in the same run.
 
+pub mod consume;
 mod stats;
 pub mod store;
 
@@ -8,5 +9,6 @@ pub mod store;
 pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
     match cmd {
         crate::cli::BenchCommand::Store(args) => store::run(args),
+        crate::cli::BenchCommand::Consume(args) => consume::run(args),
     }
 }
