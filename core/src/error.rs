@@ -104,6 +104,22 @@ pub enum Error {
         owner: String,
     },
 
+    /// A POP receipt handle that does not parse (garbled, truncated, or not one).
+    #[error("malformed receipt handle {handle:?}: {reason}")]
+    InvalidReceiptHandle {
+        handle: String,
+        reason: &'static str,
+    },
+
+    /// A well-formed POP receipt handle that no longer names a live delivery:
+    /// acked already, or replaced by a redelivery or a change of invisibility.
+    /// Acting on it does nothing, so it can never ack a newer delivery.
+    #[error("stale receipt handle {handle:?}: {reason}")]
+    StaleReceiptHandle {
+        handle: String,
+        reason: &'static str,
+    },
+
     #[error("invalid delay levels: {0}")]
     InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
 }

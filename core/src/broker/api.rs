@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 use super::filter::Filter;
 use super::groups::Heartbeat;
+use super::receipt::ReceiptHandle;
 use super::topics::{TopicConfig, TopicKind};
 use crate::Result;
 use crate::store::{AppendResult, Message, RecordView};
@@ -105,6 +106,36 @@ pub struct PullResult {
     pub max_offset: u64,
 }
 
+/// A POP: receive matching messages from any readable queue of a topic, each
+/// invisible to the group's other POPs until it is acked or its time runs out.
+#[derive(Debug, Clone)]
+pub struct PopRequest {
+    pub group: String,
+    pub topic: String,
+    pub filter: Filter,
+    /// At most this many messages are returned (at least 1).
+    pub max_messages: usize,
+    /// How long each returned message stays invisible without an ack.
+    pub invisible: Duration,
+    /// How long to wait for a message when there is none (zero: don't).
+    pub wait: Duration,
+}
+
+/// One message handed out by a POP.
+#[derive(Debug, Clone)]
+pub struct Popped {
+    pub message: Delivered,
+    /// What acks it, or changes its invisibility; `to_string()` for the wire.
+    pub receipt: ReceiptHandle,
+}
+
+impl Popped {
+    /// 1 on the first delivery, raised each time the message reappears.
+    pub fn attempt(&self) -> u32 {
+        self.receipt.attempt
+    }
+}
+
 /// Where [`MessagingApi::reset_offset`] moves a consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
@@ -151,6 +182,23 @@ pub trait MessagingApi: Send + Sync {
 
     /// Reads matching messages from one queue, waiting up to `wait` for one.
     fn pull(&self, request: PullRequest) -> impl Future<Output = Result<PullResult>> + Send;
+
+    /// Receives up to `max_messages` matching messages of the topic for the
+    /// group, from any readable queue, waiting up to `wait` when there is none.
+    /// An empty result means the wait ran out.
+    fn pop(&self, request: PopRequest) -> impl Future<Output = Result<Vec<Popped>>> + Send;
+    /// Acks the delivery a receipt handle names. A garbled handle fails with
+    /// [`crate::Error::InvalidReceiptHandle`]; one already acked or replaced
+    /// (redelivered, or its invisibility changed) with
+    /// [`crate::Error::StaleReceiptHandle`], and nothing is acked.
+    fn ack(&self, receipt: &str) -> impl Future<Output = Result<()>> + Send;
+    /// Makes the delivery a receipt handle names invisible for `invisible` from
+    /// now; returns the handle that replaces it (the old one becomes stale).
+    fn change_invisibility(
+        &self,
+        receipt: &str,
+        invisible: Duration,
+    ) -> impl Future<Output = Result<ReceiptHandle>> + Send;
 
     /// Registers or refreshes a consumer; rejects malformed filters.
     fn heartbeat(&self, heartbeat: Heartbeat) -> impl Future<Output = Result<()>> + Send;

@@ -9,9 +9,10 @@
 //!   `offset_flush_interval` and on [`Broker::close`];
 //! - `groups`: one `Mutex` around the pure [`ConsumerGroups`] state machine,
 //!   driven by the injected [`Clock`];
-//! - `round_robin`: one `Mutex` around per-topic send counters.
+//! - `round_robin`: one `Mutex` around per-topic send counters;
+//! - `pop`: see [`PopState`]; written to disk with the offsets.
 //!
-//! Pulling (long polling) is in `pull.rs`.
+//! Pulling (long polling) is in `pull.rs`, POP in `pop.rs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,10 +22,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
-use super::api::{MessagingApi, OffsetReset, PullRequest, PullResult, QueueChoice, SendResult};
+use super::api::{
+    MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice, SendResult,
+};
 use super::clock::Clock;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
+use super::pop_state::PopState;
+use super::receipt::ReceiptHandle;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind, TopicTable};
 use crate::store::consume_queue::java_string_hash;
@@ -75,7 +80,9 @@ pub struct Broker {
     pub(super) opts: BrokerOptions,
     pub(super) clock: Arc<dyn Clock>,
     topics: RwLock<TopicTable>,
-    offsets: Arc<Offsets>,
+    pub(super) offsets: Arc<Offsets>,
+    /// POP cursors and leases of every group; its own short lock (see [`PopState`]).
+    pub(super) pop: Arc<PopState>,
     pub(super) groups: Mutex<ConsumerGroups>,
     round_robin: Mutex<HashMap<String, u64>>,
     /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
@@ -100,9 +107,11 @@ impl Broker {
         let config_dir: PathBuf = store.dir().join("config");
         let topics = TopicTable::open(&config_dir)?;
         let offsets = Arc::new(Offsets::open(&config_dir)?);
+        let pop = Arc::new(PopState::open(&config_dir)?);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();
+            let pop = pop.clone();
             let every = opts.offset_flush_interval;
             std::thread::Builder::new()
                 .name("rg-offsets".into())
@@ -111,6 +120,9 @@ impl Broker {
                     while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
                         if let Err(e) = offsets.flush() {
                             tracing::error!(error = %e, "writing consumer offsets failed");
+                        }
+                        if let Err(e) = pop.flush() {
+                            tracing::error!(error = %e, "writing POP state failed");
                         }
                     }
                 })
@@ -123,25 +135,29 @@ impl Broker {
             clock,
             topics: RwLock::new(topics),
             offsets,
+            pop,
             groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
             round_robin: Mutex::new(HashMap::new()),
             flusher: Mutex::new(Some((stop_tx, flusher))),
         })
     }
 
-    /// Stops the flusher and writes the offsets. The store stays open (its owner
-    /// closes it). Idempotent.
+    /// Stops the flusher and writes the offsets and the POP state. The store
+    /// stays open (its owner closes it). Idempotent.
     pub fn close(&self) -> Result<()> {
         if let Some((stop, thread)) = lock(&self.flusher).take() {
             drop(stop);
             let _ = thread.join();
         }
-        self.offsets.flush()
+        let offsets = self.offsets.flush();
+        self.pop.flush()?;
+        offsets
     }
 
-    /// Writes changed offsets now (the flusher does this periodically).
+    /// Writes changed offsets and POP state now (the flusher does this periodically).
     pub fn flush_offsets(&self) -> Result<()> {
-        self.offsets.flush()
+        self.offsets.flush()?;
+        self.pop.flush()
     }
 
     /// The topic table right now, without awaiting (for the NameServer registration,
@@ -288,6 +304,7 @@ impl MessagingApi for Broker {
     async fn delete_topic(&self, topic: &str) -> Result<()> {
         self.topics_write().delete(topic)?;
         self.offsets.table().remove_topic(topic);
+        self.pop.table().remove_topic(topic);
         lock(&self.round_robin).remove(topic);
         self.store.remove_topic(topic)
     }
@@ -350,6 +367,22 @@ impl MessagingApi for Broker {
 
     async fn pull(&self, request: PullRequest) -> Result<PullResult> {
         self.pull_waiting(request).await
+    }
+
+    async fn pop(&self, request: PopRequest) -> Result<Vec<Popped>> {
+        self.pop_waiting(request).await
+    }
+
+    async fn ack(&self, receipt: &str) -> Result<()> {
+        self.ack_receipt(&receipt.parse()?)
+    }
+
+    async fn change_invisibility(
+        &self,
+        receipt: &str,
+        invisible: Duration,
+    ) -> Result<ReceiptHandle> {
+        self.renew_receipt(&receipt.parse()?, invisible)
     }
 
     async fn heartbeat(&self, heartbeat: Heartbeat) -> Result<()> {

@@ -5,7 +5,8 @@
 //! implementation over a [`crate::store::Store`]). The stateful parts are split
 //! along their seams: [`topics`] (the persisted topic table), [`offsets`]
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
-//! locks as a pure state machine driven by a [`Clock`]). The pure building
+//! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
+//! cursors and in-flight leases, persisted). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
 //! system topic names ([`schedule`]). The model and its decisions are written
@@ -19,14 +20,16 @@ pub mod groups;
 mod local;
 pub mod offsets;
 mod persist;
+mod pop;
+pub mod pop_state;
 mod pull;
 pub mod receipt;
 pub mod schedule;
 pub mod topics;
 
 pub use api::{
-    Delivered, MessagingApi, OffsetReset, PullRequest, PullResult, PullStatus, QueueChoice,
-    SendResult,
+    Delivered, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, PullStatus,
+    QueueChoice, SendResult,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use groups::{ConsumeMode, Heartbeat, Subscription};

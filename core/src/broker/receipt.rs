@@ -3,14 +3,15 @@
 //!
 //! Self-describing, so any broker process serving the group can act on it
 //! without shared session state: it names the group, topic, queue and queue
-//! offset of the message, the deadline until which it is invisible, and which
-//! delivery attempt this is. The layout is
-//! `v1:<group>:<topic>:<queue_id>:<queue_offset>:<invisible_until_ms>:<attempt>`;
+//! offset of the message, the deadline until which it is invisible, which
+//! delivery attempt this is, and which revision of that delivery's lease (raised
+//! by each change of invisibility, so a handle replaced by a change stops
+//! working even when the new deadline happens to equal an old one). The layout is
+//! `v1:<group>:<topic>:<queue_id>:<queue_offset>:<invisible_until_ms>:<attempt>:<revision>`;
 //! `:` is not a legal character in group or topic names, so splitting is exact,
 //! and the string is URL- and header-safe apart from `%` and `|` in names.
 //! A handle is not a credential: it carries no secret, and the broker checks it
-//! against its own records when acking. Only the codec exists so far; the POP
-//! flow that issues and honours handles is a later step.
+//! against its own POP state (`pop_state.rs`) when acking.
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,19 +32,22 @@ pub struct ReceiptHandle {
     pub invisible_until_ms: i64,
     /// 1 on the first delivery, raised each time the message reappears.
     pub attempt: u32,
+    /// 0 when delivered, raised by each change of invisibility.
+    pub revision: u32,
 }
 
 impl fmt::Display for ReceiptHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{VERSION}:{}:{}:{}:{}:{}:{}",
+            "{VERSION}:{}:{}:{}:{}:{}:{}:{}",
             self.group,
             self.topic,
             self.queue_id,
             self.queue_offset,
             self.invisible_until_ms,
-            self.attempt
+            self.attempt,
+            self.revision
         )
     }
 }
@@ -52,27 +56,43 @@ impl FromStr for ReceiptHandle {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        let bad =
-            |why: &str| Error::InvalidArgument(format!("malformed receipt handle {s:?}: {why}"));
+        let bad = |reason: &'static str| Error::InvalidReceiptHandle {
+            handle: s.to_owned(),
+            reason,
+        };
         let parts: Vec<&str> = s.split(':').collect();
-        let [version, group, topic, queue_id, offset, until, attempt] = parts[..] else {
-            return Err(bad("expected 7 ':'-separated fields"));
+        let [
+            version,
+            group,
+            topic,
+            queue_id,
+            offset,
+            until,
+            attempt,
+            revision,
+        ] = parts[..]
+        else {
+            return Err(bad("expected 8 ':'-separated fields"));
         };
         if version != VERSION {
             return Err(bad("unknown version"));
         }
-        schedule::validate_group(group)?;
-        schedule::validate_topic(topic)?;
-        let num = |field: &str, what: &str| -> Result<u64, Error> {
+        schedule::validate_group(group).map_err(|_| bad("invalid group name"))?;
+        schedule::validate_topic(topic).map_err(|_| bad("invalid topic name"))?;
+        let num = |field: &str, what: &'static str| -> Result<u64, Error> {
             field.parse().map_err(|_| bad(what))
         };
         Ok(ReceiptHandle {
             group: group.to_owned(),
             topic: topic.to_owned(),
-            queue_id: u32::try_from(num(queue_id, "queue id")?).map_err(|_| bad("queue id"))?,
-            queue_offset: num(offset, "queue offset")?,
-            invisible_until_ms: until.parse().map_err(|_| bad("deadline"))?,
-            attempt: u32::try_from(num(attempt, "attempt")?).map_err(|_| bad("attempt"))?,
+            queue_id: u32::try_from(num(queue_id, "invalid queue id")?)
+                .map_err(|_| bad("invalid queue id"))?,
+            queue_offset: num(offset, "invalid queue offset")?,
+            invisible_until_ms: until.parse().map_err(|_| bad("invalid deadline"))?,
+            attempt: u32::try_from(num(attempt, "invalid attempt")?)
+                .map_err(|_| bad("invalid attempt"))?,
+            revision: u32::try_from(num(revision, "invalid revision")?)
+                .map_err(|_| bad("invalid revision"))?,
         })
     }
 }
@@ -90,9 +110,10 @@ mod tests {
             queue_offset: 42,
             invisible_until_ms: 1_700_000_030_000,
             attempt: 2,
+            revision: 1,
         };
         let s = h.to_string();
-        assert_eq!(s, "v1:%RETRY%g-1:orders|eu:3:42:1700000030000:2");
+        assert_eq!(s, "v1:%RETRY%g-1:orders|eu:3:42:1700000030000:2:1");
         assert_eq!(s.parse::<ReceiptHandle>().unwrap(), h);
     }
 
@@ -100,16 +121,23 @@ mod tests {
     fn malformed_handles_are_refused() {
         for bad in [
             "",
-            "v1:g:t:0:0:0",
-            "v2:g:t:0:0:0:1",
-            "v1:g:t:x:0:0:1",
-            "v1:g:t:0:-1:0:1",
-            "v1:g:t:99999999999:0:0:1",
-            "v1:g:t:0:0:0:1:extra",
-            "v1:g g:t:0:0:0:1",
-            "v1:g::0:0:0:1",
+            "v1:g:t:0:0:0:1",
+            "v2:g:t:0:0:0:1:0",
+            "v1:g:t:x:0:0:1:0",
+            "v1:g:t:0:-1:0:1:0",
+            "v1:g:t:99999999999:0:0:1:0",
+            "v1:g:t:0:0:0:1:0:extra",
+            "v1:g g:t:0:0:0:1:0",
+            "v1:g::0:0:0:1:0",
+            "v1:g:t:0:0:0:1:-1",
         ] {
-            assert!(bad.parse::<ReceiptHandle>().is_err(), "{bad:?} parsed");
+            assert!(
+                matches!(
+                    bad.parse::<ReceiptHandle>(),
+                    Err(Error::InvalidReceiptHandle { .. })
+                ),
+                "{bad:?} parsed"
+            );
         }
     }
 }

@@ -1,0 +1,262 @@
+//! POP: message-level load balancing. Any number of consumers of a group take
+//! messages from any readable queue of a topic; each message is leased to one of
+//! them until it is acked or its invisibility time runs out, then it reappears
+//! with its attempt raised. Stateless gateways (HTTP, WebSocket, MQTT shared
+//! subscriptions) use this instead of queue allocation.
+//!
+//! The bookkeeping is [`PopState`](super::pop_state::PopState): a per-queue
+//! cursor and the in-flight leases. A POP takes its lock only to claim: it reads
+//! and filters the consume queue with the lock released, then claims the
+//! scanned range if the cursor did not move meanwhile (otherwise it scans again),
+//! so two POPs never hand out the same message and no store read happens under
+//! the lock. Deadlines use the broker's [`Clock`](super::Clock); the long-poll
+//! wait uses tokio time, like `pull`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::api::{Delivered, PopRequest, Popped};
+use super::local::Broker;
+use super::pop_state::{Lease, Scanned};
+use super::receipt::ReceiptHandle;
+use super::schedule;
+use crate::{Error, Result};
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Broker {
+    pub(super) async fn pop_waiting(&self, req: PopRequest) -> Result<Vec<Popped>> {
+        schedule::validate_group(&req.group)?;
+        if req.max_messages == 0 {
+            return Err(Error::InvalidArgument(
+                "a POP asks for at least one message".into(),
+            ));
+        }
+        let deadline = Instant::now() + req.wait;
+        let mut dispatched = self.store.watch_dispatch();
+        loop {
+            dispatched.borrow_and_update();
+            // Read each round: the topic may be updated or deleted while we wait.
+            let config = self.topic_config(&req.topic)?;
+            if !config.perm.is_readable() {
+                return Err(Error::NoPermission {
+                    topic: req.topic.clone(),
+                    operation: "read",
+                });
+            }
+            let queues = config.read_queues;
+            let now = self.clock.now_ms();
+            let until = now.saturating_add(millis(req.invisible));
+            let first = self.pop.table().rotate(&req.group, &req.topic, queues);
+            let mut out = Vec::new();
+            let mut behind = false;
+            for i in 0..queues {
+                if out.len() >= req.max_messages {
+                    break;
+                }
+                let queue_id = (first + i) % queues;
+                behind |= self.pop_queue(&req, queue_id, now, until, &mut out)?;
+            }
+            if !out.is_empty() || Instant::now() >= deadline {
+                return Ok(out);
+            }
+            if behind {
+                // The filter rejected a whole batch; let others run, go on.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            // Wait for a dispatch, or until a leased message becomes visible again.
+            let wake = match self.pop.table().next_expiry(&req.group, &req.topic) {
+                Some(at) if at > now => {
+                    let after = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
+                    deadline.min(Instant::now() + after)
+                }
+                _ => deadline,
+            };
+            match tokio::time::timeout_at(wake, dispatched.changed()).await {
+                Ok(Ok(())) | Err(_) => continue,
+                Ok(Err(_)) => return Ok(out), // the store is gone
+            }
+        }
+    }
+
+    /// Takes what one queue has for the POP: first messages whose invisibility
+    /// ran out, then never-delivered ones from the cursor (one scan batch).
+    /// Returns whether the cursor is still behind the end of the queue.
+    fn pop_queue(
+        &self,
+        req: &PopRequest,
+        queue_id: u32,
+        now: i64,
+        until: i64,
+        out: &mut Vec<Popped>,
+    ) -> Result<bool> {
+        let (group, topic) = (req.group.as_str(), req.topic.as_str());
+        let want = req.max_messages - out.len();
+        let expired = self
+            .pop
+            .table()
+            .claim_expired(group, topic, queue_id, now, until, want);
+        for (offset, lease) in expired {
+            match self.read_at(topic, queue_id, offset)? {
+                Some(record) => out.push(popped(req, queue_id, offset, record, lease)),
+                // Retention removed it: nothing left to deliver.
+                None => self.pop.table().forget(group, topic, queue_id, offset),
+            }
+        }
+
+        let (min, max) = self.store.queue_bounds(topic, queue_id);
+        let start = self
+            .offsets
+            .table()
+            .get(group, topic, queue_id)
+            .unwrap_or(min);
+        let mut behind = false;
+        loop {
+            let want = req.max_messages - out.len();
+            let cursor = self.pop.table().cursor(group, topic, queue_id, start);
+            let from = cursor.max(min);
+            if want == 0 || from >= max {
+                break;
+            }
+            let (scan, found) = self.scan_new(req, queue_id, cursor, from, want)?;
+            let lease = Lease {
+                deadline_ms: until,
+                attempt: 1,
+                revision: 0,
+            };
+            if self
+                .pop
+                .table()
+                .claim_new(group, topic, queue_id, start, &scan, until)
+            {
+                behind = scan.next < max;
+                out.extend(
+                    found
+                        .into_iter()
+                        .map(|(offset, record)| popped(req, queue_id, offset, record, lease)),
+                );
+                break;
+            }
+            // Another POP claimed from this cursor first: scan again from its end.
+        }
+        self.sync_consume_offset(group, topic, queue_id);
+        Ok(behind)
+    }
+
+    /// Reads one batch of the queue from `from` (the cursor `cursor`, clamped to
+    /// the queue's minimum), keeping up to `want` entries the filter accepts.
+    fn scan_new(
+        &self,
+        req: &PopRequest,
+        queue_id: u32,
+        cursor: u64,
+        from: u64,
+        want: usize,
+    ) -> Result<(Scanned, Vec<(u64, bytes::Bytes)>)> {
+        let read = self.store.read_queue(
+            &req.topic,
+            queue_id,
+            from,
+            self.opts.pull_scan_batch.max(want),
+        )?;
+        let mut scan = Scanned {
+            cursor,
+            next: read.next_offset,
+            matched: Vec::new(),
+        };
+        let mut found = Vec::new();
+        for (offset, entry) in read.entries {
+            if found.len() >= want {
+                scan.next = offset;
+                break;
+            }
+            scan.next = offset + 1;
+            if !req.filter.matches_tag_hash(entry.tag_hash) {
+                continue;
+            }
+            let record = self.store.read_entry(&entry)?;
+            let matched = {
+                let view = record.view()?;
+                req.filter
+                    .matches_with(view.tags(), |name| view.property(name))
+            };
+            if matched {
+                scan.matched.push(offset);
+                found.push((offset, record.into_bytes()));
+            }
+        }
+        Ok((scan, found))
+    }
+
+    /// The record at one queue offset, `None` if retention removed it.
+    fn read_at(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<bytes::Bytes>> {
+        let read = self.store.read_queue(topic, queue_id, offset, 1)?;
+        match read.entries.into_iter().next() {
+            Some((at, entry)) if at == offset => {
+                Ok(Some(self.store.read_entry(&entry)?.into_bytes()))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes the queue's POP low-water mark to the group's consume offset, so
+    /// anything that reads offsets (and a restart without `pop.json`) resumes at
+    /// the first message not yet acked.
+    fn sync_consume_offset(&self, group: &str, topic: &str, queue_id: u32) {
+        let base = self
+            .pop
+            .table()
+            .queue(group, topic, queue_id)
+            .map(|q| q.base());
+        if let Some(base) = base {
+            let mut offsets = self.offsets.table();
+            if offsets.get(group, topic, queue_id) != Some(base) {
+                offsets.set(group, topic, queue_id, base);
+            }
+        }
+    }
+
+    pub(super) fn ack_receipt(&self, handle: &ReceiptHandle) -> Result<()> {
+        self.pop.table().ack(handle)?;
+        self.sync_consume_offset(&handle.group, &handle.topic, handle.queue_id);
+        Ok(())
+    }
+
+    pub(super) fn renew_receipt(
+        &self,
+        handle: &ReceiptHandle,
+        invisible: Duration,
+    ) -> Result<ReceiptHandle> {
+        let until = self.clock.now_ms().saturating_add(millis(invisible));
+        self.pop.table().change(handle, until)
+    }
+}
+
+fn popped(
+    req: &PopRequest,
+    queue_id: u32,
+    queue_offset: u64,
+    record: bytes::Bytes,
+    lease: Lease,
+) -> Popped {
+    Popped {
+        message: Delivered {
+            queue_id,
+            queue_offset,
+            record,
+        },
+        receipt: ReceiptHandle {
+            group: req.group.clone(),
+            topic: req.topic.clone(),
+            queue_id,
+            queue_offset,
+            invisible_until_ms: lease.deadline_ms,
+            attempt: lease.attempt,
+            revision: lease.revision,
+        },
+    }
+}

@@ -1,0 +1,441 @@
+//! The POP bookkeeping of every (group, topic, queue), as a pure state machine
+//! with its file: what has been handed out, until when, how often, and what is
+//! done. No I/O besides [`PopState::flush`]; time comes in as arguments.
+//!
+//! Per queue, a [`PopQueue`] keeps the *cursor* (the next queue offset never
+//! examined for the group) and the *in-flight* leases (offset → deadline,
+//! attempt, revision) of messages handed out and not acked.
+//!
+//! # Invariants
+//! - Every offset in `[base, cursor)` is either in flight or done (acked, or
+//!   skipped because the group's filter rejected it); `base` is the lowest
+//!   in-flight offset, or the cursor when nothing is in flight. So the set of
+//!   acked offsets above the low-water mark is implicit and costs nothing.
+//! - `base` is what the broker writes to the group's consume offset: a process
+//!   that knows nothing else resumes from the first message not yet acked.
+//! - A lease is identified by `(attempt, revision)`: a redelivery raises the
+//!   attempt, [`PopTable::change`] raises the revision. A receipt handle acts
+//!   only on the lease it names, so a stale handle never acks a newer delivery.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::persist;
+use super::receipt::ReceiptHandle;
+use crate::{Error, Result};
+
+/// One handed-out, not yet acked message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Invisible to other POPs until then (ms since the epoch, broker clock).
+    pub deadline_ms: i64,
+    /// 1 on the first delivery, raised by each redelivery.
+    pub attempt: u32,
+    /// Raised by each change of invisibility within one delivery.
+    pub revision: u32,
+}
+
+/// The POP state of one queue for one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PopQueue {
+    /// The next queue offset never examined for this group.
+    pub cursor: u64,
+    /// Handed out and not acked, by queue offset.
+    pub in_flight: BTreeMap<u64, Lease>,
+}
+
+impl PopQueue {
+    /// The low-water mark: every offset below it is done.
+    pub fn base(&self) -> u64 {
+        self.in_flight.keys().next().copied().unwrap_or(self.cursor)
+    }
+
+    /// The lease `handle` names, or why it names none.
+    fn lease_of(&self, handle: &ReceiptHandle) -> Result<Lease, &'static str> {
+        let offset = handle.queue_offset;
+        match self.in_flight.get(&offset) {
+            Some(l) if l.attempt == handle.attempt && l.revision == handle.revision => Ok(*l),
+            Some(_) => Err("superseded by a redelivery or a change of invisibility"),
+            None if offset < self.cursor => Err("already acked"),
+            None => Err("never delivered"),
+        }
+    }
+}
+
+/// What one scan of a queue from the cursor found, to be claimed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scanned {
+    /// The cursor the scan started from (as stored, before clamping).
+    pub cursor: u64,
+    /// Past the last examined entry.
+    pub next: u64,
+    /// The examined offsets the filter accepted.
+    pub matched: Vec<u64>,
+}
+
+type Queues = BTreeMap<u32, PopQueue>;
+
+#[derive(Serialize, Deserialize, Default)]
+struct PopFile {
+    version: u32,
+    /// group -> topic -> queue id -> state.
+    queues: BTreeMap<String, BTreeMap<String, Queues>>,
+}
+
+/// Every group's POP state. Not synchronized: [`PopState`] holds it under one lock.
+#[derive(Debug)]
+pub struct PopTable {
+    path: PathBuf,
+    queues: BTreeMap<String, BTreeMap<String, Queues>>,
+    /// Where the next POP of (group, topic) starts looking, so one busy queue
+    /// does not starve the others. Not persisted.
+    rotation: HashMap<(String, String), u32>,
+    /// Bumped on every change, so a flush can tell whether the file is behind.
+    version: u64,
+}
+
+impl PopTable {
+    pub fn open(config_dir: &Path) -> Result<PopTable> {
+        let path = config_dir.join("pop.json");
+        let file: PopFile = persist::read_json(&path)?.unwrap_or_default();
+        Ok(PopTable {
+            path,
+            queues: file.queues,
+            rotation: HashMap::new(),
+            version: 0,
+        })
+    }
+
+    pub fn queue(&self, group: &str, topic: &str, queue_id: u32) -> Option<&PopQueue> {
+        self.queues.get(group)?.get(topic)?.get(&queue_id)
+    }
+
+    fn queue_mut(&mut self, group: &str, topic: &str, queue_id: u32) -> Option<&mut PopQueue> {
+        self.queues
+            .get_mut(group)?
+            .get_mut(topic)?
+            .get_mut(&queue_id)
+    }
+
+    /// The state of a queue, created with its cursor at `start` on first use.
+    fn queue_or_start(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        start: u64,
+    ) -> &mut PopQueue {
+        self.queues
+            .entry(group.to_owned())
+            .or_default()
+            .entry(topic.to_owned())
+            .or_default()
+            .entry(queue_id)
+            .or_insert_with(|| PopQueue {
+                cursor: start,
+                in_flight: BTreeMap::new(),
+            })
+    }
+
+    /// The cursor of a queue (`start` if the group never popped it).
+    pub fn cursor(&self, group: &str, topic: &str, queue_id: u32, start: u64) -> u64 {
+        self.queue(group, topic, queue_id)
+            .map_or(start, |q| q.cursor)
+    }
+
+    /// The first queue a POP of (group, topic) looks at; moves on by one each call.
+    pub fn rotate(&mut self, group: &str, topic: &str, queues: u32) -> u32 {
+        let next = self
+            .rotation
+            .entry((group.to_owned(), topic.to_owned()))
+            .or_insert(0);
+        let first = *next % queues.max(1);
+        *next = first + 1;
+        first
+    }
+
+    /// Leases again up to `max` in-flight messages whose deadline has passed,
+    /// with their attempt raised. Returns `(offset, new lease)`.
+    pub fn claim_expired(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        now_ms: i64,
+        deadline_ms: i64,
+        max: usize,
+    ) -> Vec<(u64, Lease)> {
+        let Some(q) = self.queue_mut(group, topic, queue_id) else {
+            return Vec::new();
+        };
+        let mut claimed = Vec::new();
+        for (offset, lease) in q.in_flight.iter_mut() {
+            if claimed.len() >= max {
+                break;
+            }
+            if lease.deadline_ms <= now_ms {
+                *lease = Lease {
+                    deadline_ms,
+                    attempt: lease.attempt.saturating_add(1),
+                    revision: 0,
+                };
+                claimed.push((*offset, *lease));
+            }
+        }
+        if !claimed.is_empty() {
+            self.version += 1;
+        }
+        claimed
+    }
+
+    /// Hands out `scan.matched` and marks the rest of `[scan.cursor, scan.next)`
+    /// done, if the cursor is still `scan.cursor`; `false` if another POP moved
+    /// it meanwhile (the caller scans again). `start` is the cursor of a queue
+    /// the group never popped.
+    pub fn claim_new(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        start: u64,
+        scan: &Scanned,
+        deadline_ms: i64,
+    ) -> bool {
+        let q = self.queue_or_start(group, topic, queue_id, start);
+        if q.cursor != scan.cursor {
+            return false;
+        }
+        q.cursor = scan.next.max(q.cursor);
+        for offset in &scan.matched {
+            q.in_flight.insert(
+                *offset,
+                Lease {
+                    deadline_ms,
+                    attempt: 1,
+                    revision: 0,
+                },
+            );
+        }
+        self.version += 1;
+        true
+    }
+
+    /// Forgets an in-flight message whose record is gone (retention deleted it).
+    pub fn forget(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) {
+        if let Some(q) = self.queue_mut(group, topic, queue_id)
+            && q.in_flight.remove(&offset).is_some()
+        {
+            self.version += 1;
+        }
+    }
+
+    /// Acks the delivery `handle` names. Returns the queue's new low-water mark.
+    pub fn ack(&mut self, handle: &ReceiptHandle) -> Result<u64> {
+        let q = self.lease_holder(handle)?;
+        q.in_flight.remove(&handle.queue_offset);
+        let base = q.base();
+        self.version += 1;
+        Ok(base)
+    }
+
+    /// Moves the deadline of the delivery `handle` names; returns the new handle
+    /// (the old one stops working).
+    pub fn change(&mut self, handle: &ReceiptHandle, deadline_ms: i64) -> Result<ReceiptHandle> {
+        let q = self.lease_holder(handle)?;
+        let lease = q
+            .in_flight
+            .get_mut(&handle.queue_offset)
+            .ok_or_else(|| stale(handle, "never delivered"))?;
+        lease.deadline_ms = deadline_ms;
+        lease.revision = lease.revision.wrapping_add(1);
+        let renewed = ReceiptHandle {
+            invisible_until_ms: deadline_ms,
+            revision: lease.revision,
+            ..handle.clone()
+        };
+        self.version += 1;
+        Ok(renewed)
+    }
+
+    fn lease_holder(&mut self, handle: &ReceiptHandle) -> Result<&mut PopQueue> {
+        let q = self
+            .queue_mut(&handle.group, &handle.topic, handle.queue_id)
+            .ok_or_else(|| stale(handle, "the group never popped this queue"))?;
+        q.lease_of(handle).map_err(|why| stale(handle, why))?;
+        Ok(q)
+    }
+
+    /// The earliest deadline of an in-flight message of (group, topic).
+    pub fn next_expiry(&self, group: &str, topic: &str) -> Option<i64> {
+        self.queues
+            .get(group)?
+            .get(topic)?
+            .values()
+            .flat_map(|q| q.in_flight.values().map(|l| l.deadline_ms))
+            .min()
+    }
+
+    /// Forgets every group's POP state of a deleted topic.
+    pub fn remove_topic(&mut self, topic: &str) {
+        for topics in self.queues.values_mut() {
+            if topics.remove(topic).is_some() {
+                self.version += 1;
+            }
+        }
+        self.queues.retain(|_, t| !t.is_empty());
+        self.rotation.retain(|(_, t), _| t != topic);
+    }
+
+    fn snapshot(&self) -> Result<(Vec<u8>, u64)> {
+        let file = PopFile {
+            version: 1,
+            queues: self.queues.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file)
+            .map_err(|e| Error::InvalidArgument(format!("cannot encode POP state: {e}")))?;
+        Ok((bytes, self.version))
+    }
+}
+
+fn stale(handle: &ReceiptHandle, reason: &'static str) -> Error {
+    Error::StaleReceiptHandle {
+        handle: handle.to_string(),
+        reason,
+    }
+}
+
+/// The POP table shared by poppers, ackers and the background flusher.
+#[derive(Debug)]
+pub struct PopState {
+    /// One short lock around the table: POPs, acks and changes of invisibility
+    /// of every group go through it, and each holds it only for map updates
+    /// (never across an `.await`, a store read or a file write).
+    table: Mutex<PopTable>,
+    /// The table version `pop.json` holds. Held while the file is written, so
+    /// two flushes never race and an older snapshot never replaces a newer one.
+    file: Mutex<u64>,
+}
+
+impl PopState {
+    pub fn open(config_dir: &Path) -> Result<PopState> {
+        Ok(PopState {
+            table: Mutex::new(PopTable::open(config_dir)?),
+            file: Mutex::new(0),
+        })
+    }
+
+    pub fn table(&self) -> MutexGuard<'_, PopTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the file if the table changed since the last write.
+    pub fn flush(&self) -> Result<()> {
+        let mut written = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let (bytes, version, path) = {
+            let t = self.table();
+            if t.version == *written {
+                return Ok(());
+            }
+            let (bytes, version) = t.snapshot()?;
+            (bytes, version, t.path.clone())
+        };
+        persist::write_raw(&path, &bytes)?;
+        *written = version;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(cursor: u64, next: u64, matched: &[u64]) -> Scanned {
+        Scanned {
+            cursor,
+            next,
+            matched: matched.to_vec(),
+        }
+    }
+
+    fn handle(offset: u64, lease: Lease) -> ReceiptHandle {
+        ReceiptHandle {
+            group: "g".into(),
+            topic: "t".into(),
+            queue_id: 0,
+            queue_offset: offset,
+            invisible_until_ms: lease.deadline_ms,
+            attempt: lease.attempt,
+            revision: lease.revision,
+        }
+    }
+
+    fn table() -> (tempfile::TempDir, PopTable) {
+        let dir = tempfile::tempdir().unwrap();
+        let t = PopTable::open(dir.path()).unwrap();
+        (dir, t)
+    }
+
+    #[test]
+    fn the_low_water_mark_is_the_first_unacked_offset() {
+        let (_d, mut t) = table();
+        // Offsets 0..5 examined; 1 and 3 rejected by the filter.
+        assert!(t.claim_new("g", "t", 0, 0, &scanned(0, 5, &[0, 2, 4]), 100));
+        let lease = t.queue("g", "t", 0).unwrap().in_flight[&2];
+        assert_eq!(t.ack(&handle(2, lease)).unwrap(), 0);
+        let lease = t.queue("g", "t", 0).unwrap().in_flight[&0];
+        assert_eq!(t.ack(&handle(0, lease)).unwrap(), 4);
+        let lease = t.queue("g", "t", 0).unwrap().in_flight[&4];
+        assert_eq!(t.ack(&handle(4, lease)).unwrap(), 5);
+        let err = t.ack(&handle(4, lease)).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::StaleReceiptHandle {
+                reason: "already acked",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_moved_cursor_refuses_the_claim() {
+        let (_d, mut t) = table();
+        assert!(t.claim_new("g", "t", 0, 0, &scanned(0, 2, &[0, 1]), 100));
+        assert!(!t.claim_new("g", "t", 0, 0, &scanned(0, 2, &[0, 1]), 100));
+        assert_eq!(t.cursor("g", "t", 0, 0), 2);
+    }
+
+    #[test]
+    fn expiry_redelivers_and_stales_the_old_handle() {
+        let (_d, mut t) = table();
+        assert!(t.claim_new("g", "t", 0, 0, &scanned(0, 1, &[0]), 100));
+        let first = handle(0, t.queue("g", "t", 0).unwrap().in_flight[&0]);
+        assert!(t.claim_expired("g", "t", 0, 99, 200, 10).is_empty());
+        let again = t.claim_expired("g", "t", 0, 100, 200, 10);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].1.attempt, 2);
+        assert!(t.ack(&first).is_err());
+        let changed = t.change(&handle(0, again[0].1), 100).unwrap();
+        assert!(t.ack(&handle(0, again[0].1)).is_err());
+        assert_eq!(t.ack(&changed).unwrap(), 1);
+    }
+
+    #[test]
+    fn state_survives_a_flush_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PopState::open(dir.path()).unwrap();
+        assert!(
+            state
+                .table()
+                .claim_new("g", "t", 1, 3, &scanned(3, 6, &[3, 5]), 100)
+        );
+        state.flush().unwrap();
+        let t = PopTable::open(dir.path()).unwrap();
+        let q = t.queue("g", "t", 1).unwrap();
+        assert_eq!(q.cursor, 6);
+        assert_eq!(q.base(), 3);
+        assert_eq!(q.in_flight.keys().copied().collect::<Vec<_>>(), [3, 5]);
+    }
+}
