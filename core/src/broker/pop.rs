@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::api::{Delivered, PopRequest, Popped};
 use super::local::Broker;
 use super::pop_state::{Lease, Scanned};
+use super::pull::read_if_matches;
 use super::receipt::ReceiptHandle;
 use super::schedule;
 use crate::{Error, Result};
@@ -175,16 +176,7 @@ impl Broker {
                 break;
             }
             scan.next = offset + 1;
-            if !req.filter.matches_tag_hash(entry.tag_hash) {
-                continue;
-            }
-            let record = self.store.read_entry(&entry)?;
-            let matched = {
-                let view = record.view()?;
-                req.filter
-                    .matches_with(view.tags(), |name| view.property(name))
-            };
-            if matched {
+            if let Some(record) = read_if_matches(&self.store, &req.filter, &entry)? {
                 scan.matched.push(offset);
                 found.push((offset, record.into_bytes()));
             }

@@ -15,7 +15,9 @@
 use tokio::time::Instant;
 
 use super::api::{Delivered, PullRequest, PullResult, PullStatus};
+use super::filter::Filter;
 use super::local::{Broker, lock};
+use crate::store::{CqEntry, RecordRef, Store};
 use crate::{Error, Result};
 
 /// One scan of a queue.
@@ -122,22 +124,14 @@ impl Broker {
                 break;
             }
             scan.next_offset = queue_offset + 1;
-            if !req.filter.matches_tag_hash(entry.tag_hash) {
+            let Some(record) = read_if_matches(&self.store, &req.filter, &entry)? else {
                 continue;
-            }
-            let record = self.store.read_entry(&entry)?;
-            let matched = {
-                let view = record.view()?;
-                req.filter
-                    .matches_with(view.tags(), |name| view.property(name))
             };
-            if matched {
-                scan.messages.push(Delivered {
-                    queue_id: req.queue_id,
-                    queue_offset,
-                    record: record.into_bytes(),
-                });
-            }
+            scan.messages.push(Delivered {
+                queue_id: req.queue_id,
+                queue_offset,
+                record: record.into_bytes(),
+            });
         }
         Ok(scan)
     }
@@ -151,4 +145,23 @@ fn no_new(next_offset: u64, min_offset: u64, max_offset: u64) -> PullResult {
         min_offset,
         max_offset,
     }
+}
+
+/// The two-step filter every read path uses: the consume-queue tag hash first (no
+/// commit-log read for a non-matching tag), then the real tag and properties from the
+/// record (hashes collide). The record when it matches.
+pub(super) fn read_if_matches(
+    store: &Store,
+    filter: &Filter,
+    entry: &CqEntry,
+) -> Result<Option<RecordRef>> {
+    if !filter.matches_tag_hash(entry.tag_hash) {
+        return Ok(None);
+    }
+    let record = store.read_entry(entry)?;
+    let matched = {
+        let view = record.view()?;
+        filter.matches_with(view.tags(), |name| view.property(name))
+    };
+    Ok(matched.then_some(record))
 }
