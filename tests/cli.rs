@@ -9,6 +9,15 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rocketgate"))
 }
 
+/// The binary with a small store (1 MiB segments), as the node tests run it.
+fn node() -> Command {
+    let mut c = bin();
+    c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        .stderr(Stdio::null());
+    c
+}
+
 #[test]
 fn a_bad_setting_names_itself_and_its_origin() {
     let dir = tempfile::tempdir().unwrap();
@@ -36,7 +45,7 @@ fn a_bad_setting_names_itself_and_its_origin() {
 #[test]
 fn standalone_starts_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = bin()
+    let mut child = node()
         .args(["standalone", "--data-dir"])
         .arg(dir.path())
         .args([
@@ -51,10 +60,7 @@ fn standalone_starts_and_stops_cleanly_on_sigterm() {
             "--ws",
             "0",
         ])
-        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
-        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -87,14 +93,7 @@ fn start(
     String,
     std::io::Lines<BufReader<std::process::ChildStdout>>,
 ) {
-    let mut child = bin()
-        .args(args)
-        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
-        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = node().args(args).stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let prefix = format!("rocketgate: {door} listening on ");
     let addr = loop {
@@ -163,7 +162,7 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
     let d = tempfile::tempdir().unwrap();
     let list = format!("{a1};{a2}");
     let data = d.path().to_str().unwrap();
-    let mut broker = bin()
+    let mut broker = node()
         .args([
             "broker",
             "--name",
@@ -175,10 +174,7 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
             "--data-dir",
             data,
         ])
-        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
-        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     for a in [&a1, &a2] {
