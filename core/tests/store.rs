@@ -350,3 +350,20 @@ fn now_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+#[test]
+fn a_topic_that_cannot_be_a_queue_directory_is_refused_before_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), asynchronous());
+    for bad in ["../escape", "a/b", ""] {
+        let err = store.put(&Message::new(bad, 0, b"x".to_vec())).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidTopicName { .. }),
+            "{bad:?}: {err}"
+        );
+    }
+    // Dispatch is not stalled: a good message still becomes readable.
+    store.put(&Message::new("good", 0, b"ok".to_vec())).unwrap();
+    assert!(store.wait_dispatched(Duration::from_secs(10)));
+    assert_eq!(bodies_of(&store, "good", 0), vec![b"ok".to_vec()]);
+}

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{AbortMarker, Checkpoint};
 use super::commit_log::{AppendResult, CommitLog, CommitLogConfig, RecordRef, Recovery};
-use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash};
+use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash, validate_topic};
 use super::disk::{DiskSpace, Statvfs};
 use super::flush::{FlushMode as FlushPolicy, GroupCommit};
 use super::index::IndexStore;
@@ -379,6 +379,11 @@ impl Store {
         }
         if inner.disk_full.load(Ordering::Acquire) {
             return Err(inner.disk_full_error());
+        }
+        // A record the dispatcher could not give a consume queue would stall dispatch
+        // for everything behind it, so refuse it before it reaches the log.
+        for m in msgs {
+            validate_topic(&m.topic)?;
         }
         let results = if msgs.len() == 1 {
             vec![inner.log.append(&msgs[0])?]
