@@ -120,6 +120,13 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A send asked for a delivery further away than the broker allows.
+    #[error("delay of {requested:?} exceeds the maximum of {max:?}")]
+    DelayTooLong {
+        requested: std::time::Duration,
+        max: std::time::Duration,
+    },
+
     #[error("invalid delay levels: {0}")]
     InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
 }

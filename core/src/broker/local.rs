@@ -11,8 +11,11 @@
 //!   driven by the injected [`Clock`];
 //! - `round_robin`: one `Mutex` around per-topic send counters;
 //! - `pop`: see [`PopState`]; written to disk with the offsets.
+//! - `delay`: see [`DelayState`]; its progress is written with the offsets, up to
+//!   what the commit log has flushed.
 //!
-//! Pulling (long polling) is in `pull.rs`, POP in `pop.rs`.
+//! Pulling (long polling) is in `pull.rs`, POP in `pop.rs`, delayed delivery in
+//! `delay.rs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,6 +29,7 @@ use super::api::{
     MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice, SendResult,
 };
 use super::clock::Clock;
+use super::delay::{self, DelayOptions, DelayState};
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
 use super::pop_state::PopState;
@@ -56,6 +60,8 @@ pub struct BrokerOptions {
     /// Consume-queue entries one pull round examines before it lets other tasks
     /// run (a filter may reject long runs of messages).
     pub pull_scan_batch: usize,
+    /// Delay levels, the longest delay and the delivery tick.
+    pub delay: DelayOptions,
 }
 
 impl Default for BrokerOptions {
@@ -69,6 +75,7 @@ impl Default for BrokerOptions {
             offset_flush_interval: Duration::from_secs(5),
             allocate: AllocateStrategy::Average,
             pull_scan_batch: 1024,
+            delay: DelayOptions::default(),
         }
     }
 }
@@ -83,6 +90,8 @@ pub struct Broker {
     pub(super) offsets: Arc<Offsets>,
     /// POP cursors and leases of every group; its own short lock (see [`PopState`]).
     pub(super) pop: Arc<PopState>,
+    /// Delayed-delivery scheduler and its progress (see [`super::delay`]).
+    pub(super) delay: Arc<DelayState>,
     pub(super) groups: Mutex<ConsumerGroups>,
     round_robin: Mutex<HashMap<String, u64>>,
     /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
@@ -108,10 +117,13 @@ impl Broker {
         let topics = TopicTable::open(&config_dir)?;
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         let pop = Arc::new(PopState::open(&config_dir)?);
+        let delay = Arc::new(DelayState::open(&config_dir)?);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();
             let pop = pop.clone();
+            let delay = delay.clone();
+            let store = store.clone();
             let every = opts.offset_flush_interval;
             std::thread::Builder::new()
                 .name("rg-offsets".into())
@@ -123,6 +135,9 @@ impl Broker {
                         }
                         if let Err(e) = pop.flush() {
                             tracing::error!(error = %e, "writing POP state failed");
+                        }
+                        if let Err(e) = delay.flush(store.positions().flushed) {
+                            tracing::error!(error = %e, "writing delay progress failed");
                         }
                     }
                 })
@@ -136,6 +151,7 @@ impl Broker {
             topics: RwLock::new(topics),
             offsets,
             pop,
+            delay,
             groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
             round_robin: Mutex::new(HashMap::new()),
             flusher: Mutex::new(Some((stop_tx, flusher))),
@@ -151,13 +167,34 @@ impl Broker {
         }
         let offsets = self.offsets.flush();
         self.pop.flush()?;
+        self.flush_delay(true)?;
         offsets
+    }
+
+    /// True once [`Broker::close`] ran.
+    pub(super) fn is_closed(&self) -> bool {
+        lock(&self.flusher).is_none()
+    }
+
+    /// Writes the delay progress the commit log has made durable. At close, waits
+    /// a little for the store's flusher so recent deliveries are not repeated
+    /// after a restart.
+    fn flush_delay(&self, closing: bool) -> Result<()> {
+        if closing {
+            let want = self.delay.pending_end();
+            let until = std::time::Instant::now() + Duration::from_secs(2);
+            while self.store.positions().flushed < want && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.delay.flush(self.store.positions().flushed)
     }
 
     /// Writes changed offsets and POP state now (the flusher does this periodically).
     pub fn flush_offsets(&self) -> Result<()> {
         self.offsets.flush()?;
-        self.pop.flush()
+        self.pop.flush()?;
+        self.flush_delay(false)
     }
 
     /// The topic table right now, without awaiting (for the NameServer registration,
@@ -320,7 +357,10 @@ impl MessagingApi for Broker {
     async fn send(&self, mut message: Message, queue: QueueChoice) -> Result<SendResult> {
         let config = self.writable_topic(&message.topic)?;
         let queue_id = self.choose_queue(&config, &queue)?;
+        message.topic.clone_from(&config.name);
         message.queue_id = queue_id;
+        let plan = delay::plan(&message, &self.opts.delay, self.clock.now_ms())?;
+        delay::divert(&mut message, plan);
         let append = self
             .store
             .put_batch_async(std::slice::from_ref(&message))
@@ -348,6 +388,14 @@ impl MessagingApi for Broker {
                 "a batch goes to one topic; it mixes {topic:?} and {:?}",
                 other.topic
             )));
+        }
+        let now = self.clock.now_ms();
+        for m in &messages {
+            if delay::plan(m, &self.opts.delay, now)? != delay::Plan::Now {
+                return Err(Error::InvalidMessage(
+                    "a batch cannot be delayed; send delayed messages one by one".into(),
+                ));
+            }
         }
         let config = self.writable_topic(&topic)?;
         let queue_id = self.choose_queue(&config, &queue)?;

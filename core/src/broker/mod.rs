@@ -6,7 +6,8 @@
 //! along their seams: [`topics`] (the persisted topic table), [`offsets`]
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
 //! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
-//! cursors and in-flight leases, persisted). The pure building
+//! cursors and in-flight leases, persisted), [`delay`] (delay levels and
+//! delivery at a time: schedule topics, the delivery tick, persisted progress). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
 //! system topic names ([`schedule`]). The model and its decisions are written
@@ -15,6 +16,7 @@
 pub mod allocate;
 mod api;
 pub mod clock;
+pub mod delay;
 pub mod filter;
 pub mod groups;
 mod local;
@@ -32,6 +34,7 @@ pub use api::{
     QueueChoice, SendResult,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use delay::DelayOptions;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
 pub use receipt::ReceiptHandle;

@@ -1,0 +1,584 @@
+//! Delayed delivery: RocketMQ's 18 delay levels and delivery at an arbitrary
+//! time (the RocketMQ 5 timer properties), with delivery progress persisted.
+//!
+//! On send, a delayed message is stored durably in the commit log under a system
+//! topic instead of its own, with the real topic and queue in `REAL_TOPIC` /
+//! `REAL_QID` and its delivery time (broker clock, ms) in `TIMER_OUT_MS`:
+//! - a delay level `n` goes to `SCHEDULE_TOPIC_XXXX`, queue `n - 1`. One queue
+//!   per level holds equal delays, so deadlines are in append order and each
+//!   queue is delivered FIFO up to a *delivered offset*;
+//! - an arbitrary time goes to `rmq_sys_wheel_timer`, queue 0. Deadlines there are
+//!   in any order: an in-memory min-heap of `(deadline, offset)` is fed by scanning
+//!   the queue, and rebuilt at open from the persisted low-water mark.
+//!
+//! [`Broker::deliver_due`] (called by the loop of
+//! [`Broker::spawn_delay_delivery`], and directly by tests with a manual clock)
+//! re-appends every due message to its real topic and queue, properties
+//! restored, in delivery-time order.
+//!
+//! # Invariants
+//! - A message is re-appended only once its deadline is `<=` the broker clock:
+//!   never early.
+//! - [`Progress`] on disk only counts re-appends whose bytes the commit log has
+//!   flushed, so a crash never loses a delayed message; it may deliver again
+//!   those re-appended since the last durable progress (the crash window).
+//! - Within one tick, due messages are re-appended in deadline order (ties: level
+//!   queues first, then by offset).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::local::{Broker, lock};
+use super::persist;
+use super::schedule::{self, DelayLevels};
+use crate::store::record::property;
+use crate::store::{Message, RecordView, Store};
+use crate::{Error, Result};
+
+/// The stored property holding a delayed message's delivery time (ms since the
+/// epoch, broker clock); RocketMQ 5's name for it.
+pub const DELIVER_AT: &str = "TIMER_OUT_MS";
+
+/// Properties that ask for a delay; removed when the message is delivered.
+const DELAY_PROPERTIES: &[&str] = &[
+    property::DELAY_TIME_LEVEL,
+    property::TIMER_DELIVER_MS,
+    property::TIMER_DELAY_MS,
+    property::TIMER_DELAY_SEC,
+    property::START_DELIVER_TIME,
+    property::REAL_TOPIC,
+    property::REAL_QUEUE_ID,
+    DELIVER_AT,
+];
+
+/// How delayed delivery behaves.
+#[derive(Debug, Clone)]
+pub struct DelayOptions {
+    /// The level table (RocketMQ `messageDelayLevel`).
+    pub levels: DelayLevels,
+    /// The longest delay a send may ask for; beyond it the send fails.
+    pub max_delay: Duration,
+    /// How often the background loop delivers due messages (the precision of
+    /// delivery, besides the 1 s the timer guarantees).
+    pub tick: Duration,
+    /// Entries one tick reads per level queue and takes from the timer heap.
+    pub batch: usize,
+}
+
+impl Default for DelayOptions {
+    fn default() -> Self {
+        DelayOptions {
+            levels: DelayLevels::default(),
+            max_delay: Duration::from_secs(3 * 24 * 3600),
+            tick: Duration::from_millis(100),
+            batch: 1024,
+        }
+    }
+}
+
+/// Where a message sent now should wait, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Not delayed (no delay property, level 0, or a time already past).
+    Now,
+    /// Delay level (1-based, clamped to the table) and its deadline.
+    Level { level: u32, deliver_ms: i64 },
+    /// An arbitrary deadline.
+    At { deliver_ms: i64 },
+}
+
+fn parse_i64(msg: &Message, name: &str) -> Result<Option<i64>> {
+    msg.property(name)
+        .map(|v| {
+            v.trim().parse::<i64>().map_err(|_| {
+                Error::InvalidMessage(format!("property {name} is {v:?}: expected an integer"))
+            })
+        })
+        .transpose()
+}
+
+/// Decides a send's [`Plan`] from its properties (pure).
+///
+/// - `DELAY` (level): `<= 0` is not delayed; above the table it is clamped to the
+///   last level, as the RocketMQ broker does; not a number is rejected.
+/// - `TIMER_DELIVER_MS` / `__STARTDELIVERTIME` (absolute ms), `TIMER_DELAY_MS`,
+///   `TIMER_DELAY_SEC` (relative): a time not in the future is delivered now; one
+///   more than `max_delay` away fails with [`Error::DelayTooLong`].
+/// - A level together with a delivery time is rejected.
+pub fn plan(msg: &Message, opts: &DelayOptions, now_ms: i64) -> Result<Plan> {
+    let at = if let Some(ms) = parse_i64(msg, property::TIMER_DELIVER_MS)? {
+        Some(ms)
+    } else if let Some(ms) = parse_i64(msg, property::START_DELIVER_TIME)? {
+        Some(ms)
+    } else if let Some(ms) = parse_i64(msg, property::TIMER_DELAY_MS)? {
+        Some(now_ms.saturating_add(ms))
+    } else {
+        parse_i64(msg, property::TIMER_DELAY_SEC)?
+            .map(|s| now_ms.saturating_add(s.saturating_mul(1000)))
+    };
+    let level = parse_i64(msg, property::DELAY_TIME_LEVEL)?;
+    if at.is_some() && level.is_some_and(|l| l > 0) {
+        return Err(Error::InvalidMessage(
+            "a message has either a delay level or a delivery time, not both".into(),
+        ));
+    }
+    if let Some(deliver_ms) = at {
+        if deliver_ms <= now_ms {
+            return Ok(Plan::Now);
+        }
+        let delay = Duration::from_millis((deliver_ms - now_ms) as u64);
+        if delay > opts.max_delay {
+            return Err(Error::DelayTooLong {
+                requested: delay,
+                max: opts.max_delay,
+            });
+        }
+        return Ok(Plan::At { deliver_ms });
+    }
+    match level {
+        Some(l) if l > 0 => {
+            let level = opts
+                .levels
+                .effective_level(u32::try_from(l).unwrap_or(u32::MAX));
+            let delay = opts.levels.delay_of(level).unwrap_or_default();
+            if delay > opts.max_delay {
+                return Err(Error::DelayTooLong {
+                    requested: delay,
+                    max: opts.max_delay,
+                });
+            }
+            Ok(Plan::Level {
+                level,
+                deliver_ms: now_ms.saturating_add(delay.as_millis() as i64),
+            })
+        }
+        _ => Ok(Plan::Now),
+    }
+}
+
+/// Rewrites `msg` (already placed in its real topic and queue) to wait under the
+/// schedule or timer topic.
+pub fn divert(msg: &mut Message, plan: Plan) {
+    let (topic, queue_id, deliver_ms) = match plan {
+        Plan::Now => return,
+        Plan::Level { level, deliver_ms } => (schedule::SCHEDULE_TOPIC, level - 1, deliver_ms),
+        Plan::At { deliver_ms } => (schedule::TIMER_TOPIC, 0, deliver_ms),
+    };
+    msg.insert_property(property::REAL_TOPIC, msg.topic.clone());
+    msg.insert_property(property::REAL_QUEUE_ID, msg.queue_id.to_string());
+    msg.insert_property(DELIVER_AT, deliver_ms.to_string());
+    msg.topic = topic.to_owned();
+    msg.queue_id = queue_id;
+}
+
+/// The message to deliver for a stored delayed record: real topic and queue
+/// back, delay properties gone. `None` if the record lacks them (not ours).
+pub fn restore(view: &RecordView<'_>) -> Option<Message> {
+    let topic = view.property(property::REAL_TOPIC)?.to_owned();
+    let queue_id = view.property(property::REAL_QUEUE_ID)?.parse().ok()?;
+    let mut msg = view.to_message();
+    msg.properties
+        .retain(|(k, _)| !DELAY_PROPERTIES.contains(&k.as_str()));
+    msg.topic = topic;
+    msg.queue_id = queue_id;
+    Some(msg)
+}
+
+fn deliver_at(view: &RecordView<'_>) -> i64 {
+    // A record without a readable deadline is delivered at once rather than held.
+    view.property(DELIVER_AT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(i64::MIN)
+}
+
+/// One schedule entry, by where it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Entry {
+    Level { level: u32, offset: u64 },
+    Timer { offset: u64 },
+}
+
+/// Which schedule entries were delivered; the content of `delay.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Level -> the next offset of its schedule queue to deliver (FIFO).
+    pub levels: BTreeMap<u32, u64>,
+    /// Every timer offset below it is delivered.
+    pub timer_base: u64,
+    /// Delivered timer offsets at or above `timer_base` (deadlines are not in
+    /// offset order, so a few run ahead of the low-water mark).
+    pub timer_done: BTreeSet<u64>,
+}
+
+impl Progress {
+    fn mark(&mut self, e: Entry) {
+        match e {
+            Entry::Level { level, offset } => {
+                let next = self.levels.entry(level).or_insert(0);
+                *next = (*next).max(offset + 1);
+            }
+            Entry::Timer { offset } => {
+                if offset >= self.timer_base {
+                    self.timer_done.insert(offset);
+                }
+                while self.timer_done.remove(&self.timer_base) {
+                    self.timer_base += 1;
+                }
+            }
+        }
+    }
+
+    fn timer_delivered(&self, offset: u64) -> bool {
+        offset < self.timer_base || self.timer_done.contains(&offset)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct DelayFile {
+    version: u32,
+    progress: Progress,
+}
+
+/// What the delivery loop owns: the live progress, the timer heap and its scan
+/// cursor.
+#[derive(Debug, Default)]
+struct Scheduler {
+    /// Everything re-appended so far (durable or not).
+    live: Progress,
+    /// Undelivered timer entries: `(deadline, queue offset, commit-log offset, size)`.
+    /// Memory: ~32 bytes per waiting timer message.
+    heap: BinaryHeap<Reverse<(i64, u64, u64, u32)>>,
+    /// The next timer-queue offset not yet pushed into the heap.
+    timer_scanned: u64,
+}
+
+/// Progress waiting for the commit log, and what the file holds.
+#[derive(Debug, Default)]
+struct Marks {
+    /// Deliveries by the commit-log end offset of their re-append, ascending.
+    pending: VecDeque<(u64, Entry)>,
+    /// Progress whose re-appends are all flushed.
+    durable: Progress,
+    /// Bumped on every change of `durable`.
+    version: u64,
+}
+
+/// Delay state of a broker: see the module docs.
+pub(super) struct DelayState {
+    path: PathBuf,
+    /// Owned by one tick at a time; a tokio lock because a tick holds it across
+    /// its re-appends, so two ticks never deliver the same entry.
+    scheduler: tokio::sync::Mutex<Scheduler>,
+    /// Short std lock: ticks push, the flusher drains. Never held across I/O.
+    marks: Mutex<Marks>,
+    /// The `Marks::version` the file holds; held while writing so an older
+    /// snapshot never replaces a newer one.
+    file: Mutex<u64>,
+}
+
+impl DelayState {
+    pub(super) fn open(config_dir: &Path) -> Result<DelayState> {
+        let path = config_dir.join("delay.json");
+        let progress = persist::read_json::<DelayFile>(&path)?
+            .map(|f| f.progress)
+            .unwrap_or_default();
+        Ok(DelayState {
+            path,
+            scheduler: tokio::sync::Mutex::new(Scheduler {
+                timer_scanned: progress.timer_base,
+                live: progress.clone(),
+                heap: BinaryHeap::new(),
+            }),
+            marks: Mutex::new(Marks {
+                pending: VecDeque::new(),
+                durable: progress,
+                version: 0,
+            }),
+            file: Mutex::new(0),
+        })
+    }
+
+    /// Writes the progress whose re-appends are flushed (up to `flushed`), if it
+    /// changed since the last write.
+    pub(super) fn flush(&self, flushed: u64) -> Result<()> {
+        let mut written = lock(&self.file);
+        let bytes = {
+            let mut m = lock(&self.marks);
+            while let Some((end, e)) = m.pending.front().copied() {
+                if end > flushed {
+                    break;
+                }
+                m.pending.pop_front();
+                m.durable.mark(e);
+                m.version += 1;
+            }
+            if m.version == *written {
+                return Ok(());
+            }
+            let file = DelayFile {
+                version: 1,
+                progress: m.durable.clone(),
+            };
+            let bytes = serde_json::to_vec_pretty(&file).map_err(|e| {
+                Error::InvalidArgument(format!("cannot encode delay progress: {e}"))
+            })?;
+            *written = m.version;
+            bytes
+        };
+        persist::write_raw(&self.path, &bytes)
+    }
+
+    /// The commit-log offset the pending progress waits for (0: none).
+    pub(super) fn pending_end(&self) -> u64 {
+        lock(&self.marks)
+            .pending
+            .iter()
+            .map(|(end, _)| *end)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A due entry read for delivery.
+struct Due {
+    deliver_ms: i64,
+    entry: Entry,
+    record: Bytes,
+}
+
+fn read_due_levels(
+    store: &Store,
+    opts: &DelayOptions,
+    live: &Progress,
+    now: i64,
+    out: &mut Vec<Due>,
+) -> Result<()> {
+    for (level, _) in opts.levels.iter() {
+        let from = live.levels.get(&level).copied().unwrap_or(0);
+        let read = store.read_queue(schedule::SCHEDULE_TOPIC, level - 1, from, opts.batch)?;
+        let mut previous = i64::MIN;
+        for (offset, cq) in read.entries {
+            let record = store.read_entry(&cq)?.into_bytes();
+            let deliver_ms = deliver_at(&RecordView::parse(&record)?);
+            if deliver_ms > now {
+                break; // FIFO: the rest of this level is later still
+            }
+            // Keep a level's entries in offset order even if the clock went back
+            // between their sends: its progress is one offset.
+            let deliver_ms = deliver_ms.max(previous);
+            previous = deliver_ms;
+            out.push(Due {
+                deliver_ms,
+                entry: Entry::Level { level, offset },
+                record,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Pushes timer entries appended since the last scan into the heap.
+fn scan_timer(store: &Store, batch: usize, s: &mut Scheduler) -> Result<()> {
+    loop {
+        let read = store.read_queue(schedule::TIMER_TOPIC, 0, s.timer_scanned, batch)?;
+        if read.entries.is_empty() {
+            s.timer_scanned = s.timer_scanned.max(read.next_offset);
+            return Ok(());
+        }
+        for (offset, cq) in read.entries {
+            if s.live.timer_delivered(offset) {
+                continue;
+            }
+            let record = store.read_entry(&cq)?;
+            let deliver_ms = deliver_at(&record.view()?);
+            s.heap
+                .push(Reverse((deliver_ms, offset, cq.phys_offset, cq.size)));
+        }
+        s.timer_scanned = read.next_offset;
+    }
+}
+
+impl Broker {
+    /// Re-appends every delayed message whose time has come (broker clock) to
+    /// its real topic and queue, in delivery-time order; returns how many. The
+    /// loop of [`Broker::spawn_delay_delivery`] calls this every tick.
+    pub async fn deliver_due(&self) -> Result<usize> {
+        let now = self.clock.now_ms();
+        let opts = &self.opts.delay;
+        let mut s = self.delay.scheduler.lock().await;
+        scan_timer(&self.store, opts.batch, &mut s)?;
+        let mut due = Vec::new();
+        read_due_levels(&self.store, opts, &s.live, now, &mut due)?;
+        while due.len() < opts.batch.saturating_mul(2)
+            && s.heap.peek().is_some_and(|Reverse(t)| t.0 <= now)
+        {
+            let Some(Reverse((deliver_ms, offset, phys, size))) = s.heap.pop() else {
+                break;
+            };
+            match self.store.read(phys, size) {
+                Ok(r) => due.push(Due {
+                    deliver_ms,
+                    entry: Entry::Timer { offset },
+                    record: r.into_bytes(),
+                }),
+                Err(_) if offset < self.store.queue_bounds(schedule::TIMER_TOPIC, 0).0 => {
+                    tracing::warn!(offset, "delayed message removed by retention; dropped");
+                    s.live.mark(Entry::Timer { offset });
+                    lock(&self.delay.marks)
+                        .pending
+                        .push_back((0, Entry::Timer { offset }));
+                }
+                Err(e) => {
+                    s.heap.push(Reverse((deliver_ms, offset, phys, size)));
+                    return Err(e);
+                }
+            }
+        }
+        due.sort_by_key(|d| (d.deliver_ms, d.entry));
+        let mut delivered = 0;
+        let mut left = due.into_iter();
+        while let Some(d) = left.next() {
+            match self.redeliver(&d).await {
+                Ok(end) => {
+                    s.live.mark(d.entry);
+                    lock(&self.delay.marks).pending.push_back((end, d.entry));
+                    delivered += 1;
+                }
+                Err(e) => {
+                    // Put the undelivered timer entries back; level queues are
+                    // re-read from their delivered offset next tick.
+                    for d in std::iter::once(d).chain(left) {
+                        if let Entry::Timer { offset } = d.entry
+                            && let Ok(v) = RecordView::parse(&d.record)
+                        {
+                            let phys = v.phys_offset().max(0) as u64;
+                            s.heap
+                                .push(Reverse((d.deliver_ms, offset, phys, v.total_size())));
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Appends one due message to its real topic; returns the commit-log end
+    /// offset whose flush makes the delivery durable (0 when it was dropped).
+    async fn redeliver(&self, d: &Due) -> Result<u64> {
+        let view = RecordView::parse(&d.record)?;
+        let Some(mut msg) = restore(&view) else {
+            tracing::warn!(entry = ?d.entry, "schedule entry without its real topic; dropped");
+            return Ok(0);
+        };
+        let Ok(config) = self.topic_config(&msg.topic) else {
+            tracing::warn!(
+                topic = msg.topic,
+                "delayed message for a deleted topic; dropped"
+            );
+            return Ok(0);
+        };
+        if msg.queue_id >= config.write_queues {
+            msg.queue_id %= config.write_queues.max(1);
+        }
+        let appended = self
+            .store
+            .put_batch_async(std::slice::from_ref(&msg))
+            .await?;
+        Ok(appended.last().map_or(0, |a| a.end_offset))
+    }
+
+    /// Starts the delivery loop on the current tokio runtime: every
+    /// `delay.tick` it calls [`Broker::deliver_due`]. It stops when the broker
+    /// is closed or dropped.
+    pub fn spawn_delay_delivery(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let broker: Weak<Broker> = Arc::downgrade(self);
+        let tick = self.opts.delay.tick;
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(tick);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(b) = broker.upgrade() else { return };
+                if b.is_closed() {
+                    return;
+                }
+                if let Err(e) = b.deliver_due().await {
+                    tracing::error!(error = %e, "delivering delayed messages failed");
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> DelayOptions {
+        DelayOptions::default()
+    }
+
+    #[test]
+    fn levels_clamp_and_times_are_capped() {
+        let now = 1_000_000;
+        let m = |k: &str, v: &str| Message::new("t", 0, "x").with_property(k, v);
+        assert_eq!(
+            plan(&Message::new("t", 0, "x"), &opts(), now).unwrap(),
+            Plan::Now
+        );
+        assert_eq!(plan(&m("DELAY", "0"), &opts(), now).unwrap(), Plan::Now);
+        assert_eq!(
+            plan(&m("DELAY", "3"), &opts(), now).unwrap(),
+            Plan::Level {
+                level: 3,
+                deliver_ms: now + 10_000
+            }
+        );
+        assert_eq!(
+            plan(&m("DELAY", "99"), &opts(), now).unwrap(),
+            Plan::Level {
+                level: 18,
+                deliver_ms: now + 7_200_000
+            }
+        );
+        assert!(plan(&m("DELAY", "x"), &opts(), now).is_err());
+        assert_eq!(
+            plan(&m("TIMER_DELAY_SEC", "5"), &opts(), now).unwrap(),
+            Plan::At {
+                deliver_ms: now + 5_000
+            }
+        );
+        assert_eq!(
+            plan(&m("TIMER_DELIVER_MS", "10"), &opts(), now).unwrap(),
+            Plan::Now
+        );
+        let four_days = (4 * 24 * 3600 * 1000).to_string();
+        assert!(matches!(
+            plan(&m("TIMER_DELAY_MS", &four_days), &opts(), now),
+            Err(Error::DelayTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn timer_progress_keeps_a_low_water_mark() {
+        let mut p = Progress::default();
+        p.mark(Entry::Timer { offset: 2 });
+        p.mark(Entry::Timer { offset: 0 });
+        assert_eq!(p.timer_base, 1);
+        assert!(p.timer_delivered(2) && !p.timer_delivered(1));
+        p.mark(Entry::Timer { offset: 1 });
+        assert_eq!((p.timer_base, p.timer_done.len()), (3, 0));
+        p.mark(Entry::Level {
+            level: 3,
+            offset: 4,
+        });
+        assert_eq!(p.levels[&3], 5);
+    }
+}
