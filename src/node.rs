@@ -121,7 +121,10 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         ..BrokerOptions::default()
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
-    Ok(Arc::new(broker))
+    let broker = Arc::new(broker);
+    // Delivers delayed messages when due; stops by itself when the broker closes.
+    broker.spawn_delay_delivery();
+    Ok(broker)
 }
 
 /// Saves consumer offsets, then syncs and closes the store (off the async threads).
