@@ -367,3 +367,21 @@ fn a_topic_that_cannot_be_a_queue_directory_is_refused_before_the_log() {
     assert!(store.wait_dispatched(Duration::from_secs(10)));
     assert_eq!(bodies_of(&store, "good", 0), vec![b"ok".to_vec()]);
 }
+
+#[test]
+fn a_segment_whose_creation_was_interrupted_is_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), sync());
+    store.put(&Message::new("t", 0, b"kept".to_vec())).unwrap();
+    store.halt_for_tests();
+    drop(store);
+    // What a kill between creating and sizing the next segment leaves behind.
+    let stray = dir
+        .path()
+        .join("commitlog")
+        .join(format!("{:020}.tmp", 64 * 1024));
+    std::fs::write(&stray, b"").unwrap();
+    let store = open(dir.path(), sync());
+    assert!(!stray.exists());
+    assert_eq!(bodies_of(&store, "t", 0), vec![b"kept".to_vec()]);
+}

@@ -66,6 +66,14 @@ fn load_segments(dir: &Path, config: &CommitLogConfig) -> Result<Vec<Arc<Segment
         let name = entry.file_name();
         match name.to_str().and_then(segment::parse_file_name) {
             Some(start) => found.push((start, entry.path())),
+            None if name
+                .to_str()
+                .is_some_and(|n| n.ends_with(segment::TMP_SUFFIX)) =>
+            {
+                // A segment whose creation was interrupted: it never held data.
+                tracing::warn!(file = ?entry.path(), "removing an unfinished segment file");
+                std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            }
             None => {
                 tracing::warn!(file = ?entry.path(), "ignoring a file that is not a commit log segment")
             }

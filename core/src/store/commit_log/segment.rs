@@ -14,6 +14,9 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 
+/// Suffix of a segment file still being created (see [`Segment::create`]).
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
+
 /// File name of the segment starting at `start`: 20 digits, zero-padded.
 pub(crate) fn file_name(start: u64) -> String {
     format!("{start:020}")
@@ -80,7 +83,11 @@ impl Segment {
     /// Creates `dir/<start>` of exactly `size` zero bytes and maps it. The
     /// blocks are reserved up front (where the file system supports it) so a
     /// full disk is an error here, not a SIGBUS on a later write to a hole.
-    /// A half-created file is removed, so a retry can succeed.
+    ///
+    /// The file is sized under a temporary name and renamed into place, so a
+    /// crash mid-creation leaves a `*.tmp` file (removed at the next open), never
+    /// a short segment that would make the log refuse to open. A half-created
+    /// file is removed, so a retry can succeed.
     pub(crate) fn create(
         dir: &Path,
         start: u64,
@@ -88,18 +95,32 @@ impl Segment {
         write_through: bool,
     ) -> Result<Segment> {
         let path = dir.join(file_name(start));
+        let tmp = dir.join(format!("{}{TMP_SUFFIX}", file_name(start)));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        let made = file
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, e))?;
+        let sized = file
             .set_len(size as u64)
             .and_then(|()| reserve(&file, size))
-            .map_err(|e| Error::io(&path, e))
-            .and_then(|()| Segment::map(file, path.clone(), start, size, write_through));
-        match made {
+            .map_err(|e| Error::io(&tmp, e))
+            .and_then(|()| {
+                if path.exists() {
+                    return Err(Error::io(
+                        &path,
+                        std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+                    ));
+                }
+                std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+            });
+        if let Err(e) = sized {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        match Segment::map(file, path.clone(), start, size, write_through) {
             Ok(seg) => {
                 seg.needs_dir_sync.store(true, Ordering::Relaxed);
                 Ok(seg)

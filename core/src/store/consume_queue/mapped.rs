@@ -21,6 +21,23 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 
+/// Suffix of a mapped file still being created (see [`MappedFile::create`]).
+pub(crate) const UNFINISHED_SUFFIX: &str = ".tmp";
+
+/// Removes `path` if it is a file whose creation was interrupted (it never held
+/// data); returns whether it was one.
+pub(crate) fn remove_if_unfinished(path: &Path) -> Result<bool> {
+    let unfinished = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(UNFINISHED_SUFFIX));
+    if unfinished {
+        tracing::warn!(path = %path.display(), "removing an unfinished file");
+        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    }
+    Ok(unfinished)
+}
+
 /// A mapped file of a fixed length, pre-sized on creation.
 #[derive(Debug)]
 pub(crate) struct MappedFile {
@@ -35,16 +52,35 @@ pub(crate) struct MappedFile {
 }
 
 impl MappedFile {
-    /// Creates (or reuses an empty) file of exactly `len` bytes and maps it.
-    /// The file is sparse: untouched pages take no disk space.
+    /// Creates a file of exactly `len` bytes and maps it. The file is sparse:
+    /// untouched pages take no disk space. It is sized under a temporary name
+    /// ([`UNFINISHED_SUFFIX`]) and renamed into place, so a crash mid-creation
+    /// leaves a file the loaders remove ([`remove_if_unfinished`]), never a short
+    /// file that would make the queue refuse to open.
     pub(crate) fn create(path: &Path, len: usize) -> Result<Self> {
+        if path.exists() {
+            return Err(Error::io(
+                path,
+                std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            ));
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(UNFINISHED_SUFFIX);
+        let tmp = PathBuf::from(tmp);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        file.set_len(len as u64).map_err(|e| Error::io(path, e))?;
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, e))?;
+        if let Err(e) = file
+            .set_len(len as u64)
+            .and_then(|()| std::fs::rename(&tmp, path))
+        {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(path, e));
+        }
         Self::map(path, file, len)
     }
 

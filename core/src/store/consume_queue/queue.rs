@@ -635,7 +635,9 @@ fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
             .filter(|n| n.len() == NAME_DIGITS && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         let Some(byte_offset) = parsed else {
-            warn!(path = %path.display(), "ignoring unexpected file in consume queue directory");
+            if !super::mapped::remove_if_unfinished(&path)? {
+                warn!(path = %path.display(), "ignoring unexpected file in consume queue directory");
+            }
             continue;
         };
         if byte_offset % file_bytes != 0 {

@@ -106,7 +106,9 @@ impl IndexStore {
                     files.push(Arc::new(IndexFile::open(&path, name, slots, max_entries)?))
                 }
                 None => {
-                    warn!(path = %path.display(), "ignoring unexpected file in index directory")
+                    if !crate::store::consume_queue::mapped::remove_if_unfinished(&path)? {
+                        warn!(path = %path.display(), "ignoring unexpected file in index directory")
+                    }
                 }
             }
         }
