@@ -121,6 +121,13 @@ pub enum Error {
     },
 
     /// A send asked for a delivery further away than the broker allows.
+    #[error("no message at offset {offset} of queue {queue_id} of topic {topic:?}")]
+    MessageNotFound {
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+    },
+
     #[error("delay of {requested:?} exceeds the maximum of {max:?}")]
     DelayTooLong {
         requested: std::time::Duration,

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use super::filter::Filter;
 use super::groups::Heartbeat;
 use super::receipt::ReceiptHandle;
+use super::schedule::RetryDecision;
 use super::topics::{TopicConfig, TopicKind};
 use crate::Result;
 use crate::store::{AppendResult, Message, RecordView};
@@ -136,6 +137,27 @@ impl Popped {
     }
 }
 
+/// What [`MessagingApi::send_back`] did with a failed message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendBackResult {
+    /// Retried (to `%RETRY%<group>` after the delay) or dead-lettered (`%DLQ%<group>`).
+    pub decision: RetryDecision,
+    /// The reconsume times of the stored copy (the original's + 1).
+    pub reconsume_times: u32,
+    /// Where the copy was stored (the schedule topic while it waits for a retry).
+    pub sent: SendResult,
+}
+
+/// Which dead letters [`MessagingApi::resend_dead_letters`] re-sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetters {
+    /// The one at this offset of `%DLQ%<group>` (again, if it was re-sent before).
+    One(u64),
+    /// Every one not yet re-sent by `All` (the group's offset on its DLQ marks
+    /// how far `All` got).
+    All,
+}
+
 /// Where [`MessagingApi::reset_offset`] moves a consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
@@ -176,6 +198,30 @@ pub trait MessagingApi: Send + Sync {
         &self,
         messages: Vec<Message>,
         queue: QueueChoice,
+    ) -> impl Future<Output = Result<Vec<SendResult>>> + Send;
+
+    // ---- retry and dead letters ----
+
+    /// RocketMQ's `CONSUMER_SEND_MSG_BACK`: consuming the message at `offset` of
+    /// `queue_id` of `topic` failed for `group`. It comes back through
+    /// `%RETRY%<group>` after the back-off of its reconsume times (or after
+    /// `delay_level`, when given and not 0), or, once the group's attempts are
+    /// used up, goes to `%DLQ%<group>`. Fails with
+    /// [`crate::Error::MessageNotFound`] if there is no such record.
+    fn send_back(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        delay_level: Option<u8>,
+    ) -> impl Future<Output = Result<SendBackResult>> + Send;
+    /// Re-sends dead letters of `group` to their original topic, reconsume times
+    /// reset; returns where each went.
+    fn resend_dead_letters(
+        &self,
+        group: &str,
+        which: DeadLetters,
     ) -> impl Future<Output = Result<Vec<SendResult>>> + Send;
 
     // ---- consuming ----

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
 use super::api::{
-    MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice, SendResult,
+    DeadLetters, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult,
+    QueueChoice, SendBackResult, SendResult,
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
@@ -62,6 +63,9 @@ pub struct BrokerOptions {
     pub pull_scan_batch: usize,
     /// Delay levels, the longest delay and the delivery tick.
     pub delay: DelayOptions,
+    /// How often a group's message is retried before it is dead-lettered
+    /// (RocketMQ `maxReconsumeTimes`): it is delivered this many times + 1.
+    pub max_reconsume_times: u32,
 }
 
 impl Default for BrokerOptions {
@@ -76,6 +80,7 @@ impl Default for BrokerOptions {
             allocate: AllocateStrategy::Average,
             pull_scan_batch: 1024,
             delay: DelayOptions::default(),
+            max_reconsume_times: schedule::DEFAULT_MAX_RECONSUME_TIMES,
         }
     }
 }
@@ -411,6 +416,26 @@ impl MessagingApi for Broker {
                 append,
             })
             .collect())
+    }
+
+    async fn send_back(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        delay_level: Option<u8>,
+    ) -> Result<SendBackResult> {
+        self.send_back_message(group, topic, queue_id, offset, delay_level)
+            .await
+    }
+
+    async fn resend_dead_letters(
+        &self,
+        group: &str,
+        which: DeadLetters,
+    ) -> Result<Vec<SendResult>> {
+        self.resend_dead_letters_from(group, which).await
     }
 
     async fn pull(&self, request: PullRequest) -> Result<PullResult> {

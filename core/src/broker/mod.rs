@@ -7,7 +7,7 @@
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
 //! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
 //! cursors and in-flight leases, persisted), [`delay`] (delay levels and
-//! delivery at a time: schedule topics, the delivery tick, persisted progress). The pure building
+//! delivery at a time: schedule topics, the delivery tick, persisted progress), [`retry`] (send-back with back-off, dead letters). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
 //! system topic names ([`schedule`]). The model and its decisions are written
@@ -26,12 +26,13 @@ mod pop;
 pub mod pop_state;
 mod pull;
 pub mod receipt;
+pub mod retry;
 pub mod schedule;
 pub mod topics;
 
 pub use api::{
-    Delivered, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, PullStatus,
-    QueueChoice, SendResult,
+    DeadLetters, Delivered, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult,
+    PullStatus, QueueChoice, SendBackResult, SendResult,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;

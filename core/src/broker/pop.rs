@@ -53,14 +53,16 @@ impl Broker {
             let until = now.saturating_add(millis(req.invisible));
             let first = self.pop.table().rotate(&req.group, &req.topic, queues);
             let mut out = Vec::new();
+            let mut dead = Vec::new();
             let mut behind = false;
             for i in 0..queues {
                 if out.len() >= req.max_messages {
                     break;
                 }
                 let queue_id = (first + i) % queues;
-                behind |= self.pop_queue(&req, queue_id, now, until, &mut out)?;
+                behind |= self.pop_queue(&req, queue_id, now, until, &mut out, &mut dead)?;
             }
+            self.dead_letter_expired(&req, dead).await;
             if !out.is_empty() || Instant::now() >= deadline {
                 return Ok(out);
             }
@@ -94,6 +96,7 @@ impl Broker {
         now: i64,
         until: i64,
         out: &mut Vec<Popped>,
+        dead: &mut Vec<OutOfAttempts>,
     ) -> Result<bool> {
         let (group, topic) = (req.group.as_str(), req.topic.as_str());
         let want = req.max_messages - out.len();
@@ -103,6 +106,14 @@ impl Broker {
             .claim_expired(group, topic, queue_id, now, until, want);
         for (offset, lease) in expired {
             match self.read_at(topic, queue_id, offset)? {
+                Some(record) if lease.attempt > self.max_pop_deliveries() => {
+                    dead.push(OutOfAttempts {
+                        queue_id,
+                        offset,
+                        record,
+                        attempt: lease.attempt - 1,
+                    });
+                }
                 Some(record) => out.push(popped(req, queue_id, offset, record, lease)),
                 // Retention removed it: nothing left to deliver.
                 None => self.pop.table().forget(group, topic, queue_id, offset),
@@ -148,6 +159,39 @@ impl Broker {
         Ok(behind)
     }
 
+    /// How often a POP message is delivered before an expiry dead-letters it:
+    /// once, then `max_reconsume_times` redeliveries, as with send-back.
+    fn max_pop_deliveries(&self) -> u32 {
+        self.opts.max_reconsume_times.saturating_add(1)
+    }
+
+    /// Moves messages whose last allowed delivery expired to `%DLQ%<group>`,
+    /// then forgets their leases. A message whose DLQ append fails keeps its
+    /// (fresh, unhanded) lease and is tried again when that runs out, so it is
+    /// never dropped; a crash between append and forget may dead-letter it twice.
+    async fn dead_letter_expired(&self, req: &PopRequest, dead: Vec<OutOfAttempts>) {
+        for d in dead {
+            match self
+                .dead_letter_popped(&req.group, &d.record, d.attempt)
+                .await
+            {
+                Ok(_) => {
+                    self.pop
+                        .table()
+                        .forget(&req.group, &req.topic, d.queue_id, d.offset);
+                    self.sync_consume_offset(&req.group, &req.topic, d.queue_id);
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    group = req.group,
+                    topic = req.topic,
+                    offset = d.offset,
+                    "dead-lettering a POP message failed; retried at its next expiry"
+                ),
+            }
+        }
+    }
+
     /// Reads one batch of the queue from `from` (the cursor `cursor`, clamped to
     /// the queue's minimum), keeping up to `want` entries the filter accepts.
     fn scan_new(
@@ -185,7 +229,12 @@ impl Broker {
     }
 
     /// The record at one queue offset, `None` if retention removed it.
-    fn read_at(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Option<bytes::Bytes>> {
+    pub(super) fn read_at(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Result<Option<bytes::Bytes>> {
         let read = self.store.read_queue(topic, queue_id, offset, 1)?;
         match read.entries.into_iter().next() {
             Some((at, entry)) if at == offset => {
@@ -226,6 +275,15 @@ impl Broker {
         let until = self.clock.now_ms().saturating_add(millis(invisible));
         self.pop.table().change(handle, until)
     }
+}
+
+/// A POP message whose invisibility expired after its last allowed delivery.
+struct OutOfAttempts {
+    queue_id: u32,
+    offset: u64,
+    record: bytes::Bytes,
+    /// Deliveries so far.
+    attempt: u32,
 }
 
 fn popped(
