@@ -43,36 +43,6 @@ pub fn df_ratio(total: u64, free: u64, avail: u64) -> f64 {
     (used as f64 / denom as f64).clamp(0.0, 1.0)
 }
 
-/// A disk of `capacity` bytes of which the store's own files are the only content:
-/// usage is the size of the files under the path divided by the capacity. For tests
-/// and for quota-style deployments.
-#[derive(Debug, Clone, Copy)]
-pub struct Quota {
-    pub capacity: u64,
-}
-
-impl DiskSpace for Quota {
-    fn usage_ratio(&self, path: &Path) -> std::io::Result<f64> {
-        Ok((dir_size(path)? as f64 / self.capacity as f64).clamp(0.0, 1.0))
-    }
-}
-
-/// Bytes allocated on disk by the files under `path` (sparse files count what they use).
-pub fn dir_size(path: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for entry in std::fs::read_dir(path)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_dir() {
-            total += dir_size(&entry.path())?;
-        } else {
-            total += meta.blocks() * 512;
-        }
-    }
-    Ok(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

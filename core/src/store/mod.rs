@@ -12,7 +12,7 @@ pub mod record;
 
 pub use commit_log::{AppendResult, RecordRef};
 pub use consume_queue::CqEntry;
-pub use disk::{DiskSpace, Quota, Statvfs};
+pub use disk::{DiskSpace, Statvfs};
 pub use engine::{
     Clock, FlushMode, OpenReport, Positions, QueueRead, Store, StoreDeps, StoreOptions,
     system_clock,
