@@ -28,6 +28,24 @@ enum Container {
     Array,
 }
 
+/// Copies a structural character and tracks where keys are expected: both
+/// scanners below must agree on this, so it lives once.
+fn structural(c: char, stack: &mut Vec<Container>, out: &mut String) {
+    match c {
+        '{' => stack.push(Container::Object { expect_key: true }),
+        '[' => stack.push(Container::Array),
+        '}' | ']' => {
+            stack.pop();
+        }
+        _ => {
+            if let Some(Container::Object { expect_key }) = stack.last_mut() {
+                *expect_key = c == ',';
+            }
+        }
+    }
+    out.push(c);
+}
+
 fn is_token_char(c: char) -> bool {
     c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '.' | '+')
 }
@@ -77,24 +95,7 @@ pub fn to_strict(input: &str) -> Cow<'_, str> {
                 }
                 out.push('"');
             }
-            '{' => {
-                stack.push(Container::Object { expect_key: true });
-                out.push(c);
-            }
-            '[' => {
-                stack.push(Container::Array);
-                out.push(c);
-            }
-            '}' | ']' => {
-                stack.pop();
-                out.push(c);
-            }
-            ',' | ':' => {
-                if let Some(Container::Object { expect_key }) = stack.last_mut() {
-                    *expect_key = c == ',';
-                }
-                out.push(c);
-            }
+            '{' | '[' | '}' | ']' | ',' | ':' => structural(c, &mut stack, &mut out),
             c if is_token_char(c)
                 && matches!(stack.last(), Some(Container::Object { expect_key: true })) =>
             {
@@ -155,24 +156,7 @@ pub fn unquote_numeric_keys(strict: &str) -> String {
                     out.push('"');
                 }
             }
-            '{' => {
-                stack.push(Container::Object { expect_key: true });
-                out.push(c);
-            }
-            '[' => {
-                stack.push(Container::Array);
-                out.push(c);
-            }
-            '}' | ']' => {
-                stack.pop();
-                out.push(c);
-            }
-            ',' | ':' => {
-                if let Some(Container::Object { expect_key }) = stack.last_mut() {
-                    *expect_key = c == ',';
-                }
-                out.push(c);
-            }
+            '{' | '[' | '}' | ']' | ',' | ':' => structural(c, &mut stack, &mut out),
             c => out.push(c),
         }
     }
