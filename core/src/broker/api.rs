@@ -14,6 +14,7 @@
 //! generic use (`G: MessagingApi`), not `dyn`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +24,9 @@ use super::groups::{ConsumeMode, Heartbeat, Subscription};
 use super::receipt::ReceiptHandle;
 use super::schedule::RetryDecision;
 use super::topics::{TopicConfig, TopicKind};
+use super::transaction::{
+    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle,
+};
 use crate::Result;
 use crate::store::{AppendResult, Message, RecordView};
 
@@ -346,6 +350,36 @@ pub trait MessagingApi: Send + Sync {
         topic: &str,
         queue_id: u32,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    // ---- transactions ----
+
+    /// Stores a half message of `producer_group`'s transaction: durable, but
+    /// invisible to every consumer and lookup until committed. The real topic
+    /// and queue are chosen (and checked, auto-created) as for [`Self::send`];
+    /// a delayed message is refused.
+    fn send_half(
+        &self,
+        producer_group: &str,
+        message: Message,
+        queue: QueueChoice,
+    ) -> impl Future<Output = Result<HalfSent>> + Send;
+    /// Commits (the message becomes visible in its real topic and queue, with
+    /// the same `UNIQ_KEY`; returns where it went) or rolls back (`None`).
+    /// [`crate::Error::TransactionEnded`] if it was already ended,
+    /// [`crate::Error::TransactionNotFound`] if the handle names no half message.
+    fn end_transaction(
+        &self,
+        handle: &TransactionHandle,
+        resolution: Resolution,
+    ) -> impl Future<Output = Result<Option<SendResult>>> + Send;
+    /// Registers who answers check-backs of `producer_group`'s undecided
+    /// transactions until the returned registration is dropped. Several may be
+    /// registered for one group; they take turns.
+    fn register_transaction_checker(
+        &self,
+        producer_group: &str,
+        checker: Arc<dyn TransactionChecker>,
+    ) -> impl Future<Output = Result<CheckerRegistration>> + Send;
 
     // ---- inspection and lookup (admin) ----
 

@@ -37,6 +37,9 @@ use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind, TopicTable};
+use super::transaction::{
+    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
+};
 use crate::store::consume_queue::java_string_hash;
 use crate::store::{Message, Store};
 use crate::{Error, Result};
@@ -66,6 +69,15 @@ pub struct BrokerOptions {
     /// How often a group's message is retried before it is dead-lettered
     /// (RocketMQ `maxReconsumeTimes`): it is delivered this many times + 1.
     pub max_reconsume_times: u32,
+    /// How often undecided transactions are checked back with their producer
+    /// group (RocketMQ `transactionCheckInterval`).
+    pub transaction_check_interval: Duration,
+    /// A half message younger than this is not checked yet (RocketMQ
+    /// `transactionTimeOut`); a message's `CHECK_IMMUNITY_TIME_IN_SECONDS` overrides it.
+    pub transaction_timeout: Duration,
+    /// Checks of one half message before it is rolled back (RocketMQ
+    /// `transactionCheckMax`).
+    pub transaction_max_checks: u32,
 }
 
 impl Default for BrokerOptions {
@@ -81,6 +93,9 @@ impl Default for BrokerOptions {
             pull_scan_batch: 1024,
             delay: DelayOptions::default(),
             max_reconsume_times: schedule::DEFAULT_MAX_RECONSUME_TIMES,
+            transaction_check_interval: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(6),
+            transaction_max_checks: 15,
         }
     }
 }
@@ -97,10 +112,14 @@ pub struct Broker {
     pub(super) pop: Arc<PopState>,
     /// Delayed-delivery scheduler and its progress (see [`super::delay`]).
     pub(super) delay: Arc<DelayState>,
+    /// Transaction decisions and check counts (see [`super::transaction`]).
+    pub(super) txn: Arc<TxnState>,
     pub(super) groups: Mutex<ConsumerGroups>,
     round_robin: Mutex<HashMap<String, u64>>,
     /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
     flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// Set by [`Broker::halt_for_tests`]: close writes nothing.
+    halted: std::sync::atomic::AtomicBool,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,11 +142,13 @@ impl Broker {
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         let pop = Arc::new(PopState::open(&config_dir)?);
         let delay = Arc::new(DelayState::open(&config_dir)?);
+        let txn = Arc::new(TxnState::open(&config_dir, &store)?);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();
             let pop = pop.clone();
             let delay = delay.clone();
+            let txn = txn.clone();
             let store = store.clone();
             let every = opts.offset_flush_interval;
             std::thread::Builder::new()
@@ -141,8 +162,13 @@ impl Broker {
                         if let Err(e) = pop.flush() {
                             tracing::error!(error = %e, "writing POP state failed");
                         }
-                        if let Err(e) = delay.flush(store.positions().flushed) {
+                        let flushed = store.positions().flushed;
+                        if let Err(e) = delay.flush(flushed) {
                             tracing::error!(error = %e, "writing delay progress failed");
+                        }
+                        let half_min = store.queue_bounds(schedule::TRANS_HALF_TOPIC, 0).0;
+                        if let Err(e) = txn.flush(flushed, half_min) {
+                            tracing::error!(error = %e, "writing transaction state failed");
                         }
                     }
                 })
@@ -157,9 +183,11 @@ impl Broker {
             offsets,
             pop,
             delay,
+            txn,
             groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
             round_robin: Mutex::new(HashMap::new()),
             flusher: Mutex::new(Some((stop_tx, flusher))),
+            halted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -170,10 +198,25 @@ impl Broker {
             drop(stop);
             let _ = thread.join();
         }
+        if self.halted.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let offsets = self.offsets.flush();
         self.pop.flush()?;
-        self.flush_delay(true)?;
+        self.flush_progress(true)?;
         offsets
+    }
+
+    /// Simulates a crash for tests: stops the flusher and makes `close` (and
+    /// drop) write nothing, so the state files stay as the last flush left them.
+    #[doc(hidden)]
+    pub fn halt_for_tests(&self) {
+        self.halted
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some((stop, thread)) = lock(&self.flusher).take() {
+            drop(stop);
+            let _ = thread.join();
+        }
     }
 
     /// True once [`Broker::close`] ran.
@@ -181,25 +224,27 @@ impl Broker {
         lock(&self.flusher).is_none()
     }
 
-    /// Writes the delay progress the commit log has made durable. At close, waits
-    /// a little for the store's flusher so recent deliveries are not repeated
-    /// after a restart.
-    fn flush_delay(&self, closing: bool) -> Result<()> {
+    /// Writes the delay progress and transaction decisions the commit log has
+    /// made durable. At close, waits a little for the store's flusher so recent
+    /// deliveries and decisions are not repeated after a restart.
+    fn flush_progress(&self, closing: bool) -> Result<()> {
         if closing {
-            let want = self.delay.pending_end();
+            let want = self.delay.pending_end().max(self.txn.pending_end());
             let until = std::time::Instant::now() + Duration::from_secs(2);
             while self.store.positions().flushed < want && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        self.delay.flush(self.store.positions().flushed)
+        let flushed = self.store.positions().flushed;
+        self.delay.flush(flushed)?;
+        self.txn.flush(flushed, self.half_min())
     }
 
     /// Writes changed offsets and POP state now (the flusher does this periodically).
     pub fn flush_offsets(&self) -> Result<()> {
         self.offsets.flush()?;
         self.pop.flush()?;
-        self.flush_delay(false)
+        self.flush_progress(false)
     }
 
     /// The topic table right now, without awaiting (for the NameServer registration,
@@ -230,7 +275,7 @@ impl Broker {
     }
 
     /// The topic a send goes to, created on the way when that is allowed.
-    fn writable_topic(&self, topic: &str) -> Result<TopicConfig> {
+    pub(super) fn writable_topic(&self, topic: &str) -> Result<TopicConfig> {
         schedule::validate_topic(topic)?;
         let no_write = || Error::NoPermission {
             topic: topic.to_owned(),
@@ -272,7 +317,7 @@ impl Broker {
         Ok(created)
     }
 
-    fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
+    pub(super) fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
         let n = config.write_queues;
         match choice {
             QueueChoice::RoundRobin => {
@@ -581,6 +626,31 @@ impl MessagingApi for Broker {
     ) -> Result<()> {
         lock(&self.groups).unlock(group, member, topic, queue_id);
         Ok(())
+    }
+
+    async fn send_half(
+        &self,
+        producer_group: &str,
+        message: Message,
+        queue: QueueChoice,
+    ) -> Result<HalfSent> {
+        self.store_half(producer_group, message, queue).await
+    }
+
+    async fn end_transaction(
+        &self,
+        handle: &TransactionHandle,
+        resolution: Resolution,
+    ) -> Result<Option<SendResult>> {
+        self.end_half(handle, resolution).await
+    }
+
+    async fn register_transaction_checker(
+        &self,
+        producer_group: &str,
+        checker: Arc<dyn TransactionChecker>,
+    ) -> Result<CheckerRegistration> {
+        self.add_checker(producer_group, checker)
     }
 
     async fn queue_stats(&self, topic: &str) -> Result<Vec<QueueStats>> {

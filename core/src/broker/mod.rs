@@ -8,7 +8,8 @@
 //! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
 //! cursors and in-flight leases, persisted), [`delay`] (delay levels and
 //! delivery at a time: schedule topics, the delivery tick, persisted progress),
-//! [`retry`] (send-back with back-off, dead letters), `inspect.rs` (queue stats,
+//! [`retry`] (send-back with back-off, dead letters), [`transaction`] (half
+//! messages, commit / rollback, check-back), `inspect.rs` (queue stats,
 //! group progress, lookup by id / key / time). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
@@ -32,6 +33,7 @@ pub mod receipt;
 pub mod retry;
 pub mod schedule;
 pub mod topics;
+pub mod transaction;
 
 pub use api::{
     DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
@@ -44,3 +46,7 @@ pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
 pub use receipt::ReceiptHandle;
 pub use topics::{Perm, TopicConfig, TopicKind};
+pub use transaction::{
+    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+    TransactionHandle,
+};
