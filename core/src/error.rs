@@ -125,7 +125,7 @@ pub enum Error {
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
-    #[error("consumer group {group:?} has no live member and no offsets")]
+    #[error("consumer group {group:?} is unknown: no live member, offsets or settings")]
     GroupNotFound { group: String },
 
     /// No half message where a transaction handle points (garbled, never

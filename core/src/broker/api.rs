@@ -213,8 +213,12 @@ pub struct QueueProgress {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInfo {
     pub group: String,
-    /// `None` when no member is live; the mode is that of the live members.
+    /// The mode of the live members, else the one the group last had (kept
+    /// across restarts); `None` for a group never seen in a heartbeat.
     pub mode: Option<ConsumeMode>,
+    /// Retries before a message of the group is dead-lettered (its own
+    /// setting, else the broker's).
+    pub max_reconsume_times: u32,
     pub members: Vec<MemberInfo>,
     pub progress: Vec<QueueProgress>,
 }
@@ -394,10 +398,19 @@ pub trait MessagingApi: Send + Sync {
         queue_id: u32,
         ts_ms: i64,
     ) -> impl Future<Output = Result<u64>> + Send;
-    /// Every consumer group with a live member or committed offsets, sorted.
+    /// Sets how often a message of `group` is retried before it goes to its
+    /// DLQ (RocketMQ `retryMaxTimes` of a subscription group), for send-back
+    /// and POP alike; `None` returns to the broker-wide default. Persisted.
+    fn set_max_reconsume_times(
+        &self,
+        group: &str,
+        max: Option<u32>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Every consumer group with a live member, committed offsets or
+    /// remembered settings, sorted.
     fn groups(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
     /// Mode, members and progress of a group; [`crate::Error::GroupNotFound`]
-    /// when it has neither live members nor offsets.
+    /// when the broker knows nothing of it.
     fn group_info(&self, group: &str) -> impl Future<Output = Result<GroupInfo>> + Send;
     /// The message with this id: the offset message id a send returned
     /// (store host + commit-log offset), or the producer's `UNIQ_KEY`. Messages

@@ -31,6 +31,7 @@ use super::api::{
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
+use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
 use super::pop_state::PopState;
@@ -115,6 +116,8 @@ pub struct Broker {
     /// Transaction decisions and check counts (see [`super::transaction`]).
     pub(super) txn: Arc<TxnState>,
     pub(super) groups: Mutex<ConsumerGroups>,
+    /// Modes and settings of groups, kept while no member is live (`groups.json`).
+    pub(super) group_configs: GroupConfigs,
     round_robin: Mutex<HashMap<String, u64>>,
     /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
     flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
@@ -143,6 +146,7 @@ impl Broker {
         let pop = Arc::new(PopState::open(&config_dir)?);
         let delay = Arc::new(DelayState::open(&config_dir)?);
         let txn = Arc::new(TxnState::open(&config_dir, &store)?);
+        let group_configs = GroupConfigs::open(&config_dir)?;
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();
@@ -185,6 +189,7 @@ impl Broker {
             delay,
             txn,
             groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
+            group_configs,
             round_robin: Mutex::new(HashMap::new()),
             flusher: Mutex::new(Some((stop_tx, flusher))),
             halted: std::sync::atomic::AtomicBool::new(false),
@@ -340,15 +345,33 @@ impl Broker {
     /// The offset owner for `member` of `group`: see [`owner_key`].
     fn offset_owner(&self, group: &str, member: &str) -> Result<String> {
         schedule::validate_group(group)?;
-        let mut groups = lock(&self.groups);
-        groups.expire(self.clock.now_ms());
-        let broadcasting = groups.mode(group) == Some(ConsumeMode::Broadcasting);
+        let broadcasting = self.group_mode(group) == Some(ConsumeMode::Broadcasting);
         if broadcasting && member.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "group {group:?} is broadcasting: offsets belong to a member, and none was given"
             )));
         }
         Ok(owner_key(group, member, broadcasting))
+    }
+
+    /// The mode of the group's live members, else the one it last had
+    /// (remembered across restarts), else `None` (never seen).
+    pub(super) fn group_mode(&self, group: &str) -> Option<ConsumeMode> {
+        let live = {
+            let mut groups = lock(&self.groups);
+            groups.expire(self.clock.now_ms());
+            groups.mode(group)
+        };
+        live.or_else(|| self.group_configs.get(group).mode)
+    }
+
+    /// How often a message of `group` is retried before it is dead-lettered:
+    /// the group's own setting, else `BrokerOptions::max_reconsume_times`.
+    pub(super) fn max_reconsume_times(&self, group: &str) -> u32 {
+        self.group_configs
+            .get(group)
+            .max_reconsume_times
+            .unwrap_or(self.opts.max_reconsume_times)
     }
 
     pub(super) fn readable_queue(&self, topic: &str, queue_id: u32) -> Result<TopicConfig> {
@@ -511,6 +534,15 @@ impl MessagingApi for Broker {
                 member = heartbeat.member,
                 "consumer group changed"
             );
+            // Remembered for offset calls made while no member is live (after a
+            // restart); written only when it changes.
+            let mode = heartbeat.mode;
+            if let Err(e) = self
+                .group_configs
+                .update(&heartbeat.group, |c| c.mode = Some(mode))
+            {
+                tracing::error!(error = %e, group = heartbeat.group, "writing the group's mode failed");
+            }
         }
         Ok(())
     }
@@ -598,9 +630,18 @@ impl MessagingApi for Broker {
             };
             moved.push((q, offset));
         }
-        let mut table = self.offsets.table();
-        for (q, offset) in &moved {
-            table.set(&owner, topic, *q, *offset);
+        {
+            let mut table = self.offsets.table();
+            for (q, offset) in &moved {
+                table.set(&owner, topic, *q, *offset);
+            }
+        }
+        if owner == group {
+            // POP consumers of the group re-read from the same point.
+            let mut pop = self.pop.table();
+            for (q, offset) in &moved {
+                pop.reset(group, topic, *q, *offset);
+            }
         }
         Ok(moved)
     }
@@ -659,6 +700,10 @@ impl MessagingApi for Broker {
 
     async fn offset_by_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.offset_at_time(topic, queue_id, ts_ms)
+    }
+
+    async fn set_max_reconsume_times(&self, group: &str, max: Option<u32>) -> Result<()> {
+        self.set_group_max_reconsume_times(group, max)
     }
 
     async fn groups(&self) -> Result<Vec<String>> {

@@ -5,7 +5,8 @@
 //! implementation over a [`crate::store::Store`]). The stateful parts are split
 //! along their seams: [`topics`] (the persisted topic table), [`offsets`]
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
-//! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
+//! locks as a pure state machine driven by a [`Clock`]), [`group_config`] (a
+//! group's persisted mode and retry limit), [`pop_state`] (POP
 //! cursors and in-flight leases, persisted), [`delay`] (delay levels and
 //! delivery at a time: schedule topics, the delivery tick, persisted progress),
 //! [`retry`] (send-back with back-off, dead letters), [`transaction`] (half
@@ -21,6 +22,7 @@ mod api;
 pub mod clock;
 pub mod delay;
 pub mod filter;
+pub mod group_config;
 pub mod groups;
 mod inspect;
 mod local;
@@ -42,6 +44,7 @@ pub use api::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;
+pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
 pub use receipt::ReceiptHandle;
