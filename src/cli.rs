@@ -86,6 +86,9 @@ pub struct BrokerArgs {
     /// Broker name.
     #[arg(long)]
     pub name: Option<String>,
+    /// WebSocket listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub ws: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
