@@ -52,10 +52,10 @@ ws.onclose = (e) => { state.closed = e.code; };
 
 fn chromium() -> String {
     for name in ["chromium", "chromium-browser", "google-chrome"] {
-        if let Ok(out) = std::process::Command::new("which").arg(name).output() {
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            }
+        if let Ok(out) = std::process::Command::new("which").arg(name).output()
+            && out.status.success()
+        {
+            return String::from_utf8_lossy(&out.stdout).trim().to_owned();
         }
     }
     panic!(
