@@ -97,6 +97,8 @@ pub enum BenchCommand {
     Store(crate::bench::store::StoreBenchArgs),
     /// Catch-up read rate and long-poll wake-up latency through the broker's pull.
     Consume(crate::bench::consume::ConsumeBenchArgs),
+    /// Fan-out through the WebSocket door: 1 publisher -> N subscribers.
+    Ws(crate::bench::ws::WsBenchArgs),
 }
 
 impl CommonArgs {

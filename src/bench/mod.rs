@@ -4,11 +4,13 @@
 pub mod consume;
 mod stats;
 pub mod store;
+pub mod ws;
 
 /// Runs one `rocketgate bench` subcommand.
 pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
     match cmd {
         crate::cli::BenchCommand::Store(args) => store::run(args),
         crate::cli::BenchCommand::Consume(args) => consume::run(args),
+        crate::cli::BenchCommand::Ws(args) => ws::run(args),
     }
 }

@@ -414,3 +414,50 @@ async fn stopping_the_server_closes_clients_with_going_away() {
     env.stop().await;
     assert_eq!(c.closed().await.map(|c| c.0), Some(1001));
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_does_not_drain_the_backlog() {
+    let settings = Settings {
+        outbound_buffer: 64 << 10,
+        max_unacked: 100_000,
+        fetch_batch: 64,
+        ..Settings::default()
+    };
+    let env = Env::with(settings, Hooks::default()).await;
+    env.topic("bulk", 4).await;
+    // `slow` asks for everything, then never reads its socket again.
+    let mut slow = env.client().await;
+    slow.subscribe(json!({"id": "s", "topic": "bulk", "group": "shared", "credit": 1_000_000}))
+        .await;
+    let total = 20_000usize;
+    let body = "x".repeat(2048);
+    for chunk in 0..(total / 100) {
+        let batch: Vec<CoreMessage> = (0..100)
+            .map(|i| {
+                CoreMessage::new(
+                    "bulk",
+                    0,
+                    format!("{:06}{body}", chunk * 100 + i).into_bytes(),
+                )
+            })
+            .collect();
+        env.broker
+            .send_batch(batch, QueueChoice::RoundRobin)
+            .await
+            .unwrap();
+    }
+    // Whatever `slow` holds is bounded by its buffer (64 KiB) and the kernel's socket
+    // buffers; the rest of the 40 MB backlog stayed in the log for `fast`.
+    let mut fast = env.client().await;
+    fast.subscribe(json!({"id": "f", "topic": "bulk", "group": "shared", "credit": 1_000_000}))
+        .await;
+    let mut seen = BTreeSet::new();
+    while seen.len() < total / 2 {
+        let f = fast.recv().await;
+        assert_eq!(f["type"], "message", "{f}");
+        seen.insert(f["body"].as_str().unwrap()[..6].to_owned());
+        fast.send(json!({"op": "ack", "receipt": f["receipt"]}))
+            .await;
+    }
+    drop(slow);
+}
