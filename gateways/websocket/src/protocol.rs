@@ -201,6 +201,12 @@ pub(crate) fn parse(text: &str) -> Result<Envelope, BadRequest> {
         "ack" | "nack" => {
             let r: RawAck = typed(&op, value).map_err(|(c, m)| bad(c, m))?;
             let delay_ms = r.delay_ms.unwrap_or(0);
+            if delay_ms > MAX_HOLD_MS {
+                return Err(bad(
+                    "bad_request",
+                    format!("delay_ms {delay_ms} is above {MAX_HOLD_MS} (12 h)"),
+                ));
+            }
             let target = ack_target(r).map_err(|m| bad("missing_field", m))?;
             if op == "ack" {
                 Request::Ack(target)
@@ -244,8 +250,18 @@ fn typed<T: for<'de> Deserialize<'de>>(
     })
 }
 
+/// The longest nack delay or invisible time a client may ask for (12 h).
+pub(crate) const MAX_HOLD_MS: u64 = 12 * 3600 * 1000;
+
 fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
     valid_id(&r.id)?;
+    if let Some(ms) = r.invisible_ms
+        && !(1000..=MAX_HOLD_MS).contains(&ms)
+    {
+        return Err(format!(
+            "invisible_ms {ms}: use 1000 (1 s) to {MAX_HOLD_MS} (12 h)"
+        ));
+    }
     let mode = match r.mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("clustering") => ConsumeMode::Clustering,
         Some("broadcasting") => ConsumeMode::Broadcasting,

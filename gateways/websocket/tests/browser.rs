@@ -130,87 +130,108 @@ impl Cdp {
     }
 }
 
+/// A headless Chromium with one page open, driven over DevTools.
+struct Browser {
+    _child: tokio::process::Child,
+    _profile: tempfile::TempDir,
+    cdp: Cdp,
+    session: String,
+}
+
+impl Browser {
+    /// Starts Chromium and opens `url`; returns once the page's scripts have run
+    /// far enough that `ready_expr` is true.
+    async fn open(url: &str, ready_expr: &str) -> Browser {
+        let binary = chromium();
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(&binary)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting chromium");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        let devtools = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = stderr.next_line().await.unwrap() {
+                if let Some(at) = line.find("ws://") {
+                    return line[at..].trim().to_owned();
+                }
+            }
+            panic!("chromium exited without a DevTools address");
+        })
+        .await
+        .expect("chromium announces its DevTools address");
+        // Keep draining chromium's stderr so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+
+        let (ws, _) = tokio_tungstenite::connect_async(devtools.as_str())
+            .await
+            .unwrap();
+        let mut cdp = Cdp { ws, next: 0 };
+        let target = cdp
+            .call(None, "Target.createTarget", json!({"url": url}))
+            .await["targetId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let session = cdp
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({"targetId": target, "flatten": true}),
+            )
+            .await["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // The page may still be loading: poll until its script has set things up.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if cdp.eval(&session, ready_expr).await == json!(true) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the page never got ready: {ready_expr}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Browser {
+            _child: child,
+            _profile: profile,
+            cdp,
+            session,
+        }
+    }
+
+    async fn eval(&mut self, expr: &str) -> Value {
+        self.cdp.eval(&self.session, expr).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_subscribes_receives_acks_and_publishes() {
-    let binary = chromium();
     let env = Env::start().await;
     env.topic("browser", 1).await;
     let page = serve_page(PAGE.replace("__ADDR__", &env.addr.to_string())).await;
-
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(&binary)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("about:blank")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting chromium");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let devtools = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if let Some(at) = line.find("ws://") {
-                return line[at..].trim().to_owned();
-            }
-        }
-        panic!("chromium exited without a DevTools address");
-    })
-    .await
-    .expect("chromium announces its DevTools address");
-    // Keep draining chromium's stderr so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-
-    let (ws, _) = tokio_tungstenite::connect_async(devtools.as_str())
-        .await
-        .unwrap();
-    let mut cdp = Cdp { ws, next: 0 };
-    let target = cdp
-        .call(
-            None,
-            "Target.createTarget",
-            json!({"url": format!("http://{page}/")}),
-        )
-        .await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let session = cdp
-        .call(
-            None,
-            "Target.attachToTarget",
-            json!({"targetId": target, "flatten": true}),
-        )
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-
-    // The page may still be loading: wait until its script has set up `rgWait`.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = cdp
-            .eval(&session, "typeof window.rgWait === 'function'")
-            .await;
-        if ready == json!(true) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the page never loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cdp.eval(&session, "window.rgWait('subscribed')").await;
+    let mut browser = Browser::open(
+        &format!("http://{page}/"),
+        "typeof window.rgWait === 'function'",
+    )
+    .await;
+    browser.eval("window.rgWait('subscribed')").await;
 
     for (i, tag) in ["a", "b", "c"].into_iter().enumerate() {
         let m = CoreMessage::new("browser", 0, format!("hello {i}").into_bytes())
@@ -219,12 +240,9 @@ async fn a_browser_subscribes_receives_acks_and_publishes() {
             .with_property("source", "core");
         env.broker.send(m, QueueChoice::RoundRobin).await.unwrap();
     }
-    cdp.eval(&session, "window.rgWait('done')").await;
-    let state = cdp
-        .eval(
-            &session,
-            "JSON.stringify({received: rg.received, errors: rg.errors, published: rg.published})",
-        )
+    browser.eval("window.rgWait('done')").await;
+    let state = browser
+        .eval("JSON.stringify({received: rg.received, errors: rg.errors, published: rg.published})")
         .await;
     let state: Value = serde_json::from_str(state.as_str().unwrap()).unwrap();
     assert_eq!(state["errors"], json!([]), "{state}");
@@ -276,5 +294,57 @@ async fn a_browser_subscribes_receives_acks_and_publishes() {
         out.messages[0].view().unwrap().body(),
         b"hello from chromium"
     );
-    let _ = child.kill().await;
+}
+
+/// The copy-pasteable snippet of `docs/websocket.md`, pasted into a page as is
+/// (only the address changed): it must publish, subscribe, receive and ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_browser_snippet_works() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/websocket.md"
+    ))
+    .unwrap();
+    let start = doc
+        .find("```js\n")
+        .expect("a js snippet in docs/websocket.md")
+        + 6;
+    let snippet = &doc[start..start + doc[start..].find("```").unwrap()];
+    let env = Env::start().await;
+    let html = format!(
+        "<!doctype html><html><body><script>\nwindow.logged = [];\n\
+         console.log = (...a) => window.logged.push(a);\n\
+         console.warn = (...a) => window.logged.push(['WARN', ...a]);\n{}\n</script></body></html>",
+        snippet.replace("127.0.0.1:8083", &env.addr.to_string())
+    );
+    let page = serve_page(html).await;
+    let mut browser = Browser::open(&format!("http://{page}/"), "(window.logged || []).length > 0").await;
+    let logged = browser.eval("JSON.stringify(window.logged)").await;
+    let logged: Value = serde_json::from_str(logged.as_str().unwrap()).unwrap();
+    assert_eq!(
+        logged[0],
+        json!(["hello", "hi from the console", {"unit": "C"}, "attempt", 1]),
+        "{logged}"
+    );
+    // Its ack reached the broker: the subscriber's offsets cover both messages
+    // ("first" before it subscribed at latest, and the one it received and acked).
+    let committed = tokio::time::timeout(WAIT, async {
+        loop {
+            let mut sum = 0;
+            for q in 0..4 {
+                sum += env
+                    .broker
+                    .query_offset("console", "tab1", "demo", q)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+            }
+            if sum == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(committed.is_ok(), "the snippet's ack was not committed");
 }
