@@ -72,6 +72,9 @@ struct Sub {
 
 impl Sub {
     async fn end(self) {
+        self.shared
+            .unsubscribed
+            .store(true, std::sync::atomic::Ordering::Release);
         self.stop.send_replace(true);
         let _ = self.task.await;
     }
@@ -169,11 +172,11 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                 if failed || ws.flush().await.is_err() { break None; }
             }
             Some(out) = outbound.recv() => {
-                let mut failed = ws.feed(Message::text(out.text)).await.is_err();
+                let mut failed = out.wanted() && ws.feed(Message::text(out.text)).await.is_err();
                 let mut n = 1;
                 while !failed && n < WRITE_BATCH {
                     match outbound.try_recv() {
-                        Ok(out) => failed = ws.feed(Message::text(out.text)).await.is_err(),
+                        Ok(out) => failed = out.wanted() && ws.feed(Message::text(out.text)).await.is_err(),
                         Err(_) => break,
                     }
                     n += 1;

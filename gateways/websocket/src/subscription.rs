@@ -37,7 +37,20 @@ use crate::settings::Settings;
 /// One text frame on its way to the socket, holding its share of the byte budget.
 pub(crate) struct Outgoing {
     pub text: String,
+    /// The subscription a message frame belongs to (None: not a message).
+    pub from: Option<Arc<Shared>>,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Outgoing {
+    /// False for a message of a subscription the client has ended meanwhile:
+    /// nothing of it is sent after `unsubscribed` (it is still in flight, so it
+    /// comes again: commits stay below it, POP leases are given back).
+    pub fn wanted(&self) -> bool {
+        self.from
+            .as_ref()
+            .is_none_or(|s| !s.unsubscribed.load(std::sync::atomic::Ordering::Acquire))
+    }
 }
 
 /// The sending side of a connection's bounded outbound buffer.
@@ -71,7 +84,7 @@ impl Outbox {
 
     /// Waits for room, then queues the frame. A frame larger than the whole
     /// budget waits until the buffer is empty.
-    pub async fn push(&self, text: String) -> Result<(), Closed> {
+    pub async fn push(&self, text: String, from: Option<Arc<Shared>>) -> Result<(), Closed> {
         let n = u32::try_from(text.len())
             .unwrap_or(u32::MAX)
             .clamp(1, self.cap);
@@ -84,6 +97,7 @@ impl Outbox {
         self.tx
             .send(Outgoing {
                 text,
+                from,
                 _permit: permit,
             })
             .await
@@ -120,6 +134,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Poked on credit, ack and nack so a waiting task looks again.
     pub wake: Notify,
+    /// The client unsubscribed (or left): queued messages are not sent.
+    pub unsubscribed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -131,6 +147,7 @@ impl Shared {
                 ..State::default()
             }),
             wake: Notify::new(),
+            unsubscribed: Default::default(),
         }
     }
 
@@ -233,7 +250,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 Some(&id),
             );
             self.shared.lock().ended = true;
-            let _ = self.outbox.push(frame).await;
+            let _ = self.push(frame, false).await;
         }
         self.finish().await;
         tracing::debug!(subscription = %id, ended = matches!(end, End::ConnectionGone), "subscription done");
@@ -345,8 +362,8 @@ impl<B: MessagingApi + 'static> Feed<B> {
                         },
                     );
                 }
-                if self.outbox.push(frame).await.is_err() {
-                    return End::ConnectionGone;
+                if let Err(end) = self.push(frame, true).await {
+                    return end;
                 }
             }
         }
@@ -405,10 +422,18 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 },
             );
         }
-        self.outbox
-            .push(frame)
-            .await
-            .map_err(|_| End::ConnectionGone)
+        self.push(frame, true).await
+    }
+
+    /// Queues a frame once the connection's buffer has room; gives up when the
+    /// subscription is stopped meanwhile (the connection may be the one waiting).
+    async fn push(&self, frame: String, message: bool) -> Result<(), End> {
+        let mut stop = self.stop.clone();
+        let from = message.then(|| self.shared.clone());
+        tokio::select! {
+            r = self.outbox.push(frame, from) => r.map_err(|_| End::ConnectionGone),
+            _ = stopped(&mut stop) => Err(End::Stopped),
+        }
     }
 
     /// Broadcasting: nacked deliveries whose time has come, within the credit.

@@ -318,7 +318,11 @@ async fn the_documented_browser_snippet_works() {
         snippet.replace("127.0.0.1:8083", &env.addr.to_string())
     );
     let page = serve_page(html).await;
-    let mut browser = Browser::open(&format!("http://{page}/"), "(window.logged || []).length > 0").await;
+    let mut browser = Browser::open(
+        &format!("http://{page}/"),
+        "(window.logged || []).length > 0",
+    )
+    .await;
     let logged = browser.eval("JSON.stringify(window.logged)").await;
     let logged: Value = serde_json::from_str(logged.as_str().unwrap()).unwrap();
     assert_eq!(

@@ -461,3 +461,38 @@ async fn a_client_that_stops_reading_does_not_drain_the_backlog() {
     }
     drop(slow);
 }
+
+#[tokio::test]
+async fn unsubscribing_while_the_outbound_buffer_is_full_does_not_hang() {
+    let settings = Settings {
+        outbound_buffer: 16 << 10,
+        ..Settings::default()
+    };
+    let env = Env::with(settings, Hooks::default()).await;
+    env.topic("full", 1).await;
+    let body = "y".repeat(4096);
+    for _ in 0..20 {
+        let batch: Vec<CoreMessage> = (0..100)
+            .map(|_| CoreMessage::new("full", 0, body.clone().into_bytes()))
+            .collect();
+        env.broker
+            .send_batch(batch, QueueChoice::RoundRobin)
+            .await
+            .unwrap();
+    }
+    let mut c = env.client().await;
+    c.subscribe(json!({"id": "s", "topic": "full", "group": "g", "mode": "broadcasting", "start": "earliest", "credit": 100_000})).await;
+    // Unsubscribe while the subscription is (very likely) waiting for buffer room.
+    c.send(json!({"op": "unsubscribe", "id": "s", "req": "u"}))
+        .await;
+    loop {
+        let f = c.recv().await;
+        if f["req"] == "u" {
+            assert_eq!(f["type"], "unsubscribed");
+            break;
+        }
+        assert_eq!(f["type"], "message", "{f}");
+    }
+    // The connection still answers.
+    assert!(c.barrier().await.is_empty());
+}
