@@ -10,6 +10,7 @@ use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
 use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
+use rocketgate_websocket as ws;
 
 /// Store options from the config.
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -89,6 +90,21 @@ fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sy
     }
 }
 
+/// The WebSocket door (`/v1/ws`; `/mqtt` once the MQTT door is glued in through
+/// `Hooks::mqtt`).
+async fn start_ws(config: &Config, broker: &Arc<Broker>) -> anyhow::Result<ws::Handle> {
+    let (server, addr) = ws::Server::bind(
+        config.listen.ws,
+        broker.clone(),
+        ws::Settings::from(&config.ws),
+        ws::Hooks::default(),
+    )
+    .await
+    .with_context(|| format!("starting the WebSocket door on {}", config.listen.ws))?;
+    announce("ws", addr);
+    Ok(server.spawn())
+}
+
 fn start_registrar(
     config: &Config,
     broker: &Arc<Broker>,
@@ -144,7 +160,7 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6), HTTP (#7) and WebSocket (#8) doors \
+const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6) and HTTP (#7) doors \
     are not built yet; the broker registers its native address with the NameServer already";
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
@@ -154,6 +170,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs);
+    let ws = start_ws(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -162,6 +179,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     tracing::info!("shutting down");
+    ws.stop().await;
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -187,6 +205,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     }
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
+    let ws = start_ws(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -195,6 +214,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
         config.data_dir.display()
     );
     shutdown.await;
+    ws.stop().await;
     registrar.stop().await;
     close_broker(broker).await
 }

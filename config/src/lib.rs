@@ -57,6 +57,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
+    pub ws: WsConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -159,6 +160,39 @@ pub struct NamesrvConfig {
     pub broker_expiry: Duration,
 }
 
+/// WebSocket door limits (`[ws]`); see `docs/websocket.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsConfig {
+    /// Largest WebSocket message accepted; a bigger one closes the connection (1009).
+    pub max_message_size: ByteSize,
+    /// Bytes of pushed messages one connection may have waiting for a slow client.
+    pub outbound_buffer: ByteSize,
+    /// Subscriptions one connection may hold.
+    pub max_subscriptions: u32,
+    /// Delivered but un-acked messages one subscription may hold.
+    pub max_unacked: u32,
+    /// How long a clustering (POP) delivery stays invisible without an ack.
+    #[serde(with = "units::duration")]
+    pub invisible_time: Duration,
+    /// Server pings an idle client this often; two silent intervals end the connection.
+    #[serde(with = "units::duration")]
+    pub ping_interval: Duration,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            max_message_size: ByteSize(8 << 20),
+            outbound_buffer: ByteSize(1 << 20),
+            max_subscriptions: 64,
+            max_unacked: 1000,
+            invisible_time: Duration::from_secs(60),
+            ping_interval: Duration::from_secs(30),
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -171,6 +205,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
+            ws: WsConfig::default(),
         }
     }
 }
@@ -349,6 +384,16 @@ impl Config {
                 s.segment_size
             ));
         }
+        let w = &self.ws;
+        if w.max_message_size.0 < 1024
+            || w.outbound_buffer.0 == 0
+            || w.outbound_buffer.0 > u32::MAX as u64
+        {
+            bad.push("ws.max_message_size must be at least 1KiB and ws.outbound_buffer between 1B and 4GiB".to_string());
+        }
+        if w.max_subscriptions == 0 || w.max_unacked == 0 {
+            bad.push("ws.max_subscriptions and ws.max_unacked must be at least 1".to_string());
+        }
         if s.max_message_size.0 < 1024 {
             bad.push("store.max_message_size must be at least 1KiB".to_string());
         }
@@ -371,6 +416,8 @@ impl Config {
             ),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
+            ("ws.invisible_time", self.ws.invisible_time),
+            ("ws.ping_interval", self.ws.ping_interval),
         ] {
             if d.is_zero() {
                 bad.push(format!("{name} must be greater than zero"));
