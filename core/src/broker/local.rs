@@ -553,9 +553,19 @@ impl MessagingApi for Broker {
             };
             moved.push((q, offset));
         }
-        let mut table = self.offsets.table();
-        for (q, offset) in &moved {
-            table.set(&owner, topic, *q, *offset);
+        {
+            let mut table = self.offsets.table();
+            for (q, offset) in &moved {
+                table.set(&owner, topic, *q, *offset);
+            }
+        }
+        // POP consumers (stateless gateways) resume from their cursor, not the
+        // committed offset: move it too. POP state is keyed by the group itself.
+        if owner == group {
+            let mut pop = self.pop.table();
+            for (q, offset) in &moved {
+                pop.reset(group, topic, *q, *offset);
+            }
         }
         Ok(moved)
     }

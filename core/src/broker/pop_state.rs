@@ -278,6 +278,18 @@ impl PopTable {
             .min()
     }
 
+    /// An offset reset: the group's next POP of this queue starts at `offset`,
+    /// and its in-flight leases are dropped (the messages are delivered afresh).
+    /// Nothing to do for a queue the group never popped: its first POP starts
+    /// at the committed offset anyway.
+    pub fn reset(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) {
+        if let Some(q) = self.queue_mut(group, topic, queue_id) {
+            q.cursor = offset;
+            q.in_flight.clear();
+            self.version += 1;
+        }
+    }
+
     /// Forgets every group's POP state of a deleted topic.
     pub fn remove_topic(&mut self, topic: &str) {
         for topics in self.queues.values_mut() {
