@@ -1,0 +1,405 @@
+//! Administration: topics, consumer groups and their offsets, dead letters,
+//! message lookup, broker and cluster information.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use rocketgate_core::broker::schedule;
+use rocketgate_core::broker::{
+    DeadLetters, MessagingApi, OffsetReset, Perm, QueueChoice, TopicConfig, TopicKind,
+};
+use rocketgate_core::store::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::consume::{self, ReplayQuery};
+use crate::error::{Error, Result};
+use crate::publish::Published;
+use crate::wire::{Json, Path, Query};
+use crate::{Ctx, NodeStatus};
+
+/// A topic as the admin API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopicJson {
+    pub name: String,
+    pub read_queues: u32,
+    pub write_queues: u32,
+    /// `rw`, `r`, `w` or `-`.
+    pub perm: String,
+    pub system: bool,
+}
+
+fn perm_name(p: Perm) -> String {
+    match (p.is_readable(), p.is_writable()) {
+        (true, true) => "rw",
+        (true, false) => "r",
+        (false, true) => "w",
+        (false, false) => "-",
+    }
+    .into()
+}
+
+fn parse_perm(s: &str) -> Result<Perm> {
+    match s {
+        "rw" | "6" => Ok(Perm::READ_WRITE),
+        "r" | "4" => Ok(Perm::READ),
+        "w" | "2" => Ok(Perm::WRITE),
+        "-" | "0" => Ok(Perm(0)),
+        other => Err(Error::bad(
+            "perm",
+            format!("{other:?} is not rw, r, w or -"),
+        )),
+    }
+}
+
+impl From<&TopicConfig> for TopicJson {
+    fn from(t: &TopicConfig) -> Self {
+        TopicJson {
+            name: t.name.clone(),
+            read_queues: t.read_queues,
+            write_queues: t.write_queues,
+            perm: perm_name(t.perm),
+            system: t.is_system(),
+        }
+    }
+}
+
+/// Body of `POST /v1/topics`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopic {
+    pub name: String,
+    /// Read and write queues (default 4).
+    #[serde(default)]
+    pub queues: Option<u32>,
+    #[serde(default)]
+    pub perm: Option<String>,
+}
+
+/// `POST /v1/topics`
+pub async fn create_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Json(body): Json<CreateTopic>,
+) -> Result<(StatusCode, axum::Json<TopicJson>)> {
+    schedule::validate_user_topic(&body.name).map_err(|e| Error::bad("name", e.to_string()))?;
+    let mut config = TopicConfig::new(body.name, body.queues.unwrap_or(4));
+    if let Some(p) = body.perm.as_deref() {
+        config = config.with_perm(parse_perm(p)?);
+    }
+    let created = ctx.api.create_topic(config).await?;
+    Ok((StatusCode::CREATED, axum::Json(TopicJson::from(&created))))
+}
+
+/// Body of `PATCH /v1/topics/{topic}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTopic {
+    #[serde(default)]
+    pub read_queues: Option<u32>,
+    #[serde(default)]
+    pub write_queues: Option<u32>,
+    #[serde(default)]
+    pub perm: Option<String>,
+}
+
+/// `PATCH /v1/topics/{topic}`
+pub async fn update_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+    Json(body): Json<UpdateTopic>,
+) -> Result<axum::Json<TopicJson>> {
+    let mut config = ctx.api.topic(&topic).await?;
+    if let Some(n) = body.read_queues {
+        config.read_queues = n;
+    }
+    if let Some(n) = body.write_queues {
+        config.write_queues = n;
+    }
+    if let Some(p) = body.perm.as_deref() {
+        config.perm = parse_perm(p)?;
+    }
+    let updated = ctx.api.update_topic(config).await?;
+    Ok(axum::Json(TopicJson::from(&updated)))
+}
+
+/// Query of `GET /v1/topics`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTopics {
+    /// `user` (default), `system` or `all`.
+    pub kind: Option<String>,
+}
+
+/// `GET /v1/topics`
+pub async fn list_topics<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Query(q): Query<ListTopics>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let kind = match q.kind.as_deref().unwrap_or("user") {
+        "user" => TopicKind::User,
+        "system" => TopicKind::System,
+        "all" => TopicKind::All,
+        other => {
+            return Err(Error::bad(
+                "kind",
+                format!("{other:?} is not user, system or all"),
+            ));
+        }
+    };
+    let topics: Vec<TopicJson> = ctx
+        .api
+        .topics(kind)
+        .await?
+        .iter()
+        .map(TopicJson::from)
+        .collect();
+    Ok(axum::Json(serde_json::json!({ "topics": topics })))
+}
+
+/// `GET /v1/topics/{topic}`
+pub async fn describe_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let config = ctx.api.topic(&topic).await?;
+    let mut out = serde_json::to_value(TopicJson::from(&config)).unwrap_or_default();
+    out["queues"] = serde_json::to_value(queue_stats(&ctx, &topic).await?).unwrap_or_default();
+    Ok(axum::Json(out))
+}
+
+/// Per-queue offsets of a topic.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueueJson {
+    pub queue_id: u32,
+    pub min_offset: u64,
+    pub max_offset: u64,
+    pub last_store_ms: Option<i64>,
+}
+
+async fn queue_stats<B: MessagingApi>(_ctx: &Ctx<B>, _topic: &str) -> Result<Vec<QueueJson>> {
+    Ok(Vec::new())
+}
+
+/// `DELETE /v1/topics/{topic}`
+pub async fn delete_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+) -> Result<Response> {
+    ctx.api.topic(&topic).await?;
+    ctx.api.delete_topic(&topic).await?;
+    Ok(consume::no_content())
+}
+
+/// Body of `POST /v1/groups/{group}/offsets/reset`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetOffsets {
+    pub topic: String,
+    /// `earliest`, `latest` or `timestamp`.
+    pub to: String,
+    /// With `to: "timestamp"`: the first message stored at or after this unix ms.
+    #[serde(default)]
+    pub timestamp_ms: Option<i64>,
+}
+
+/// `POST /v1/groups/{group}/offsets/reset`
+pub async fn reset_offsets<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<ResetOffsets>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let to = match (body.to.as_str(), body.timestamp_ms) {
+        ("earliest", None) => OffsetReset::Earliest,
+        ("latest", None) => OffsetReset::Latest,
+        ("timestamp", Some(ts)) => OffsetReset::Timestamp(ts),
+        ("timestamp", None) => {
+            return Err(Error::bad(
+                "timestamp_ms",
+                "required with `to: \"timestamp\"`",
+            ));
+        }
+        ("earliest" | "latest", Some(_)) => {
+            return Err(Error::bad("timestamp_ms", "only with `to: \"timestamp\"`"));
+        }
+        (other, _) => {
+            return Err(Error::bad(
+                "to",
+                format!("{other:?} is not earliest, latest or timestamp"),
+            ));
+        }
+    };
+    let moved = ctx.api.reset_offset(&group, "", &body.topic, to).await?;
+    let offsets: Vec<_> = moved
+        .into_iter()
+        .map(|(q, o)| serde_json::json!({ "queue_id": q, "offset": o }))
+        .collect();
+    Ok(axum::Json(
+        serde_json::json!({ "topic": body.topic, "offsets": offsets }),
+    ))
+}
+
+/// `GET /v1/groups/{group}/dlq`: the group's dead letters, by offset.
+pub async fn list_dead_letters<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Query(q): Query<ReplayQuery>,
+) -> Result<axum::Json<consume::Replay>> {
+    schedule::validate_group(&group).map_err(|e| Error::bad("group", e.to_string()))?;
+    let dlq = schedule::dlq_topic(&group);
+    match consume::read_queue(&ctx, dlq, 0, &q).await {
+        // No dead letter yet: the topic is created with the first one.
+        Err(Error::Core(rocketgate_core::Error::TopicNotFound { .. })) => {
+            Ok(axum::Json(consume::Replay {
+                status: "no_new_message".into(),
+                messages: Vec::new(),
+                next_offset: 0,
+                min_offset: 0,
+                max_offset: 0,
+            }))
+        }
+        r => Ok(axum::Json(r?)),
+    }
+}
+
+/// Body of `POST /v1/groups/{group}/dlq/resend`: one `offset`, or `all`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resend {
+    #[serde(default)]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `POST /v1/groups/{group}/dlq/resend`: back to the original topic.
+pub async fn resend_dead_letters<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<Resend>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let which = match (body.offset, body.all) {
+        (Some(o), false) => DeadLetters::One(o),
+        (None, true) => DeadLetters::All,
+        _ => return Err(Error::bad("offset", "give `offset` or `all: true`")),
+    };
+    let sent = ctx.api.resend_dead_letters(&group, which).await;
+    let sent = match sent {
+        Err(rocketgate_core::Error::TopicNotFound { .. }) => {
+            return Err(Error::MessageNotFound {
+                what: format!("in the dead-letter queue of group {group:?}"),
+            });
+        }
+        r => r?,
+    };
+    let resent: Vec<Published> = sent.into_iter().map(Published::from).collect();
+    Ok(axum::Json(serde_json::json!({ "resent": resent })))
+}
+
+/// Stores a transactional half message. Transactions need the core's phase 2.
+pub(crate) async fn begin_transaction<B: MessagingApi>(
+    _ctx: &Ctx<B>,
+    _producer_group: Option<String>,
+    _msg: Message,
+    _choice: QueueChoice,
+) -> Result<Published> {
+    Err(Error::bad(
+        "transaction",
+        "transactions are not available in this build",
+    ))
+}
+
+/// `GET /v1/broker`
+pub async fn broker_info<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let status: NodeStatus = ctx.probe.status();
+    let topics = ctx.api.topics(TopicKind::User).await?.len();
+    Ok(axum::Json(serde_json::json!({
+        "broker_name": ctx.settings.broker_name,
+        "cluster": ctx.settings.cluster,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_ms": started().elapsed().as_millis() as u64,
+        "user_topics": topics,
+        "store": status,
+        "max_message_size": ctx.settings.max_body,
+    })))
+}
+
+/// When this process first served (for uptime).
+fn started() -> Instant {
+    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(Instant::now)
+}
+
+/// `GET /v1/cluster`: brokers and clusters as the NameServer knows them.
+pub async fn cluster_info<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let (addr, info) = crate::cluster::query(&ctx.settings.namesrv_addrs).await?;
+    let clusters: serde_json::Map<String, serde_json::Value> = info
+        .cluster_addr_table
+        .iter()
+        .map(|(c, names)| (c.clone(), serde_json::json!(names)))
+        .collect();
+    let brokers: Vec<_> = info
+        .broker_addr_table
+        .values()
+        .map(|b| {
+            let addrs: serde_json::Map<String, serde_json::Value> = b
+                .broker_addrs
+                .iter()
+                .map(|(id, a)| (id.to_string(), serde_json::json!(a)))
+                .collect();
+            serde_json::json!({
+                "broker_name": b.broker_name,
+                "cluster": b.cluster,
+                "addrs": addrs,
+            })
+        })
+        .collect();
+    Ok(axum::Json(serde_json::json!({
+        "namesrv": addr,
+        "clusters": clusters,
+        "brokers": brokers,
+    })))
+}
+
+pub(crate) fn init_uptime() {
+    started();
+}
+
+/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
+pub(crate) async fn record_lag<B: MessagingApi>(_ctx: &Ctx<B>) {}
+
+// ---- pending: the core's lookup and transaction APIs (replaced when they land) ----
+
+fn pending() -> Error {
+    Error::bad("request", "not available in this build")
+}
+
+pub async fn messages_by_key<B: MessagingApi + 'static>(
+    State(_ctx): State<Arc<Ctx<B>>>,
+) -> Result<()> {
+    Err(pending())
+}
+pub async fn message_by_id<B: MessagingApi + 'static>(
+    State(_ctx): State<Arc<Ctx<B>>>,
+) -> Result<()> {
+    Err(pending())
+}
+pub async fn list_groups<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
+    Err(pending())
+}
+pub async fn describe_group<B: MessagingApi + 'static>(
+    State(_ctx): State<Arc<Ctx<B>>>,
+) -> Result<()> {
+    Err(pending())
+}
+pub async fn commit<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
+    Err(pending())
+}
+pub async fn rollback<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
+    Err(pending())
+}
