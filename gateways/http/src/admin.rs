@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use rocketgate_core::broker::schedule;
 use rocketgate_core::broker::{
-    DeadLetters, MessagingApi, OffsetReset, Perm, QueueChoice, TopicConfig, TopicKind,
+    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, QueueChoice, TopicConfig, TopicKind,
 };
 use rocketgate_core::store::Message;
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::consume::{self, ReplayQuery};
 use crate::error::{Error, Result};
 use crate::publish::Published;
-use crate::wire::{Json, Path, Query};
+use crate::wire::{Encoding, Json, MessageJson, Path, Query};
 use crate::{Ctx, NodeStatus};
 
 /// A topic as the admin API shows it.
@@ -178,8 +178,19 @@ pub struct QueueJson {
     pub last_store_ms: Option<i64>,
 }
 
-async fn queue_stats<B: MessagingApi>(_ctx: &Ctx<B>, _topic: &str) -> Result<Vec<QueueJson>> {
-    Ok(Vec::new())
+async fn queue_stats<B: MessagingApi>(ctx: &Ctx<B>, topic: &str) -> Result<Vec<QueueJson>> {
+    Ok(ctx
+        .api
+        .queue_stats(topic)
+        .await?
+        .into_iter()
+        .map(|q| QueueJson {
+            queue_id: q.queue_id,
+            min_offset: q.min_offset,
+            max_offset: q.max_offset,
+            last_store_ms: q.last_store_ms,
+        })
+        .collect())
 }
 
 /// `DELETE /v1/topics/{topic}`
@@ -370,36 +381,169 @@ pub(crate) fn init_uptime() {
     started();
 }
 
-/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
-pub(crate) async fn record_lag<B: MessagingApi>(_ctx: &Ctx<B>) {}
+// ---- groups ----
 
-// ---- pending: the core's lookup and transaction APIs (replaced when they land) ----
-
-fn pending() -> Error {
-    Error::bad("request", "not available in this build")
+/// `GET /v1/groups`
+pub async fn list_groups<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let groups = ctx.api.groups().await?;
+    Ok(axum::Json(serde_json::json!({ "groups": groups })))
 }
 
-pub async fn messages_by_key<B: MessagingApi + 'static>(
-    State(_ctx): State<Arc<Ctx<B>>>,
-) -> Result<()> {
-    Err(pending())
+fn group_json(g: &GroupInfo) -> serde_json::Value {
+    let members: Vec<_> = g
+        .members
+        .iter()
+        .map(|m| {
+            let subs: Vec<_> = m
+                .subscriptions
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "topic": s.topic,
+                        "filter_type": s.filter_type.as_str(),
+                        "expression": s.expression,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "member": m.member,
+                "subscriptions": subs,
+                "last_seen_ms": m.last_seen_ms,
+            })
+        })
+        .collect();
+    let progress: Vec<_> = g
+        .progress
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "topic": p.topic,
+                "queue_id": p.queue_id,
+                "committed": p.committed,
+                "max_offset": p.max_offset,
+                "lag": p.lag,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "group": g.group,
+        "mode": g.mode.map(|m| m.as_str()),
+        "members": members,
+        "progress": progress,
+        "lag": g.progress.iter().map(|p| p.lag).sum::<u64>(),
+    })
 }
-pub async fn message_by_id<B: MessagingApi + 'static>(
-    State(_ctx): State<Arc<Ctx<B>>>,
-) -> Result<()> {
-    Err(pending())
-}
-pub async fn list_groups<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
-    Err(pending())
-}
+
+/// `GET /v1/groups/{group}`
 pub async fn describe_group<B: MessagingApi + 'static>(
-    State(_ctx): State<Arc<Ctx<B>>>,
-) -> Result<()> {
-    Err(pending())
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let info = ctx.api.group_info(&group).await?;
+    Ok(axum::Json(group_json(&info)))
 }
+
+/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
+pub(crate) async fn record_lag<B: MessagingApi>(ctx: &Ctx<B>) {
+    let Ok(groups) = ctx.api.groups().await else {
+        return;
+    };
+    for group in groups {
+        let Ok(info) = ctx.api.group_info(&group).await else {
+            continue;
+        };
+        let mut by_topic: std::collections::BTreeMap<&str, u64> = Default::default();
+        for p in &info.progress {
+            *by_topic.entry(&p.topic).or_default() += p.lag;
+        }
+        for (topic, lag) in by_topic {
+            let labels = [("group", group.clone()), ("topic", topic.to_owned())];
+            metrics::gauge!("rocketgate_consumer_lag", &labels).set(lag as f64);
+        }
+    }
+}
+
+// ---- lookup ----
+
+/// Query of `GET /v1/messages/{msg_id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupQuery {
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// `GET /v1/messages/{msg_id}`: by offset message id or the producer's unique key.
+pub async fn message_by_id<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(msg_id): Path<String>,
+    Query(q): Query<LookupQuery>,
+) -> Result<axum::Json<MessageJson>> {
+    let d = ctx.api.message_by_id(&msg_id).await?;
+    Ok(axum::Json(MessageJson::from_delivered(&d, q.encoding)?))
+}
+
+/// Query of `GET /v1/topics/{topic}/messages`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindQuery {
+    pub key: Option<String>,
+    pub begin_ms: Option<i64>,
+    pub end_ms: Option<i64>,
+    pub max: Option<usize>,
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// `GET /v1/topics/{topic}/messages?key=…` (newest first) or `?begin_ms=…&end_ms=…`
+/// (oldest first).
+pub async fn messages_by_key<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+    Query(q): Query<FindQuery>,
+) -> Result<axum::Json<consume::Messages>> {
+    let max = q.max.unwrap_or(32);
+    if max == 0 || max > 1024 {
+        return Err(Error::bad("max", "must be between 1 and 1024"));
+    }
+    let found = match (q.key.as_deref(), q.begin_ms, q.end_ms) {
+        (Some(""), _, _) => return Err(Error::bad("key", "is empty")),
+        (Some(key), None, None) => ctx.api.messages_by_key(&topic, key, max).await?,
+        (None, begin, end) if begin.is_some() || end.is_some() => {
+            let (begin, end) = (begin.unwrap_or(0), end.unwrap_or(i64::MAX));
+            if begin > end {
+                return Err(Error::bad("begin_ms", "is after end_ms"));
+            }
+            ctx.api.messages_by_time(&topic, begin, end, max).await?
+        }
+        (Some(_), _, _) => {
+            return Err(Error::bad("key", "give `key` or a time range, not both"));
+        }
+        (None, _, _) => {
+            return Err(Error::bad("key", "give `key` or `begin_ms`/`end_ms`"));
+        }
+    };
+    let messages = found
+        .iter()
+        .map(|d| MessageJson::from_delivered(d, q.encoding))
+        .collect::<Result<_>>()?;
+    Ok(axum::Json(consume::Messages { messages }))
+}
+
+// ---- transactions (pending the core's phase 2) ----
+
 pub async fn commit<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
-    Err(pending())
+    Err(Error::bad(
+        "transaction",
+        "transactions are not available in this build",
+    ))
 }
+
 pub async fn rollback<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
-    Err(pending())
+    Err(Error::bad(
+        "transaction",
+        "transactions are not available in this build",
+    ))
 }

@@ -18,9 +18,6 @@ pub enum Error {
     #[error("property {name:?} is reserved (RocketMQ system properties and `mqtt.*` names)")]
     ReservedProperty { name: String },
 
-    #[error("consumer group {group:?} not found")]
-    GroupNotFound { group: String },
-
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
@@ -71,7 +68,6 @@ impl Error {
         match self {
             Error::BadInput { .. } => (S::BAD_REQUEST, "bad_request"),
             Error::ReservedProperty { .. } => (S::BAD_REQUEST, "reserved_property"),
-            Error::GroupNotFound { .. } => (S::NOT_FOUND, "group_not_found"),
             Error::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
             Error::NoRoute { .. } => (S::NOT_FOUND, "no_route"),
             Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -111,6 +107,7 @@ fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
         CoreError::InvalidReceiptHandle { .. } => (S::BAD_REQUEST, "invalid_receipt_handle"),
         CoreError::StaleReceiptHandle { .. } => (S::GONE, "stale_receipt_handle"),
         CoreError::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
+        CoreError::GroupNotFound { .. } => (S::NOT_FOUND, "group_not_found"),
         CoreError::DelayTooLong { .. } => (S::BAD_REQUEST, "delay_too_long"),
         _ => (S::INTERNAL_SERVER_ERROR, "internal"),
     }
