@@ -111,6 +111,19 @@ pub(crate) fn queue_choice(
     }
 }
 
+/// The HTTP door publishes to user topics only: retry, dead-letter and other
+/// broker-owned topics are written by the broker (re-send dead letters through
+/// `/v1/groups/{group}/dlq/resend`).
+fn check_user_topic(topic: &str) -> Result<()> {
+    if rocketgate_core::broker::schedule::is_system_topic(topic) {
+        return Err(Error::Core(rocketgate_core::Error::NoPermission {
+            topic: topic.to_owned(),
+            operation: "write",
+        }));
+    }
+    Ok(())
+}
+
 /// A core message with the mapping every door shares: tag, keys, properties, body.
 fn message(
     topic: &str,
@@ -158,6 +171,7 @@ pub async fn publish<B: MessagingApi + 'static>(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, axum::Json<Published>)> {
     let started = Instant::now();
+    check_user_topic(&topic)?;
     let keys = q
         .keys
         .as_deref()
@@ -226,6 +240,7 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     Json(entries): Json<Vec<BatchEntry>>,
 ) -> Result<(StatusCode, axum::Json<BatchPublished>)> {
     let started = Instant::now();
+    check_user_topic(&topic)?;
     if entries.is_empty() {
         return Err(Error::bad("body", "the batch is empty"));
     }
