@@ -2,6 +2,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use serde_json::json;
 use support::*;
 
@@ -116,4 +118,41 @@ async fn replay_reads_a_queue_by_offset_without_group_state() {
         .await
         .expect_error(400, "bad_request");
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_gateway_ends_streams_and_long_polls() {
+    // One request at a time, so a 429 tells that the long poll is parked.
+    let mut s = settings();
+    s.max_inflight = 1;
+    let node = start_with(s, broker_options()).await;
+    let a = node.addr;
+    publish(a, "s", "", "x").await;
+    let mut stream = events(a, "/v1/groups/g/topics/s/stream").await;
+    stream.next().await;
+    // Group h has nothing left, so its long poll waits.
+    let got = receive_n(a, "h", "s", 1).await;
+    ack(a, "h", &[got[0]["receipt_handle"].as_str().unwrap()]).await;
+    let poll =
+        tokio::spawn(async move { get(a, "/v1/groups/h/topics/s/messages?wait_ms=30000").await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while get(a, "/v1/topics").await.status != 429 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the poll never parked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(15), node.stop())
+        .await
+        .expect("stop returns while a stream and a long poll are open");
+    let r = tokio::time::timeout(Duration::from_secs(15), poll)
+        .await
+        .expect("the long poll ended")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["messages"], json!([]));
+    tokio::time::timeout(Duration::from_secs(15), stream.closed())
+        .await
+        .expect("the stream ended");
 }

@@ -331,6 +331,15 @@ impl Events {
             .expect("an SSE event within 20 s")
     }
 
+    /// Reads until the server ends the stream.
+    pub async fn closed(&mut self) {
+        while let Some(frame) = self.body.frame().await {
+            if frame.is_err() {
+                return;
+            }
+        }
+    }
+
     async fn next_inner(&mut self) -> (String, Value) {
         loop {
             while let Some(end) = self.buf.find("\n\n") {
