@@ -2,7 +2,6 @@
 //! message lookup, broker and cluster information.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -331,17 +330,11 @@ pub async fn broker_info<B: MessagingApi + 'static>(
         "broker_name": ctx.settings.broker_name,
         "cluster": ctx.settings.cluster,
         "version": env!("CARGO_PKG_VERSION"),
-        "uptime_ms": started().elapsed().as_millis() as u64,
+        "uptime_ms": ctx.started.elapsed().as_millis() as u64,
         "user_topics": topics,
         "store": status,
         "max_message_size": ctx.settings.max_body,
     })))
-}
-
-/// When this process first served (for uptime).
-fn started() -> Instant {
-    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *STARTED.get_or_init(Instant::now)
 }
 
 /// `GET /v1/cluster`: brokers and clusters as the NameServer knows them.
@@ -375,10 +368,6 @@ pub async fn cluster_info<B: MessagingApi + 'static>(
         "clusters": clusters,
         "brokers": brokers,
     })))
-}
-
-pub(crate) fn init_uptime() {
-    started();
 }
 
 // ---- groups ----

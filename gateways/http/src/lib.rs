@@ -137,6 +137,8 @@ pub struct Ctx<B> {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// One permit per request being served (the 429 limit).
     pub(crate) inflight: Arc<Semaphore>,
+    /// When the server was bound (uptime in `/v1/broker`).
+    pub(crate) started: std::time::Instant,
 }
 
 impl<B> Ctx<B> {
@@ -176,6 +178,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             inflight: Arc::new(Semaphore::new(settings.max_inflight.max(1))),
             settings,
             shutdown: rx,
+            started: std::time::Instant::now(),
         });
         let server = Server {
             listener: listener::Counted::new(tcp),

@@ -43,7 +43,6 @@ pub fn install_recorder() {
             }
         }
     });
-    crate::admin::init_uptime();
 }
 
 /// `GET /metrics`: Prometheus text format. Store positions, disk usage and
