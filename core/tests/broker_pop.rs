@@ -366,35 +366,3 @@ async fn pop_refuses_bad_requests() {
     let err = b.pop(pop_req("bad group", "t", 1)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidName(_)), "{err:?}");
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_offset_reset_moves_the_pop_cursor() {
-    use rocketgate_core::broker::OffsetReset;
-    let dir = tempfile::tempdir().unwrap();
-    let env = open(dir.path(), options());
-    let b = &env.broker;
-    b.create_topic(TopicConfig::new("t", 1)).await.unwrap();
-    send_all(b, "t", names(0..4)).await;
-    env.dispatched();
-    let got = pop(b, "g", "t", 4).await;
-    assert_eq!(got.len(), 4);
-    for p in &got[..3] {
-        b.ack(&p.receipt.to_string()).await.unwrap();
-    }
-    // Everything consumed or leased: nothing to pop until the reset.
-    assert!(pop(b, "g", "t", 4).await.is_empty());
-    let moved = b
-        .reset_offset("g", "", "t", OffsetReset::Earliest)
-        .await
-        .unwrap();
-    assert_eq!(moved, vec![(0, 0)]);
-    let again = pop(b, "g", "t", 4).await;
-    assert_eq!(bodies(&again), bodies(&got));
-    for p in &again {
-        b.ack(&p.receipt.to_string()).await.unwrap();
-    }
-    b.reset_offset("g", "", "t", OffsetReset::Latest)
-        .await
-        .unwrap();
-    assert!(pop(b, "g", "t", 4).await.is_empty());
-}
