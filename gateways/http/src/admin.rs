@@ -8,9 +8,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use rocketgate_core::broker::schedule;
 use rocketgate_core::broker::{
-    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, QueueChoice, TopicConfig, TopicKind,
+    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, QueueChoice, Resolution, TopicConfig,
+    TopicKind, TransactionHandle,
 };
 use rocketgate_core::store::Message;
+use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
 
 use crate::consume::{self, ReplayQuery};
@@ -307,17 +309,44 @@ pub async fn resend_dead_letters<B: MessagingApi + 'static>(
     Ok(axum::Json(serde_json::json!({ "resent": resent })))
 }
 
-/// Stores a transactional half message. Transactions need the core's phase 2.
+/// Stores a transactional half message of `producer_group`. It gets a
+/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
+/// commit; `queue_offset` is unknown until then.
 pub(crate) async fn begin_transaction<B: MessagingApi>(
-    _ctx: &Ctx<B>,
-    _producer_group: Option<String>,
-    _msg: Message,
-    _choice: QueueChoice,
+    ctx: &Ctx<B>,
+    producer_group: Option<String>,
+    mut msg: Message,
+    choice: QueueChoice,
 ) -> Result<Published> {
-    Err(Error::bad(
-        "transaction",
-        "transactions are not available in this build",
-    ))
+    let group = producer_group
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
+    let uniq = unique_key();
+    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
+    let half = ctx.api.send_half(&group, msg, choice).await?;
+    Ok(Published {
+        msg_id: uniq,
+        topic: half.sent.topic,
+        queue_id: half.sent.queue_id,
+        queue_offset: None,
+        transaction_id: Some(half.transaction.to_string()),
+    })
+}
+
+/// A producer-style unique message key: 32 hex digits of process id, time and
+/// a counter (RocketMQ clients make theirs from similar parts).
+fn unique_key() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{:08X}{:012X}{:012X}",
+        std::process::id(),
+        nanos & 0xFFFF_FFFF_FFFF,
+        n & 0xFFFF_FFFF_FFFF
+    )
 }
 
 /// `GET /v1/broker`
@@ -521,18 +550,39 @@ pub async fn messages_by_key<B: MessagingApi + 'static>(
     Ok(axum::Json(consume::Messages { messages }))
 }
 
-// ---- transactions (pending the core's phase 2) ----
+// ---- transactions ----
 
-pub async fn commit<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
-    Err(Error::bad(
-        "transaction",
-        "transactions are not available in this build",
-    ))
+async fn end<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    id: &str,
+    resolution: Resolution,
+) -> Result<axum::Json<serde_json::Value>> {
+    let handle: TransactionHandle = id.parse()?;
+    let sent = ctx.api.end_transaction(&handle, resolution).await?;
+    Ok(axum::Json(match sent {
+        Some(r) => serde_json::json!({
+            "transaction_id": id,
+            "status": "committed",
+            "topic": r.topic,
+            "queue_id": r.queue_id,
+            "queue_offset": r.append.queue_offset,
+        }),
+        None => serde_json::json!({ "transaction_id": id, "status": "rolled_back" }),
+    }))
 }
 
-pub async fn rollback<B: MessagingApi + 'static>(State(_ctx): State<Arc<Ctx<B>>>) -> Result<()> {
-    Err(Error::bad(
-        "transaction",
-        "transactions are not available in this build",
-    ))
+/// `POST /v1/transactions/{id}/commit`: the half message becomes visible.
+pub async fn commit<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    end(&ctx, &id, Resolution::Commit).await
+}
+
+/// `POST /v1/transactions/{id}/rollback`: the half message is dropped.
+pub async fn rollback<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    end(&ctx, &id, Resolution::Rollback).await
 }

@@ -108,6 +108,8 @@ fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
         CoreError::StaleReceiptHandle { .. } => (S::GONE, "stale_receipt_handle"),
         CoreError::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
         CoreError::GroupNotFound { .. } => (S::NOT_FOUND, "group_not_found"),
+        CoreError::TransactionNotFound { .. } => (S::NOT_FOUND, "transaction_not_found"),
+        CoreError::TransactionEnded { .. } => (S::CONFLICT, "transaction_ended"),
         CoreError::DelayTooLong { .. } => (S::BAD_REQUEST, "delay_too_long"),
         _ => (S::INTERNAL_SERVER_ERROR, "internal"),
     }

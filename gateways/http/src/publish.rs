@@ -43,7 +43,9 @@ pub struct Published {
     pub msg_id: String,
     pub topic: String,
     pub queue_id: u32,
-    pub queue_offset: u64,
+    /// Absent for a transactional publish (known once committed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_offset: Option<u64>,
     /// Transactional publishes only: commit or roll back with this id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction_id: Option<String>,
@@ -55,7 +57,7 @@ impl From<SendResult> for Published {
             msg_id: r.append.msg_id,
             topic: r.topic,
             queue_id: r.queue_id,
-            queue_offset: r.append.queue_offset,
+            queue_offset: Some(r.append.queue_offset),
             transaction_id: None,
         }
     }
