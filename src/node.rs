@@ -61,6 +61,27 @@ fn announce(door: &str, addr: SocketAddr) {
     tracing::info!(%addr, "{door} listening");
 }
 
+/// The MQTT door on `listen.mqtt`, its sessions and retained messages in `<data_dir>/mqtt`.
+async fn start_mqtt(
+    config: &Config,
+    broker: &Arc<Broker>,
+) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
+    let m = &config.mqtt;
+    let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
+    settings.max_packet_size = u32::try_from(m.max_packet_size.0).unwrap_or(u32::MAX);
+    settings.receive_maximum = m.receive_maximum;
+    settings.max_inflight = m.max_inflight;
+    settings.max_session_expiry = u32::try_from(m.max_session_expiry.as_secs()).unwrap_or(u32::MAX);
+    settings.max_keep_alive = u16::try_from(m.max_keep_alive.as_secs()).unwrap_or(u16::MAX);
+    settings.topic_alias_maximum = m.topic_alias_maximum;
+    let (server, addr) =
+        rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)
+            .await
+            .with_context(|| format!("starting MQTT on {}", config.listen.mqtt))?;
+    announce("mqtt", addr);
+    Ok(server.spawn())
+}
+
 async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
     let (ns, addr) = NameServer::bind(
         config.listen.namesrv,
@@ -138,7 +159,7 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6), HTTP (#7) and WebSocket (#8) doors \
+const MISSING_DOORS: &str = "the native (issue #5), HTTP (#7) and WebSocket (#8) doors \
     are not built yet; the broker registers its native address with the NameServer already";
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
@@ -148,6 +169,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs);
+    let mqtt = start_mqtt(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -156,6 +178,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     tracing::info!("shutting down");
+    mqtt.stop().await;
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -181,6 +204,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     }
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
+    let mqtt = start_mqtt(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -189,6 +213,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
         config.data_dir.display()
     );
     shutdown.await;
+    mqtt.stop().await;
     registrar.stop().await;
     close_broker(broker).await
 }
