@@ -8,7 +8,8 @@
 //! Two gaps of `mqttbytes` 0.6 are covered here: a v5 DISCONNECT with a
 //! remaining length of 0 or 1 (both legal) is read without its codec, and the
 //! frame is checked against the size limit before anything is consumed, so an
-//! oversize packet is reported as such rather than as garbage.
+//! oversize packet is reported as such rather than as garbage; a v5 CONNACK
+//! always carries its property length.
 
 use bytes::{Buf, BytesMut};
 use mqttbytes::v5::{self, Packet};
@@ -192,6 +193,12 @@ fn lift(p: v4::Packet) -> Packet {
 pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<(), CodecError> {
     let r = match version {
         Version::V5 => match packet {
+            // mqttbytes omits the (mandatory) property length when there are none.
+            Packet::ConnAck(p) if p.properties.is_none() => {
+                let mut p = p.clone();
+                p.properties = Some(v5::ConnAckProperties::new());
+                p.write(out)
+            }
             Packet::ConnAck(p) => p.write(out),
             Packet::Publish(p) => p.write(out),
             Packet::PubAck(p) => p.write(out),

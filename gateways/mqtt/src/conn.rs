@@ -157,11 +157,20 @@ where
             return;
         }
     };
+    // Packets that came in the same read as CONNECT.
+    let mut early = if inbuf.is_empty() {
+        None
+    } else {
+        conn.on_bytes(&mut inbuf).await
+    };
     let mut topics_rx = shared.router.topic_list();
     let mut shutdown = shared.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_seen = Instant::now();
     let end = loop {
+        if let Some(end) = early.take() {
+            break end;
+        }
         conn.fill_ready().await;
         conn.pump();
         conn.settle_acks().await;
@@ -710,6 +719,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
             Packet::PubComp(c) => self.on_ack(c.pkid, true),
             Packet::Subscribe(s) => return self.on_subscribe(s).await,
+            Packet::Unsubscribe(u) if u.filters.is_empty() => {
+                return Some(End::protocol("UNSUBSCRIBE without a topic filter"));
+            }
             Packet::Unsubscribe(u) => self.on_unsubscribe(u).await,
             Packet::PingReq => self.send(&Packet::PingResp),
             Packet::Disconnect(d) => {

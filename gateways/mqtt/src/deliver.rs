@@ -503,6 +503,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
     pub(crate) async fn on_subscribe(&mut self, s: Subscribe) -> Option<End> {
         let v5 = self.version == Version::V5;
+        if s.filters.is_empty() {
+            return Some(End::protocol("SUBSCRIBE without a topic filter"));
+        }
         let id = s.properties.as_ref().and_then(|p| p.id);
         if id == Some(0) {
             return Some(End::protocol("subscription identifier 0"));

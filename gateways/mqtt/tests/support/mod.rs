@@ -149,10 +149,11 @@ impl Raw {
         tokio::time::timeout(WAIT, async {
             loop {
                 if !self.buf.is_empty() {
+                    let before = self.buf.clone();
                     match v5::read(&mut self.buf, 1 << 20) {
                         Ok(p) => return Some(p),
                         Err(mqttbytes::Error::InsufficientBytes(_)) => {}
-                        Err(e) => panic!("bad packet from the server: {e:?}"),
+                        Err(e) => panic!("bad packet from the server: {e:?} in {:?}", &before[..]),
                     }
                 }
                 match self.sock.read_buf(&mut self.buf).await {
