@@ -68,7 +68,16 @@ async fn start_mqtt(
 ) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
     let m = &config.mqtt;
     let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
-    settings.max_packet_size = u32::try_from(m.max_packet_size.0).unwrap_or(u32::MAX);
+    // A packet must fit in one stored record (with room for the added properties),
+    // so a publish batch never fails for one message's size.
+    let record_room = config
+        .store
+        .max_message_size
+        .0
+        .saturating_sub(4096)
+        .max(1024);
+    settings.max_packet_size =
+        u32::try_from(m.max_packet_size.0.min(record_room)).unwrap_or(u32::MAX);
     settings.receive_maximum = m.receive_maximum;
     settings.max_inflight = m.max_inflight;
     settings.max_session_expiry = u32::try_from(m.max_session_expiry.as_secs()).unwrap_or(u32::MAX);

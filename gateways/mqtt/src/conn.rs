@@ -57,6 +57,8 @@ impl End {
 /// A PUBLISH read and waiting for its core send (or for its ack only).
 struct PendingPub {
     message: Option<Message>,
+    /// Its message went into the core batch.
+    stored: bool,
     qos: QoS,
     pkid: u16,
     retain: Option<(String, Bytes)>,
@@ -554,6 +556,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 // A retransmission of a message already stored: acknowledge only.
                 self.push_pub(PendingPub {
                     message: None,
+                    stored: false,
                     qos: p.qos,
                     pkid: p.pkid,
                     retain: None,
@@ -585,6 +588,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Ok(m) => PendingPub {
                 retain: p.retain.then(|| (p.topic.clone(), p.payload.clone())),
                 message: Some(m),
+                stored: false,
                 qos: p.qos,
                 pkid: p.pkid,
                 refused: None,
@@ -600,6 +604,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
                 PendingPub {
                     message: None,
+                    stored: false,
                     qos: p.qos,
                     pkid: p.pkid,
                     retain: None,
@@ -631,18 +636,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
             return;
         }
         let mut pubs = std::mem::take(&mut self.pubs);
-        let messages: Vec<Message> = pubs.iter_mut().filter_map(|p| p.message.clone()).collect();
+        // Retained publishes keep their mapped properties for the retained store.
+        let mut retained_props: Vec<Vec<(String, String)>> = Vec::new();
+        let mut messages: Vec<Message> = Vec::with_capacity(pubs.len());
+        for p in &mut pubs {
+            if let Some(m) = p.message.take() {
+                if p.retain.is_some() {
+                    retained_props.push(m.properties.clone());
+                }
+                messages.push(m);
+                p.stored = true;
+            }
+        }
         let mut failure = None;
         if !messages.is_empty() {
-            let props: Vec<Vec<(String, String)>> = pubs
-                .iter()
-                .filter(|p| p.retain.is_some())
-                .filter_map(|p| p.message.as_ref().map(|m| m.properties.clone()))
-                .collect();
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
             match self.shared.api.send_batch(messages, key).await {
                 Ok(_) => {
-                    let mut props = props.into_iter();
+                    let mut props = retained_props.into_iter();
                     for p in &pubs {
                         if let Some((name, payload)) = &p.retain {
                             let pr = props.next().unwrap_or_default();
@@ -660,11 +671,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         for p in pubs {
-            let refused = if p.message.is_some() {
-                failure.clone()
-            } else {
-                p.refused
-            };
+            let refused = if p.stored { failure.clone() } else { p.refused };
             match (p.qos, refused) {
                 (QoS::AtMostOnce, _) => {}
                 (QoS::AtLeastOnce, None) => self.send(&Packet::PubAck(PubAck::new(p.pkid))),

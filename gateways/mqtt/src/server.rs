@@ -405,13 +405,30 @@ where
     if *shared.shutdown.borrow() {
         return;
     }
-    shared.active.fetch_add(1, Ordering::AcqRel);
+    let guard = Active::new(shared.clone());
     tokio::spawn(async move {
-        crate::conn::run(shared.clone(), io, peer).await;
-        if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            shared.idle.notify_waiters();
-        }
+        crate::conn::run(shared, io, peer).await;
+        drop(guard);
     });
+}
+
+/// Counts a running connection until dropped (also when its task panics), so
+/// [`Handle::stop`] knows when every connection is gone.
+struct Active<B: MessagingApi + 'static>(Arc<Shared<B>>);
+
+impl<B: MessagingApi + 'static> Active<B> {
+    fn new(shared: Arc<Shared<B>>) -> Self {
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        Active(shared)
+    }
+}
+
+impl<B: MessagingApi + 'static> Drop for Active<B> {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// Runs MQTT connections over any byte stream (MQTT over WebSocket), sharing the
@@ -437,11 +454,8 @@ impl<B: MessagingApi + 'static> Streams<B> {
         if *self.shared.shutdown.borrow() {
             return;
         }
-        self.shared.active.fetch_add(1, Ordering::AcqRel);
+        let _guard = Active::new(self.shared.clone());
         crate::conn::run(self.shared.clone(), io, peer).await;
-        if self.shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.idle.notify_waiters();
-        }
     }
 }
 

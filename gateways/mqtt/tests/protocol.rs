@@ -390,3 +390,66 @@ async fn server_shutdown_sends_disconnect_0x8b() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leading_wildcards_see_new_core_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let (mut sub, _) = Raw::connect_v5(node.addr, "wild-sub", None).await;
+    subscribe(&mut sub, "+/status/#", QoS::AtLeastOnce).await;
+    let (mut publ, _) = Raw::connect_v5(node.addr, "wild-pub", None).await;
+    // Neither topic existed when the subscription was made.
+    publ.send(publish("brandnew/status/x", QoS::AtLeastOnce, 1, b"a"))
+        .await;
+    publ.send(publish("other/status", QoS::AtLeastOnce, 2, b"b"))
+        .await;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match sub.recv().await {
+            Some(Packet::Publish(p)) => {
+                sub.send(Packet::PubAck(v5::PubAck::new(p.pkid))).await;
+                got.push(p.topic);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    got.sort();
+    assert_eq!(got, vec!["brandnew/status/x", "other/status"]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_messages_are_redelivered_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut props = connect_props();
+    props.session_expiry_interval = Some(600);
+    let (mut sub, _) = Raw::connect_v5(node.addr, "unacked", Some(props.clone())).await;
+    subscribe(&mut sub, "inflight/#", QoS::AtLeastOnce).await;
+    let (mut publ, _) = Raw::connect_v5(node.addr, "unacked-pub", None).await;
+    publ.send(publish("inflight/a", QoS::AtLeastOnce, 1, b"keep me"))
+        .await;
+    assert!(matches!(publ.recv().await, Some(Packet::PubAck(_))));
+    match sub.recv().await {
+        Some(Packet::Publish(p)) => assert_eq!(&p.payload[..], b"keep me"),
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+    // Never acknowledged; the broker restarts.
+    drop(sub);
+    drop(publ);
+    let node = node.restart().await;
+    let mut c = v5::Connect::new("unacked");
+    c.clean_session = false;
+    c.properties = Some(props);
+    let mut sub = Raw::connect(node.addr).await;
+    sub.send(Packet::Connect(c)).await;
+    assert!(matches!(sub.recv().await, Some(Packet::ConnAck(a)) if a.session_present));
+    match sub.recv().await {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(&p.payload[..], b"keep me");
+            sub.send(Packet::PubAck(v5::PubAck::new(p.pkid))).await;
+        }
+        other => panic!("expected the un-acked PUBLISH again, got {other:?}"),
+    }
+    node.stop().await;
+}

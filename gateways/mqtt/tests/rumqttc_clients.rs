@@ -691,3 +691,176 @@ async fn assigned_client_id_and_connack_properties() {
     assert_eq!(props.shared_subscription_available, Some(1));
     node.stop().await;
 }
+
+fn filter(path: &str, rap: bool, rule: p5::RetainForwardRule) -> p5::Filter {
+    p5::Filter {
+        path: path.into(),
+        qos: rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+        nolocal: false,
+        preserve_retain: rap,
+        retain_forward_rule: rule,
+    }
+}
+
+impl V5 {
+    async fn subscribe_filter(&mut self, f: p5::Filter) {
+        self.client.subscribe_many(vec![f]).await.unwrap();
+        self.next(|p| matches!(p, p5::Packet::SubAck(_)).then_some(()))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_handling_and_retain_as_published() {
+    use rumqttc::v5::mqttbytes::QoS;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut publ = v5_with(v5_opts(&node, "cfg-pub"));
+    publ.connack().await;
+    publ.client
+        .publish("cfg/a", QoS::AtLeastOnce, true, "1")
+        .await
+        .unwrap();
+    publ.next(|p| matches!(p, p5::Packet::PubAck(_)).then_some(()))
+        .await;
+
+    // Retain handling 2 (never) with retain-as-published.
+    let mut never = v5_with(v5_opts(&node, "cfg-never"));
+    never.connack().await;
+    never
+        .subscribe_filter(filter("cfg/#", true, p5::RetainForwardRule::Never))
+        .await;
+    // Retain handling 0 without retain-as-published.
+    let mut plain = v5_with(v5_opts(&node, "cfg-plain"));
+    plain.connack().await;
+    plain
+        .subscribe_filter(filter(
+            "cfg/#",
+            false,
+            p5::RetainForwardRule::OnEverySubscribe,
+        ))
+        .await;
+    let p = plain.publish().await;
+    assert_eq!(
+        (topic_of(&p).as_str(), p.retain),
+        ("cfg/a", true),
+        "retained on subscribe"
+    );
+
+    publ.client
+        .publish("cfg/b", QoS::AtLeastOnce, true, "2")
+        .await
+        .unwrap();
+    let p = never.publish().await;
+    assert_eq!(topic_of(&p), "cfg/b", "no retained message with handling 2");
+    assert!(
+        p.retain,
+        "retain-as-published keeps the flag on a live message"
+    );
+    let p = plain.publish().await;
+    assert_eq!(topic_of(&p), "cfg/b");
+    assert!(
+        !p.retain,
+        "a live message has retain 0 without retain-as-published"
+    );
+
+    // Retain handling 1: only when the subscription is new.
+    let mut once = v5_with(v5_opts(&node, "cfg-once"));
+    once.connack().await;
+    once.subscribe_filter(filter(
+        "cfg/#",
+        false,
+        p5::RetainForwardRule::OnNewSubscribe,
+    ))
+    .await;
+    let mut got = vec![
+        topic_of(&once.publish().await),
+        topic_of(&once.publish().await),
+    ];
+    got.sort();
+    assert_eq!(got, vec!["cfg/a", "cfg/b"]);
+    once.subscribe_filter(filter(
+        "cfg/#",
+        false,
+        p5::RetainForwardRule::OnNewSubscribe,
+    ))
+    .await;
+    publ.client
+        .publish("cfg/marker", QoS::AtLeastOnce, false, "m")
+        .await
+        .unwrap();
+    assert_eq!(
+        topic_of(&once.publish().await),
+        "cfg/marker",
+        "no retained resend"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_stops_delivery() {
+    use rumqttc::v5::mqttbytes::QoS;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut sub = v5_with(v5_opts(&node, "unsub"));
+    sub.connack().await;
+    sub.subscribe("gone/#", QoS::AtLeastOnce, None).await;
+    sub.subscribe("kept/#", QoS::AtLeastOnce, None).await;
+    sub.client.unsubscribe("gone/#").await.unwrap();
+    sub.next(|p| matches!(p, p5::Packet::UnsubAck(_)).then_some(()))
+        .await;
+    let mut publ = v5_with(v5_opts(&node, "unsub-pub"));
+    publ.connack().await;
+    publ.client
+        .publish("gone/x", QoS::AtLeastOnce, false, "no")
+        .await
+        .unwrap();
+    publ.client
+        .publish("kept/x", QoS::AtLeastOnce, false, "yes")
+        .await
+        .unwrap();
+    let p = sub.publish().await;
+    assert_eq!(topic_of(&p), "kept/x");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_messages_are_not_delivered_to_a_returning_session() {
+    use rumqttc::v5::mqttbytes::QoS;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut o = v5_opts(&node, "expiring");
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(300));
+    let mut sub = v5_with(o.clone());
+    sub.connack().await;
+    sub.subscribe("exp/#", QoS::AtLeastOnce, None).await;
+    sub.client.disconnect().await.unwrap();
+    let _ = tokio::time::timeout(WAIT, &mut sub.task).await;
+
+    let mut publ = v5_with(v5_opts(&node, "exp-pub"));
+    publ.connack().await;
+    let short = p5::PublishProperties {
+        message_expiry_interval: Some(1),
+        ..Default::default()
+    };
+    publ.client
+        .publish_with_properties("exp/short", QoS::AtLeastOnce, false, "x", short)
+        .await
+        .unwrap();
+    publ.client
+        .publish("exp/long", QoS::AtLeastOnce, false, "y")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        publ.next(|p| matches!(p, p5::Packet::PubAck(_)).then_some(()))
+            .await;
+    }
+    // Let the one-second expiry pass while the session is offline.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut sub = v5_with(o);
+    assert!(sub.connack().await.session_present);
+    let p = sub.publish().await;
+    assert_eq!(topic_of(&p), "exp/long", "the expired message was dropped");
+    node.stop().await;
+}
