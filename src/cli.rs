@@ -94,6 +94,8 @@ pub enum BenchCommand {
     Store(crate::bench::store::StoreBenchArgs),
     /// Catch-up read rate and long-poll wake-up latency through the broker's pull.
     Consume(crate::bench::consume::ConsumeBenchArgs),
+    /// MQTT throughput and publish->receive latency (p2p, fan-in, fan-out; any broker).
+    Mqtt(crate::bench::mqtt::MqttBenchArgs),
 }
 
 impl CommonArgs {

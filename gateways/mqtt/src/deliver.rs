@@ -156,7 +156,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         group: group.clone(),
                         topic: topic.clone(),
                         filter: Filter::all(),
-                        max_messages: 16,
+                        max_messages: 64,
                         invisible: Duration::from_secs(60),
                         wait: Duration::from_secs(10),
                     })
