@@ -7,8 +7,8 @@
 //! which the WebSocket door uses for `/mqtt`.
 //!
 //! Where to start reading: [`server`] (listener, shared state, sweeper), then
-//! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection) and
-//! `deliver.rs` (outgoing messages), `router.rs` (one reader per core queue fanning
+//! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection),
+//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `router.rs` (one reader per core queue fanning
 //! out to sessions), `topic.rs` (the topic mapping and wildcard matching),
 //! `message.rs` (PUBLISH <-> core message), `state.rs` (what is kept on disk).
 //!
@@ -35,6 +35,7 @@ mod codec;
 mod conn;
 mod deliver;
 mod error;
+mod inbound;
 mod message;
 mod router;
 pub mod server;
