@@ -177,11 +177,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
             match self.shared.api.send_batch(messages, key).await {
                 Ok(_) => {
                     let mut props = retained_props.into_iter();
+                    let mut any = false;
                     for p in &pubs {
                         if let Some((name, payload)) = &p.retain {
                             let pr = props.next().unwrap_or_default();
                             self.shared.set_retained(name, p.qos, payload.clone(), pr);
+                            any = true;
                         }
+                    }
+                    if any {
+                        // Retained state is on disk before the acknowledgement.
+                        self.shared.persist_retained().await;
                     }
                 }
                 Err(e) => {

@@ -89,7 +89,8 @@ pub(crate) struct Shared<B> {
     pub sessions: Mutex<HashMap<String, Slot>>,
     pub retained: Mutex<HashMap<String, Retained>>,
     retained_dirty: AtomicBool,
-    retained_changed: Notify,
+    /// Held while the retained file is written (see [`Shared::persist_retained`]).
+    retained_write: tokio::sync::Mutex<()>,
     pub shutdown: watch::Receiver<bool>,
     next_id: AtomicU64,
     active: AtomicUsize,
@@ -133,6 +134,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
             })?;
         if p.retain {
             self.set_retained(&p.topic, p.qos, p.payload.clone(), props);
+            self.persist_retained().await;
         }
         Ok(())
     }
@@ -161,10 +163,13 @@ impl<B: MessagingApi + 'static> Shared<B> {
             }
         }
         self.retained_dirty.store(true, Ordering::Release);
-        self.retained_changed.notify_one();
     }
 
-    fn flush_retained(&self) {
+    /// Writes the retained messages if they changed; returns once every change
+    /// made before the call is on disk (a publish setting a retained message is
+    /// acknowledged after this). Concurrent callers share one write.
+    pub async fn persist_retained(&self) {
+        let _writing = self.retained_write.lock().await;
         if self.retained_dirty.swap(false, Ordering::AcqRel) {
             let snapshot = lock(&self.retained).clone();
             if let Err(e) = self.files.save_retained(&snapshot) {
@@ -329,7 +334,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             sessions: Mutex::new(sessions),
             retained: Mutex::new(retained),
             retained_dirty: AtomicBool::new(false),
-            retained_changed: Notify::new(),
+            retained_write: tokio::sync::Mutex::new(()),
             shutdown,
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
@@ -382,10 +387,8 @@ impl<B: MessagingApi + 'static> Server<B> {
                     tokio::select! {
                         _ = stop.changed() => return,
                         _ = tick.tick() => shared.sweep().await,
-                        _ = shared.retained_changed.notified() => {}
                     }
-                    let s = shared.clone();
-                    let _ = tokio::task::spawn_blocking(move || s.flush_retained()).await;
+                    shared.persist_retained().await;
                 }
             })
         };
@@ -508,8 +511,7 @@ impl<B: MessagingApi + 'static> Handle<B> {
         }
         shared.router.stop();
         shared.retained_dirty.store(true, Ordering::Release);
-        let s = shared.clone();
-        let _ = tokio::task::spawn_blocking(move || s.flush_retained()).await;
+        shared.persist_retained().await;
         // Offline sessions are on disk already; save again for their final state.
         let records: Vec<_> = lock(&shared.sessions)
             .values()

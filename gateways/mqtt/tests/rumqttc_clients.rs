@@ -211,6 +211,9 @@ async fn retained_set_replace_clear_and_after_restart() {
         publ.next(|p| matches!(p, rumqttc::Packet::PubAck(_)).then_some(()))
             .await;
     }
+    // Acknowledged means on disk, before any clean shutdown.
+    let saved = std::fs::read_to_string(dir.path().join("mqtt/retained.json")).unwrap();
+    assert!(saved.contains("status/dev2") && !saved.contains("status/dev3"), "{saved}");
     let node = node.restart().await;
     let mut sub = v4(&node, "ret-sub", true);
     sub.connack().await;
