@@ -123,12 +123,27 @@ fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sy
 
 /// The WebSocket door (`/v1/ws`; `/mqtt` once the MQTT door is glued in through
 /// `Hooks::mqtt`).
-async fn start_ws(config: &Config, broker: &Arc<Broker>) -> anyhow::Result<ws::Handle> {
+/// The WebSocket door; its `/mqtt` path runs MQTT connections on the MQTT door's
+/// shared state (sessions, retained messages, router), so MQTT.js in a browser and a
+/// device on TCP see the same broker.
+async fn start_ws(
+    config: &Config,
+    broker: &Arc<Broker>,
+    mqtt: rocketgate_mqtt::Streams<Broker>,
+) -> anyhow::Result<ws::Handle> {
+    let mqtt_over_ws = move |io: ws::WsByteStream, peer: SocketAddr| {
+        let mqtt = mqtt.clone();
+        tokio::spawn(async move { mqtt.serve_stream(io, peer).await });
+    };
+    let hooks = ws::Hooks {
+        mqtt: Some(Arc::new(mqtt_over_ws)),
+        ..ws::Hooks::default()
+    };
     let (server, addr) = ws::Server::bind(
         config.listen.ws,
         broker.clone(),
         ws::Settings::from(&config.ws),
-        ws::Hooks::default(),
+        hooks,
     )
     .await
     .with_context(|| format!("starting the WebSocket door on {}", config.listen.ws))?;
@@ -233,9 +248,9 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
-    let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, namesrvs).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
+    let ws = start_ws(&config, &broker, mqtt.streams()).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -272,9 +287,9 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     }
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
-    let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
+    let ws = start_ws(&config, &broker, mqtt.streams()).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
