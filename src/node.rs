@@ -134,12 +134,18 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         broker_name: b.name.clone(),
         auto_create_topics: b.auto_create_topics,
         default_queues: b.default_queue_nums,
+        transaction_check_interval: b.transaction_check_interval,
+        transaction_timeout: b.transaction_timeout,
+        transaction_max_checks: b.transaction_max_checks,
+        max_reconsume_times: b.max_reconsume_times,
         ..BrokerOptions::default()
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
     let broker = Arc::new(broker);
-    // Delivers delayed messages when due; stops by itself when the broker closes.
+    // Delivers delayed messages when due and checks back undecided transactions;
+    // both stop by themselves when the broker closes.
     broker.spawn_delay_delivery();
+    broker.spawn_transaction_checks();
     Ok(broker)
 }
 

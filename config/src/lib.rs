@@ -135,6 +135,17 @@ pub struct BrokerConfig {
     pub default_queue_nums: u32,
     #[serde(with = "units::duration")]
     pub register_interval: Duration,
+    /// How often undecided transactional half messages are checked back.
+    #[serde(with = "units::duration")]
+    pub transaction_check_interval: Duration,
+    /// A half message younger than this is not checked back yet.
+    #[serde(with = "units::duration")]
+    pub transaction_timeout: Duration,
+    /// Check-backs of one half message before it is rolled back.
+    pub transaction_max_checks: u32,
+    /// Deliveries of a failing message before it goes to the dead-letter queue are
+    /// this + 1 (RocketMQ `maxReconsumeTimes`; a group can override it).
+    pub max_reconsume_times: u32,
 }
 
 /// NameServer liveness settings.
@@ -241,6 +252,10 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             default_queue_nums: 4,
             register_interval: Duration::from_secs(30),
+            transaction_check_interval: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(6),
+            transaction_max_checks: 15,
+            max_reconsume_times: 16,
         }
     }
 }
@@ -395,6 +410,10 @@ impl Config {
             ("store.retention", s.retention),
             ("store.retention_check_interval", s.retention_check_interval),
             ("broker.register_interval", self.broker.register_interval),
+            (
+                "broker.transaction_check_interval",
+                self.broker.transaction_check_interval,
+            ),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
             ("ws.invisible_time", self.ws.invisible_time),

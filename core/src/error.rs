@@ -120,14 +120,25 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A send asked for a delivery further away than the broker allows.
-    #[error("no message at offset {offset} of queue {queue_id} of topic {topic:?}")]
-    MessageNotFound {
-        topic: String,
-        queue_id: u32,
-        offset: u64,
-    },
+    /// No stored message where the caller said: `what` names the place
+    /// ("at offset 3 of queue 0 of topic \"t\"", "with id \"...\"").
+    #[error("no message {what}")]
+    MessageNotFound { what: String },
 
+    #[error("consumer group {group:?} is unknown: no live member, offsets or settings")]
+    GroupNotFound { group: String },
+
+    /// No half message where a transaction handle points (garbled, never
+    /// stored, or removed by retention).
+    #[error("no transaction with handle {handle:?}")]
+    TransactionNotFound { handle: String },
+
+    /// The transaction was already committed or rolled back (or is being ended
+    /// right now by another call).
+    #[error("transaction {handle:?} is already committed or rolled back")]
+    TransactionEnded { handle: String },
+
+    /// A send asked for a delivery further away than the broker allows.
     #[error("delay of {requested:?} exceeds the maximum of {max:?}")]
     DelayTooLong {
         requested: std::time::Duration,
