@@ -7,6 +7,7 @@ use anyhow::Context;
 use rocketgate_config::{Config, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
 use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
@@ -149,6 +150,38 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
     Ok(broker)
 }
 
+/// The HTTP door on `listen.http`; `namesrvs` answer its cluster view.
+async fn start_http(
+    config: &Config,
+    broker: &Arc<Broker>,
+    namesrvs: Vec<String>,
+) -> anyhow::Result<http::Handle> {
+    let h = &config.http;
+    let settings = http::Settings {
+        max_body: config.store.max_message_size.0 as usize,
+        max_inflight: h.max_inflight as usize,
+        max_wait: h.max_wait,
+        default_invisible: h.default_invisible,
+        max_messages: h.max_messages as usize,
+        namesrv_addrs: if h.namesrv_addrs.is_empty() {
+            namesrvs
+        } else {
+            h.namesrv_addrs.clone()
+        },
+        broker_name: config.broker.name.clone(),
+        cluster: config.broker.cluster.clone(),
+    };
+    let probe = Arc::new(http::StoreProbe::new(
+        broker.store().clone(),
+        config.store.disk_hard_ratio,
+    ));
+    let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
+        .await
+        .with_context(|| format!("starting the HTTP gateway on {}", config.listen.http))?;
+    announce("http", addr);
+    Ok(server.spawn())
+}
+
 /// Saves consumer offsets, then syncs and closes the store (off the async threads).
 async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -160,7 +193,7 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6) and HTTP (#7) doors \
+const MISSING_DOORS: &str = "the native (issue #5) and MQTT (#6) doors \
     are not built yet; the broker registers its native address with the NameServer already";
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
@@ -169,8 +202,9 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let (ns, ns_addr) = start_namesrv(&config).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let registrar = start_registrar(&config, &broker, namesrvs);
+    let registrar = start_registrar(&config, &broker, namesrvs.clone());
     let ws = start_ws(&config, &broker).await?;
+    let http = start_http(&config, &broker, namesrvs).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -180,6 +214,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     shutdown.await;
     tracing::info!("shutting down");
     ws.stop().await;
+    http.stop().await;
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -206,6 +241,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     let ws = start_ws(&config, &broker).await?;
+    let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -215,6 +251,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     ws.stop().await;
+    http.stop().await;
     registrar.stop().await;
     close_broker(broker).await
 }

@@ -14,6 +14,8 @@ fn node() -> Command {
     let mut c = bin();
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        // Broker mode has no --http flag; never take the default port in tests.
+        .env("ROCKETGATE_LISTEN__HTTP", "127.0.0.1:0")
         .stderr(Stdio::null());
     c
 }
@@ -295,4 +297,71 @@ fn the_mqtt_load_generator_measures_its_sink() {
         .expect("delivered_per_s");
     assert!(delivered > 0.0, "{result}");
     assert!(result.contains("\"p99_us\""), "{result}");
+}
+
+/// `curl -sS -w '\n%{http_code}' ARGS`: (status, body).
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (body, status) = text.rsplit_once('\n').unwrap();
+    (status.parse().unwrap(), body.to_owned())
+}
+
+#[test]
+fn standalone_serves_http_publish_receive_ack_and_its_cluster_view() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "http",
+    );
+    let base = format!("http://{addr}");
+    let (status, body) = curl(&[
+        "--data-binary",
+        "hello",
+        &format!("{base}/v1/topics/greetings/messages?tag=en"),
+    ]);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = curl(&[&format!(
+        "{base}/v1/groups/g/topics/greetings/messages?wait_ms=10000"
+    )]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"body\":\"hello\""), "{body}");
+    let handle = body
+        .split("\"receipt_handle\":\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap();
+    let ack = format!("{{\"receipt_handle\":\"{handle}\"}}");
+    let (status, body) = curl(&[
+        "-H",
+        "content-type: application/json",
+        "-d",
+        &ack,
+        &format!("{base}/v1/groups/g/acks"),
+    ]);
+    assert_eq!(status, 200, "{body}");
+    wait_for("the cluster view through HTTP", || {
+        curl(&[&format!("{base}/v1/cluster")])
+            .1
+            .contains("broker-a")
+    });
+    sigterm(&mut node);
 }

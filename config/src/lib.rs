@@ -58,6 +58,7 @@ pub struct Config {
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
     pub ws: WsConfig,
+    pub http: HttpConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -193,6 +194,38 @@ impl Default for WsConfig {
     }
 }
 
+/// The HTTP gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Requests served at once; more are answered 429.
+    pub max_inflight: u32,
+    /// The longest long poll a receive may ask for (`wait_ms` is capped to it).
+    #[serde(with = "units::duration")]
+    pub max_wait: Duration,
+    /// Invisibility of received messages when the request names none.
+    #[serde(with = "units::duration")]
+    pub default_invisible: Duration,
+    /// The most messages one receive or replay returns.
+    pub max_messages: u32,
+    /// NameServers asked for `GET /v1/cluster`, `host:port` each (standalone adds
+    /// its embedded one; a broker uses `broker.namesrv_addrs` when this is empty).
+    #[serde(deserialize_with = "units::addr_list")]
+    pub namesrv_addrs: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_inflight: 1024,
+            max_wait: Duration::from_secs(30),
+            default_invisible: Duration::from_secs(30),
+            max_messages: 32,
+            namesrv_addrs: Vec::new(),
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -206,6 +239,7 @@ impl Default for Config {
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
             ws: WsConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 }
@@ -454,6 +488,16 @@ impl Config {
         }
         if self.broker.default_queue_nums == 0 || self.broker.default_queue_nums > 1024 {
             bad.push("broker.default_queue_nums must be in 1..=1024".to_string());
+        }
+        let h = &self.http;
+        if h.max_inflight == 0 {
+            bad.push("http.max_inflight must be at least 1".to_string());
+        }
+        if h.max_messages == 0 || h.max_messages > 1024 {
+            bad.push("http.max_messages must be in 1..=1024".to_string());
+        }
+        if h.default_invisible < Duration::from_millis(100) {
+            bad.push("http.default_invisible must be at least 100ms".to_string());
         }
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());
