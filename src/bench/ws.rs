@@ -180,19 +180,23 @@ async fn connect(addr: SocketAddr) -> anyhow::Result<Ws> {
     Ok(ws)
 }
 
-/// The next text frame.
+/// The next text frame (within 60 s, whatever control frames arrive meanwhile).
 async fn next_text(ws: &mut Ws) -> anyhow::Result<String> {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(60), ws.next()).await {
-            Err(_) => anyhow::bail!("no frame within 60 s"),
-            Ok(None) => anyhow::bail!("the connection closed"),
-            Ok(Some(m)) => {
-                if let Message::Text(t) = m? {
-                    return Ok(t.to_string());
+    let next = async {
+        loop {
+            match ws.next().await {
+                None => anyhow::bail!("the connection closed"),
+                Some(m) => {
+                    if let Message::Text(t) = m? {
+                        return Ok(t.to_string());
+                    }
                 }
             }
         }
-    }
+    };
+    tokio::time::timeout(Duration::from_secs(60), next)
+        .await
+        .map_err(|_| anyhow::anyhow!("no frame within 60 s"))?
 }
 
 /// The number after `"field":` in a flat JSON frame (enough for the bench's own parsing).
@@ -251,6 +255,8 @@ async fn scenario(
             let mut lat = Latencies::with_capacity(messages as usize);
             let mut got = 0u64;
             let mut last_done = Instant::now();
+            // Highest offset received per queue since the last ack.
+            let mut unacked: std::collections::BTreeMap<u64, u64> = Default::default();
             while got < messages {
                 let frame = next_text(&mut ws).await?;
                 let now = base.elapsed().as_nanos() as u64;
@@ -260,14 +266,17 @@ async fn scenario(
                 lat.record(Duration::from_nanos(now.saturating_sub(stamp)));
                 got += 1;
                 last_done = Instant::now();
+                let q = field_u64(&frame, "queue_id").unwrap_or(0);
+                let o = field_u64(&frame, "queue_offset").unwrap_or(0);
+                unacked.insert(q, o);
                 if got.is_multiple_of(100) || got == messages {
-                    // Ack everything up to here on this message's queue (cumulative).
-                    let q = field_u64(&frame, "queue_id").unwrap_or(0);
-                    let o = field_u64(&frame, "queue_offset").unwrap_or(0);
-                    ws.send(Message::text(format!(
-                        r#"{{"op":"ack","id":"s{i}","queue_id":{q},"offset":{o}}}"#
-                    )))
-                    .await?;
+                    // Ack everything received, one cumulative ack per queue.
+                    for (q, o) in std::mem::take(&mut unacked) {
+                        ws.send(Message::text(format!(
+                            r#"{{"op":"ack","id":"s{i}","queue_id":{q},"offset":{o}}}"#
+                        )))
+                        .await?;
+                    }
                 }
             }
             let _ = ws.close(None).await;

@@ -496,3 +496,17 @@ async fn unsubscribing_while_the_outbound_buffer_is_full_does_not_hang() {
     // The connection still answers.
     assert!(c.barrier().await.is_empty());
 }
+
+#[tokio::test]
+async fn a_text_frame_that_is_not_utf8_closes_with_1007() {
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let env = Env::start().await;
+    let mut c = env.client().await;
+    let frame = Frame::message(vec![0xff, 0xfe, 0x7b], OpCode::Data(Data::Text), true);
+    c.ws.send(Message::Frame(frame)).await.unwrap();
+    assert_eq!(c.closed().await.map(|c| c.0), Some(1007));
+    // Others are unaffected.
+    let mut other = env.client().await;
+    assert!(other.barrier().await.is_empty());
+}
