@@ -402,3 +402,74 @@ fn standalone_serves_mqtt() {
     assert_eq!(ack, [0x20, 2, 0, 0], "CONNACK accepted");
     sigterm(&mut node);
 }
+
+/// MQTT over WebSocket through the binary: `/mqtt` with subprotocol `mqtt` runs an
+/// MQTT connection on the MQTT door's shared state (what MQTT.js in a browser uses).
+#[test]
+fn standalone_serves_mqtt_over_websocket() {
+    use mqttbytes::QoS;
+    use mqttbytes::v4::{self, Connect, Packet, Publish, Subscribe};
+    use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
+
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "ws",
+    );
+    let mut request = format!("ws://{addr}/mqtt").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mqtt".parse().unwrap());
+    let (mut ws, response) = tungstenite::connect(request).unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"],
+        "mqtt",
+        "the subprotocol is echoed"
+    );
+    let mut send = |packet: bytes::BytesMut| ws.send(Message::Binary(packet.freeze())).unwrap();
+    let mut out = bytes::BytesMut::new();
+    Connect::new("ws-cli").write(&mut out).unwrap();
+    send(out.split());
+    Subscribe::new("wsdemo/#", QoS::AtLeastOnce)
+        .write(&mut out)
+        .unwrap();
+    send(out.split());
+    let mut publish = Publish::new("wsdemo/room1", QoS::AtLeastOnce, b"over ws".to_vec());
+    publish.pkid = 7;
+    let mut published = false;
+    let mut buf = bytes::BytesMut::new();
+    let got = loop {
+        match v4::read(&mut buf, 1 << 20) {
+            Ok(Packet::SubAck(_)) if !published => {
+                publish.write(&mut out).unwrap();
+                ws.send(Message::Binary(out.split().freeze())).unwrap();
+                published = true;
+            }
+            Ok(Packet::Publish(p)) => break p,
+            Ok(_) => {}
+            Err(mqttbytes::Error::InsufficientBytes(_)) => match ws.read().unwrap() {
+                Message::Binary(b) => buf.extend_from_slice(&b),
+                Message::Close(c) => panic!("closed: {c:?}"),
+                _ => {}
+            },
+            Err(e) => panic!("bad packet: {e:?}"),
+        }
+    };
+    assert_eq!(got.topic, "wsdemo/room1");
+    assert_eq!(&got.payload[..], b"over ws");
+    sigterm(&mut node);
+}
