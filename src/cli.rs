@@ -86,6 +86,9 @@ pub struct BrokerArgs {
     /// Broker name.
     #[arg(long)]
     pub name: Option<String>,
+    /// WebSocket listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub ws: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,6 +101,8 @@ pub enum BenchCommand {
     Mqtt(crate::bench::mqtt::MqttBenchArgs),
     /// A trivial in-memory MQTT forwarder: the load generator's own ceiling.
     MqttSink(crate::bench::mqtt::sink::SinkArgs),
+    /// Fan-out through the WebSocket door: 1 publisher -> N subscribers.
+    Ws(crate::bench::ws::WsBenchArgs),
 }
 
 impl CommonArgs {

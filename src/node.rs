@@ -11,6 +11,7 @@ use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
 use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
+use rocketgate_websocket as ws;
 
 /// Store options from the config.
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -90,6 +91,21 @@ fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sy
     }
 }
 
+/// The WebSocket door (`/v1/ws`; `/mqtt` once the MQTT door is glued in through
+/// `Hooks::mqtt`).
+async fn start_ws(config: &Config, broker: &Arc<Broker>) -> anyhow::Result<ws::Handle> {
+    let (server, addr) = ws::Server::bind(
+        config.listen.ws,
+        broker.clone(),
+        ws::Settings::from(&config.ws),
+        ws::Hooks::default(),
+    )
+    .await
+    .with_context(|| format!("starting the WebSocket door on {}", config.listen.ws))?;
+    announce("ws", addr);
+    Ok(server.spawn())
+}
+
 fn start_registrar(
     config: &Config,
     broker: &Arc<Broker>,
@@ -119,6 +135,10 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         broker_name: b.name.clone(),
         auto_create_topics: b.auto_create_topics,
         default_queues: b.default_queue_nums,
+        transaction_check_interval: b.transaction_check_interval,
+        transaction_timeout: b.transaction_timeout,
+        transaction_max_checks: b.transaction_max_checks,
+        max_reconsume_times: b.max_reconsume_times,
         ..BrokerOptions::default()
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
@@ -173,7 +193,7 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5), MQTT (#6) and WebSocket (#8) doors \
+const MISSING_DOORS: &str = "the native (issue #5) and MQTT (#6) doors \
     are not built yet; the broker registers its native address with the NameServer already";
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
@@ -183,6 +203,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
+    let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, namesrvs).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
@@ -192,6 +213,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     tracing::info!("shutting down");
+    ws.stop().await;
     http.stop().await;
     registrar.stop().await;
     ns.stop().await;
@@ -218,6 +240,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     }
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
+    let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
@@ -227,6 +250,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
         config.data_dir.display()
     );
     shutdown.await;
+    ws.stop().await;
     http.stop().await;
     registrar.stop().await;
     close_broker(broker).await

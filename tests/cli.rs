@@ -171,6 +171,8 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
             "broker-x",
             "--native",
             "0",
+            "--ws",
+            "0",
             "--namesrv",
             &list,
             "--data-dir",

@@ -57,6 +57,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
+    pub ws: WsConfig,
     pub http: HttpConfig,
 }
 
@@ -135,6 +136,17 @@ pub struct BrokerConfig {
     pub default_queue_nums: u32,
     #[serde(with = "units::duration")]
     pub register_interval: Duration,
+    /// How often undecided transactional half messages are checked back.
+    #[serde(with = "units::duration")]
+    pub transaction_check_interval: Duration,
+    /// A half message younger than this is not checked back yet.
+    #[serde(with = "units::duration")]
+    pub transaction_timeout: Duration,
+    /// Check-backs of one half message before it is rolled back.
+    pub transaction_max_checks: u32,
+    /// Deliveries of a failing message before it goes to the dead-letter queue are
+    /// this + 1 (RocketMQ `maxReconsumeTimes`; a group can override it).
+    pub max_reconsume_times: u32,
 }
 
 /// NameServer liveness settings.
@@ -147,6 +159,39 @@ pub struct NamesrvConfig {
     /// A broker silent for this long is dropped from every route.
     #[serde(with = "units::duration")]
     pub broker_expiry: Duration,
+}
+
+/// WebSocket door limits (`[ws]`); see `docs/websocket.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsConfig {
+    /// Largest WebSocket message accepted; a bigger one closes the connection (1009).
+    pub max_message_size: ByteSize,
+    /// Bytes of pushed messages one connection may have waiting for a slow client.
+    pub outbound_buffer: ByteSize,
+    /// Subscriptions one connection may hold.
+    pub max_subscriptions: u32,
+    /// Delivered but un-acked messages one subscription may hold.
+    pub max_unacked: u32,
+    /// How long a clustering (POP) delivery stays invisible without an ack.
+    #[serde(with = "units::duration")]
+    pub invisible_time: Duration,
+    /// Server pings an idle client this often; two silent intervals end the connection.
+    #[serde(with = "units::duration")]
+    pub ping_interval: Duration,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            max_message_size: ByteSize(8 << 20),
+            outbound_buffer: ByteSize(1 << 20),
+            max_subscriptions: 64,
+            max_unacked: 1000,
+            invisible_time: Duration::from_secs(60),
+            ping_interval: Duration::from_secs(30),
+        }
+    }
 }
 
 /// The HTTP gateway.
@@ -193,6 +238,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
+            ws: WsConfig::default(),
             http: HttpConfig::default(),
         }
     }
@@ -240,6 +286,10 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             default_queue_nums: 4,
             register_interval: Duration::from_secs(30),
+            transaction_check_interval: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(6),
+            transaction_max_checks: 15,
+            max_reconsume_times: 16,
         }
     }
 }
@@ -368,6 +418,16 @@ impl Config {
                 s.segment_size
             ));
         }
+        let w = &self.ws;
+        if w.max_message_size.0 < 1024
+            || w.outbound_buffer.0 == 0
+            || w.outbound_buffer.0 > u32::MAX as u64
+        {
+            bad.push("ws.max_message_size must be at least 1KiB and ws.outbound_buffer between 1B and 4GiB".to_string());
+        }
+        if w.max_subscriptions == 0 || w.max_unacked == 0 {
+            bad.push("ws.max_subscriptions and ws.max_unacked must be at least 1".to_string());
+        }
         if s.max_message_size.0 < 1024 {
             bad.push("store.max_message_size must be at least 1KiB".to_string());
         }
@@ -384,8 +444,14 @@ impl Config {
             ("store.retention", s.retention),
             ("store.retention_check_interval", s.retention_check_interval),
             ("broker.register_interval", self.broker.register_interval),
+            (
+                "broker.transaction_check_interval",
+                self.broker.transaction_check_interval,
+            ),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
+            ("ws.invisible_time", self.ws.invisible_time),
+            ("ws.ping_interval", self.ws.ping_interval),
         ] {
             if d.is_zero() {
                 bad.push(format!("{name} must be greater than zero"));

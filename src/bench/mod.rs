@@ -5,6 +5,7 @@ pub mod consume;
 pub mod mqtt;
 mod stats;
 pub mod store;
+pub mod ws;
 
 /// Runs one `rocketgate bench` subcommand.
 pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
@@ -13,5 +14,6 @@ pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
         crate::cli::BenchCommand::Consume(args) => consume::run(args),
         crate::cli::BenchCommand::Mqtt(args) => mqtt::run(args),
         crate::cli::BenchCommand::MqttSink(args) => mqtt::sink::run(args),
+        crate::cli::BenchCommand::Ws(args) => ws::run(args),
     }
 }
