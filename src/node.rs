@@ -63,6 +63,36 @@ fn announce(door: &str, addr: SocketAddr) {
     tracing::info!(%addr, "{door} listening");
 }
 
+/// The MQTT door on `listen.mqtt`, its sessions and retained messages in `<data_dir>/mqtt`.
+async fn start_mqtt(
+    config: &Config,
+    broker: &Arc<Broker>,
+) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
+    let m = &config.mqtt;
+    let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
+    // A packet must fit in one stored record (with room for the added properties),
+    // so a publish batch never fails for one message's size.
+    let record_room = config
+        .store
+        .max_message_size
+        .0
+        .saturating_sub(4096)
+        .max(1024);
+    settings.max_packet_size =
+        u32::try_from(m.max_packet_size.0.min(record_room)).unwrap_or(u32::MAX);
+    settings.receive_maximum = m.receive_maximum;
+    settings.max_inflight = m.max_inflight;
+    settings.max_session_expiry = u32::try_from(m.max_session_expiry.as_secs()).unwrap_or(u32::MAX);
+    settings.max_keep_alive = u16::try_from(m.max_keep_alive.as_secs()).unwrap_or(u16::MAX);
+    settings.topic_alias_maximum = m.topic_alias_maximum;
+    let (server, addr) =
+        rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)
+            .await
+            .with_context(|| format!("starting MQTT on {}", config.listen.mqtt))?;
+    announce("mqtt", addr);
+    Ok(server.spawn())
+}
+
 async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
     let (ns, addr) = NameServer::bind(
         config.listen.namesrv,
@@ -193,7 +223,7 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5) and MQTT (#6) doors \
+const MISSING_DOORS: &str = "the native (issue #5) door \
     are not built yet; the broker registers its native address with the NameServer already";
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
@@ -205,6 +235,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
     let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, namesrvs).await?;
+    let mqtt = start_mqtt(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -215,6 +246,7 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     ws.stop().await;
     http.stop().await;
+    mqtt.stop().await;
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -242,6 +274,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     let ws = start_ws(&config, &broker).await?;
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
+    let mqtt = start_mqtt(&config, &broker).await?;
     tracing::warn!("{MISSING_DOORS}");
     let shutdown = shutdown_signal()?;
     println!(
@@ -252,6 +285,7 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
     shutdown.await;
     ws.stop().await;
     http.stop().await;
+    mqtt.stop().await;
     registrar.stop().await;
     close_broker(broker).await
 }

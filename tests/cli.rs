@@ -180,6 +180,8 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
             "--data-dir",
             data,
         ])
+        // Broker mode has no --mqtt flag; any free port keeps the test off 1883.
+        .env("ROCKETGATE_LISTEN__MQTT", "127.0.0.1:0")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -365,5 +367,40 @@ fn standalone_serves_http_publish_receive_ack_and_its_cluster_view() {
             .1
             .contains("broker-a")
     });
+    sigterm(&mut node);
+}
+
+#[test]
+fn standalone_serves_mqtt() {
+    use std::io::{Read, Write};
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "mqtt",
+    );
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // MQTT 3.1.1 CONNECT, clean session, keep-alive 60, client id "cli".
+    s.write_all(&[
+        0x10, 15, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 3, b'c', b'l', b'i',
+    ])
+    .unwrap();
+    let mut ack = [0u8; 4];
+    s.read_exact(&mut ack).unwrap();
+    assert_eq!(ack, [0x20, 2, 0, 0], "CONNACK accepted");
     sigterm(&mut node);
 }

@@ -59,6 +59,7 @@ pub struct Config {
     pub namesrv: NamesrvConfig,
     pub ws: WsConfig,
     pub http: HttpConfig,
+    pub mqtt: MqttConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -226,6 +227,39 @@ impl Default for HttpConfig {
     }
 }
 
+/// MQTT gateway settings (sessions and retained messages live in `<data_dir>/mqtt`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// Largest MQTT packet accepted (announced to v5 clients as Maximum Packet Size).
+    pub max_packet_size: ByteSize,
+    /// Unfinished QoS 2 publishes a client may have (Receive Maximum announced to v5 clients).
+    pub receive_maximum: u16,
+    /// Outgoing QoS 1/2 messages in flight per client (also capped by the client's Receive Maximum).
+    pub max_inflight: u16,
+    /// Longest session expiry granted (also for 3.1.1 persistent sessions).
+    #[serde(with = "units::duration")]
+    pub max_session_expiry: Duration,
+    /// Longest keep-alive granted; 0 accepts any (v5 clients are told the server's value).
+    #[serde(with = "units::duration")]
+    pub max_keep_alive: Duration,
+    /// Topic aliases a v5 client may use towards the server.
+    pub topic_alias_maximum: u16,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            max_packet_size: ByteSize(1024 * 1024),
+            receive_maximum: 1024,
+            max_inflight: 1024,
+            max_session_expiry: Duration::from_secs(7 * 24 * 3600),
+            max_keep_alive: Duration::ZERO,
+            topic_alias_maximum: 64,
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -240,6 +274,7 @@ impl Default for Config {
             namesrv: NamesrvConfig::default(),
             ws: WsConfig::default(),
             http: HttpConfig::default(),
+            mqtt: MqttConfig::default(),
         }
     }
 }
@@ -498,6 +533,19 @@ impl Config {
         }
         if h.default_invisible < Duration::from_millis(100) {
             bad.push("http.default_invisible must be at least 100ms".to_string());
+        }
+        let m = &self.mqtt;
+        if m.max_packet_size.0 < 1024 || m.max_packet_size.0 > 256 * 1024 * 1024 {
+            bad.push("mqtt.max_packet_size must be between 1KiB and 256MiB".to_string());
+        }
+        if m.receive_maximum == 0 || m.max_inflight == 0 {
+            bad.push("mqtt.receive_maximum and mqtt.max_inflight must be at least 1".to_string());
+        }
+        if m.max_session_expiry.as_secs() > u64::from(u32::MAX) {
+            bad.push("mqtt.max_session_expiry must be below 136 years".to_string());
+        }
+        if m.max_keep_alive.as_secs() > u64::from(u16::MAX) {
+            bad.push("mqtt.max_keep_alive must be at most 65535s".to_string());
         }
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());
