@@ -14,8 +14,10 @@ fn node() -> Command {
     let mut c = bin();
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
-        // Broker mode has no --http flag; never take the default port in tests.
+        // Broker mode has no --http/--ws/--mqtt flags; never take default ports in tests.
         .env("ROCKETGATE_LISTEN__HTTP", "127.0.0.1:0")
+        .env("ROCKETGATE_LISTEN__WS", "127.0.0.1:0")
+        .env("ROCKETGATE_LISTEN__MQTT", "127.0.0.1:0")
         .stderr(Stdio::null());
     c
 }

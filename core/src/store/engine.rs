@@ -162,6 +162,9 @@ struct Inner {
     /// Wakes the dispatcher: on every append under async flush, after every
     /// flush round under sync flush.
     wake: Arc<Signal>,
+    /// Wakes the maintenance thread at close. Separate from `wake` so an append
+    /// does not also wake maintenance (and a disk check) every time.
+    stop: Signal,
     /// Set above the hard disk ratio; appends are refused while set.
     disk_full: AtomicBool,
     /// Last measured disk usage in basis points (for the error message and metrics).
@@ -281,6 +284,7 @@ impl Store {
             dispatched: AtomicU64::new(start),
             dispatched_tx,
             wake,
+            stop: Signal::new(),
             disk_full: AtomicBool::new(false),
             disk_usage_bp: AtomicU64::new(0),
             closing: AtomicBool::new(false),
@@ -592,6 +596,7 @@ impl Store {
             return;
         }
         inner.wake.notify();
+        inner.stop.notify();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();
@@ -610,6 +615,7 @@ impl Store {
             return Ok(());
         }
         inner.wake.notify();
+        inner.stop.notify();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();
@@ -731,7 +737,7 @@ impl Inner {
         let mut last_retention = Instant::now();
         let mut seen = 0;
         while !self.closing.load(Ordering::Acquire) {
-            seen = self.wake.wait(seen, tick);
+            seen = self.stop.wait(seen, tick);
             if self.closing.load(Ordering::Acquire) {
                 break;
             }

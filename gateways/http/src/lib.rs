@@ -139,6 +139,8 @@ pub struct Ctx<B> {
     pub(crate) inflight: Arc<Semaphore>,
     /// When the server was bound (uptime in `/v1/broker`).
     pub(crate) started: std::time::Instant,
+    /// `/v1/openapi.json`, built on first request.
+    pub(crate) openapi: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl<B> Ctx<B> {
@@ -179,6 +181,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             settings,
             shutdown: rx,
             started: std::time::Instant::now(),
+            openapi: std::sync::OnceLock::new(),
         });
         let server = Server {
             listener: listener::Counted::new(tcp),
@@ -192,6 +195,7 @@ impl<B: MessagingApi + 'static> Server<B> {
     pub fn spawn(self) -> Handle {
         let app = routes::router(self.ctx.clone());
         let mut stop = self.shutdown.subscribe();
+        tokio::spawn(ops::upkeep_loop(self.shutdown.subscribe()));
         let task = tokio::spawn(async move {
             let service = app.into_make_service_with_connect_info::<Peer>();
             let serve = axum::serve(self.listener, service).with_graceful_shutdown(async move {

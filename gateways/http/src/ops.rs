@@ -45,6 +45,22 @@ pub fn install_recorder() {
     });
 }
 
+/// Drains histogram samples into their buckets. The exporter keeps raw samples
+/// until then, so this runs every few seconds even when nobody scrapes.
+pub(crate) async fn upkeep_loop(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if let Some(Some(h)) = RECORDER.get() {
+                    h.run_upkeep();
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
 /// `GET /metrics`: Prometheus text format. Store positions, disk usage and
 /// consumer lag are sampled at scrape time.
 pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) -> Response {

@@ -449,7 +449,9 @@ fn operation_id(method: &Method, path: &str) -> String {
     id.replace(['.', '-'], "_")
 }
 
-/// `GET /v1/openapi.json`
-pub async fn openapi<B: MessagingApi + 'static>() -> axum::Json<Value> {
-    axum::Json(openapi_document::<B>())
+/// `GET /v1/openapi.json` (built once per server).
+pub async fn openapi<B: MessagingApi + 'static>(
+    axum::extract::State(ctx): axum::extract::State<Arc<Ctx<B>>>,
+) -> axum::Json<Value> {
+    axum::Json(ctx.openapi.get_or_init(openapi_document::<B>).clone())
 }

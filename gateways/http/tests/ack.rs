@@ -19,6 +19,8 @@ async fn acked_messages_never_return_and_unacked_ones_reappear() {
     let a = node.addr;
     publish(a, "t", "?queue=0", "one").await;
     publish(a, "t", "?queue=0", "two").await;
+    // Both indexed, so one receive gets both.
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
     let got = receive(a, "g", "t", "?wait_ms=10000&max=2&invisible_ms=500").await;
     assert_eq!(got.len(), 2);
     let r = ack(a, "g", &[handle(&got[0])]).await;
@@ -109,6 +111,8 @@ async fn two_receivers_of_a_group_split_the_messages_without_duplicates() {
     for i in 0..n {
         publish(a, "split", "", format!("m{i}")).await;
     }
+    // The consumers stop at the first empty receive: let everything be indexed first.
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
     let consumer = move || async move {
         let mut got = Vec::new();
         loop {

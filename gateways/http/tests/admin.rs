@@ -244,6 +244,8 @@ async fn messages_are_found_by_id_key_and_time() {
     )
     .await;
     publish(a, "shop", "?keys=order-8", "other").await;
+    // Lookups read the index, which the dispatcher writes just after the append.
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
     let id = p["msg_id"].as_str().unwrap();
     let r = get(a, &format!("/v1/messages/{id}")).await;
     assert_eq!(r.status, 200, "{}", r.json());

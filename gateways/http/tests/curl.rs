@@ -107,6 +107,10 @@ async fn admin_and_batch_with_curl() {
     let sent = json(&body)["messages"].as_array().unwrap().clone();
     assert_eq!(sent.len(), 2);
     let q = sent[0]["queue_id"].as_u64().unwrap();
+    assert!(
+        node.store
+            .wait_dispatched(std::time::Duration::from_secs(10))
+    );
     // curl "http://127.0.0.1:8080/v1/topics/sensors/queues/0/messages?offset=0&max=10"
     let (status, body) = curl_async(vec![format!(
         "{base}/v1/topics/sensors/queues/{q}/messages?offset=0&max=10&wait_ms=5000"

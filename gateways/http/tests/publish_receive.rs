@@ -120,6 +120,8 @@ async fn a_batch_is_one_contiguous_append() {
         assert_eq!(s["queue_id"].as_u64().unwrap(), q);
         assert_eq!(s["queue_offset"].as_u64().unwrap(), i as u64);
     }
+    // Replay reads what the dispatcher indexed, which trails the append.
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
     let r = get(
         a,
         &format!("/v1/topics/b/queues/{q}/messages?offset=0&max=10"),

@@ -63,6 +63,8 @@ async fn replay_reads_a_queue_by_offset_without_group_state() {
     for i in 0..5 {
         publish(a, "r", &format!("?queue=1&tag=t{}", i % 2), format!("m{i}")).await;
     }
+    // Replay reads what the dispatcher indexed, which trails the append.
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
     let r = get(a, "/v1/topics/r/queues/1/messages?offset=1&max=2").await;
     assert_eq!(r.status, 200);
     let page = r.json();
