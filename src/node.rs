@@ -243,6 +243,8 @@ const MISSING_DOORS: &str = "the native (issue #5) door \
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(config: Config) -> anyhow::Result<()> {
+    // Before any door announces itself: a harness may signal right after that line.
+    let shutdown = shutdown_signal()?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let (ns, ns_addr) = start_namesrv(&config).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
@@ -252,7 +254,6 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
     tracing::warn!("{MISSING_DOORS}");
-    let shutdown = shutdown_signal()?;
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
@@ -269,8 +270,8 @@ pub async fn standalone(config: Config) -> anyhow::Result<()> {
 
 /// `rocketgate namesrv`: a NameServer alone.
 pub async fn namesrv(config: Config) -> anyhow::Result<()> {
-    let (ns, _) = start_namesrv(&config).await?;
     let shutdown = shutdown_signal()?;
+    let (ns, _) = start_namesrv(&config).await?;
     println!("rocketgate namesrv ready");
     shutdown.await;
     ns.stop().await;
@@ -285,13 +286,13 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
              (or broker.namesrv_addrs in the config)"
         );
     }
+    let shutdown = shutdown_signal()?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
     tracing::warn!("{MISSING_DOORS}");
-    let shutdown = shutdown_signal()?;
     println!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,
