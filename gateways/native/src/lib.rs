@@ -12,10 +12,16 @@
 //! Start reading at [`codec::FrameCodec::decode`], then [`protocol`], then [`Registrar`].
 //! `docs/remoting.md` has the byte layout with worked examples.
 
+pub mod body;
 pub mod code;
 pub mod codec;
+mod error;
+pub mod message;
 pub mod protocol;
 mod registrar;
+pub mod server;
 
 pub use codec::{CodecError, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
+pub use error::Error;
 pub use registrar::{BrokerIdentity, Registrar, RegistrarHandle, TopicSource};
+pub use server::{Server, ServerHandle, ServerSettings};
