@@ -13,6 +13,7 @@
 //! `docs/remoting.md` has the byte layout with worked examples.
 
 pub mod body;
+pub mod client;
 pub mod code;
 pub mod codec;
 mod error;

@@ -185,6 +185,8 @@ pub(crate) async fn send_back<B: MessagingApi>(ctx: &Ctx<B>, req: &RemotingComma
         .send_back(group, &topic, found.queue_id, found.queue_offset, level)
         .await
         .map_err(core_fail)?;
+    // The retry topic may be new: its route must reach the NameServers.
+    ctx.note_topic(&format!("%RETRY%{group}"));
     Ok(ok(req))
 }
 

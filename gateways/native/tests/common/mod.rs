@@ -187,3 +187,106 @@ impl Conn {
         self.stream.write_all(bytes).await.unwrap();
     }
 }
+
+/// A whole cluster in-process: NameServer + broker + native server, registered.
+pub struct Cluster {
+    pub namesrv: String,
+    pub broker_addr: SocketAddr,
+    pub broker: Arc<Broker>,
+    servers: Vec<Box<dyn std::any::Any + Send>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        use rocketgate_core::broker::TopicKind;
+        use rocketgate_namesrv::{NameServer, NamesrvSettings};
+        use rocketgate_native::protocol::TopicConfig as WireTopic;
+        use rocketgate_native::{BrokerIdentity, Registrar};
+
+        let dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let broker_addr = listener.local_addr().unwrap();
+        let store_opts = StoreOptions {
+            segment_size: 16 << 20,
+            store_host: broker_addr,
+            ..StoreOptions::default()
+        };
+        let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::default()).unwrap();
+        let broker = Arc::new(
+            Broker::open(
+                Arc::new(store),
+                BrokerOptions {
+                    member_timeout: Duration::from_secs(30),
+                    ..BrokerOptions::default()
+                },
+                Arc::new(SystemClock),
+            )
+            .unwrap(),
+        );
+        let (ns, ns_addr) =
+            NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default())
+                .await
+                .unwrap();
+        let ns = ns.spawn();
+        let b = broker.clone();
+        let topics = move || {
+            b.topic_snapshot(TopicKind::All)
+                .into_iter()
+                .map(|t| {
+                    let mut w = WireTopic::new(t.name, t.write_queues);
+                    w.read_queue_nums = t.read_queues;
+                    w.perm = u32::from(t.perm.0);
+                    w
+                })
+                .collect::<Vec<_>>()
+        };
+        let registrar = Registrar::new(
+            BrokerIdentity {
+                cluster: "DefaultCluster".into(),
+                name: "broker-a".into(),
+                id: 0,
+                addr: broker_addr.to_string(),
+                ha_addr: String::new(),
+            },
+            vec![ns_addr.to_string()],
+            Duration::from_secs(30),
+            Arc::new(topics),
+        )
+        .spawn();
+        let settings = ServerSettings {
+            store_host: broker_addr,
+            ..ServerSettings::default()
+        };
+        let (server, _) = Server::from_listener(listener, broker.clone(), settings).unwrap();
+        let server = server
+            .on_topics_changed(Arc::new(registrar.trigger()))
+            .spawn();
+        Cluster {
+            namesrv: ns_addr.to_string(),
+            broker_addr,
+            broker,
+            servers: vec![Box::new(server), Box::new(registrar), Box::new(ns)],
+            _dir: dir,
+        }
+    }
+
+    pub fn config(&self) -> rocketgate_native::client::ClientConfig {
+        rocketgate_native::client::ClientConfig::new([self.namesrv.clone()])
+            .with_route_refresh(Duration::from_secs(1))
+            .with_heartbeat_interval(Duration::from_secs(1))
+    }
+}
+
+/// Waits (up to [`WAIT`]) until `f` holds, checking whenever `changed` is notified or
+/// every 50 ms.
+pub async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
