@@ -162,9 +162,13 @@ fn start_native(
     broker: &Arc<Broker>,
     registrar: &RegistrarHandle,
 ) -> anyhow::Result<ServerHandle> {
+    let n = &config.native;
     let settings = ServerSettings {
         broker_name: config.broker.name.clone(),
         store_host: config.listen.native,
+        max_frame_len: n.max_frame_len.0 as usize,
+        max_suspend: n.max_suspend,
+        max_inflight_sends: n.max_inflight_sends,
         ..ServerSettings::default()
     };
     let (server, addr) = NativeServer::from_listener(listener, broker.clone(), settings)

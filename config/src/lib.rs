@@ -57,6 +57,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
+    pub native: NativeConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -148,6 +149,29 @@ pub struct NamesrvConfig {
     pub broker_expiry: Duration,
 }
 
+/// The native door (RocketMQ remoting clients on `listen.native`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NativeConfig {
+    /// The longest a pull is held waiting for messages, whatever the client asks.
+    #[serde(with = "units::duration")]
+    pub max_suspend: Duration,
+    /// Sends processed at once; beyond it a send is answered SYSTEM_BUSY.
+    pub max_inflight_sends: usize,
+    /// Largest remoting frame accepted.
+    pub max_frame_len: ByteSize,
+}
+
+impl Default for NativeConfig {
+    fn default() -> Self {
+        NativeConfig {
+            max_suspend: Duration::from_secs(30),
+            max_inflight_sends: 10_000,
+            max_frame_len: ByteSize(16 << 20),
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -160,6 +184,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
+            native: NativeConfig::default(),
         }
     }
 }
@@ -352,6 +377,7 @@ impl Config {
             ("broker.register_interval", self.broker.register_interval),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
+            ("native.max_suspend", self.native.max_suspend),
         ] {
             if d.is_zero() {
                 bad.push(format!("{name} must be greater than zero"));

@@ -202,6 +202,14 @@ struct Running {
     committed: Option<u64>,
 }
 
+impl Drop for Running {
+    /// A queue task never outlives its entry (graceful paths await it first; an
+    /// aborted coordinator drops the entries).
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Shared by the coordinator and the queue tasks.
 struct Shared {
     broker: Broker,
@@ -341,6 +349,14 @@ impl PushConsumer {
 
     pub fn client_id(&self) -> &str {
         self.shared.broker.session.client_id()
+    }
+
+    /// Stops at once, like a crash: no final commit, no goodbye to the brokers (the
+    /// group learns from the closed connections). For failover drills and tests.
+    pub async fn abort(self) {
+        self.coordinator.abort();
+        let _ = self.coordinator.await;
+        self.shared.broker.session.links.close_all();
     }
 
     /// Stops pulling, waits for in-flight consumption, commits the offsets, leaves
