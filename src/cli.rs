@@ -94,6 +94,10 @@ pub enum BenchCommand {
     Store(crate::bench::store::StoreBenchArgs),
     /// Catch-up read rate and long-poll wake-up latency through the broker's pull.
     Consume(crate::bench::consume::ConsumeBenchArgs),
+    /// MQTT load generator for any MQTT 3.1.1 broker (rocketgate or a peer).
+    Mqtt(crate::bench::mqtt::MqttBenchArgs),
+    /// A trivial in-memory MQTT forwarder: the load generator's own ceiling.
+    MqttSink(crate::bench::mqtt::sink::SinkArgs),
 }
 
 impl CommonArgs {

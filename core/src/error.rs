@@ -120,14 +120,15 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A send asked for a delivery further away than the broker allows.
-    #[error("no message at offset {offset} of queue {queue_id} of topic {topic:?}")]
-    MessageNotFound {
-        topic: String,
-        queue_id: u32,
-        offset: u64,
-    },
+    /// No stored message where the caller said: `what` names the place
+    /// ("at offset 3 of queue 0 of topic \"t\"", "with id \"...\"").
+    #[error("no message {what}")]
+    MessageNotFound { what: String },
 
+    #[error("consumer group {group:?} has no live member and no offsets")]
+    GroupNotFound { group: String },
+
+    /// A send asked for a delivery further away than the broker allows.
     #[error("delay of {requested:?} exceeds the maximum of {max:?}")]
     DelayTooLong {
         requested: std::time::Duration,

@@ -2,6 +2,7 @@
 //! peak memory, and compare against a ceiling measured in the same run.
 
 pub mod consume;
+pub mod mqtt;
 mod stats;
 pub mod store;
 
@@ -10,5 +11,7 @@ pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
     match cmd {
         crate::cli::BenchCommand::Store(args) => store::run(args),
         crate::cli::BenchCommand::Consume(args) => consume::run(args),
+        crate::cli::BenchCommand::Mqtt(args) => mqtt::run(args),
+        crate::cli::BenchCommand::MqttSink(args) => mqtt::sink::run(args),
     }
 }

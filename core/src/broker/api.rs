@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::filter::Filter;
-use super::groups::Heartbeat;
+use super::groups::{ConsumeMode, Heartbeat, Subscription};
 use super::receipt::ReceiptHandle;
 use super::schedule::RetryDecision;
 use super::topics::{TopicConfig, TopicKind};
@@ -169,6 +169,52 @@ pub enum OffsetReset {
     Timestamp(i64),
 }
 
+/// The state of one queue of a topic ([`MessagingApi::queue_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queue_id: u32,
+    /// The oldest offset still stored.
+    pub min_offset: u64,
+    /// One past the newest offset.
+    pub max_offset: u64,
+    /// Store time (ms since the epoch) of the newest message; `None` when empty.
+    pub last_store_ms: Option<i64>,
+}
+
+/// A live member of a consumer group ([`MessagingApi::group_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub member: String,
+    pub subscriptions: Vec<Subscription>,
+    /// Broker clock (ms) of its last heartbeat.
+    pub last_seen_ms: i64,
+}
+
+/// How far a group got in one queue ([`MessagingApi::group_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueProgress {
+    pub topic: String,
+    pub queue_id: u32,
+    /// The committed offset (next to consume); `None`: never committed. For a
+    /// broadcasting group, the lowest of its members' offsets.
+    pub committed: Option<u64>,
+    pub max_offset: u64,
+    /// Messages not yet consumed: `max_offset - committed` (from the queue's
+    /// minimum when nothing was committed).
+    pub lag: u64,
+}
+
+/// A consumer group: mode and live members (while it has any) and its
+/// progress on every topic it subscribes to or has offsets for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    pub group: String,
+    /// `None` when no member is live; the mode is that of the live members.
+    pub mode: Option<ConsumeMode>,
+    pub members: Vec<MemberInfo>,
+    pub progress: Vec<QueueProgress>,
+}
+
 /// The broker as a gateway sees it. See the module docs for why it is a trait.
 pub trait MessagingApi: Send + Sync {
     // ---- topics ----
@@ -300,4 +346,44 @@ pub trait MessagingApi: Send + Sync {
         topic: &str,
         queue_id: u32,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    // ---- inspection and lookup (admin) ----
+
+    /// Bounds and newest store time of every queue of a topic (the larger of
+    /// its read and write queue counts); [`crate::Error::TopicNotFound`] if absent.
+    fn queue_stats(&self, topic: &str) -> impl Future<Output = Result<Vec<QueueStats>>> + Send;
+    /// The first offset of a queue whose message was stored at or after `ts_ms`
+    /// (the queue's maximum when every message is older).
+    fn offset_by_time(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        ts_ms: i64,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// Every consumer group with a live member or committed offsets, sorted.
+    fn groups(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+    /// Mode, members and progress of a group; [`crate::Error::GroupNotFound`]
+    /// when it has neither live members nor offsets.
+    fn group_info(&self, group: &str) -> impl Future<Output = Result<GroupInfo>> + Send;
+    /// The message with this id: the offset message id a send returned
+    /// (store host + commit-log offset), or the producer's `UNIQ_KEY`. Messages
+    /// of uncommitted transactions are not found:
+    /// [`crate::Error::MessageNotFound`].
+    fn message_by_id(&self, msg_id: &str) -> impl Future<Output = Result<Delivered>> + Send;
+    /// Messages of `topic` whose `KEYS` contain `key` (or whose `UNIQ_KEY` is
+    /// `key`), newest first, at most `max`.
+    fn messages_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<Delivered>>> + Send;
+    /// Messages of `topic` stored in `[begin_ms, end_ms]`, oldest first, at most `max`.
+    fn messages_by_time(
+        &self,
+        topic: &str,
+        begin_ms: i64,
+        end_ms: i64,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<Delivered>>> + Send;
 }

@@ -203,6 +203,34 @@ impl ConsumerGroups {
         self.groups.get(group).map(|g| g.mode)
     }
 
+    /// Every group with a live member, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.groups.keys().cloned().collect()
+    }
+
+    /// Each live member of `group` with its subscriptions and the time of its
+    /// last heartbeat, sorted by member id.
+    pub fn members(&self, group: &str) -> Vec<(String, Vec<Subscription>, i64)> {
+        let Some(g) = self.groups.get(group) else {
+            return Vec::new();
+        };
+        g.members
+            .iter()
+            .map(|(id, m)| {
+                let subs = m
+                    .subscriptions
+                    .iter()
+                    .map(|(topic, f)| Subscription {
+                        topic: topic.clone(),
+                        filter_type: f.filter_type(),
+                        expression: f.expression().to_owned(),
+                    })
+                    .collect();
+                (id.clone(), subs, m.last_seen_ms)
+            })
+            .collect()
+    }
+
     /// Live members of `group` subscribed to `topic`, sorted.
     pub fn members_of(&self, group: &str, topic: &str) -> Vec<String> {
         self.groups

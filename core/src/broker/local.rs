@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
 use super::api::{
-    DeadLetters, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult,
-    QueueChoice, SendBackResult, SendResult,
+    DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest,
+    PullResult, QueueChoice, QueueStats, SendBackResult, SendResult,
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
@@ -306,7 +306,7 @@ impl Broker {
         Ok(owner_key(group, member, broadcasting))
     }
 
-    fn readable_queue(&self, topic: &str, queue_id: u32) -> Result<TopicConfig> {
+    pub(super) fn readable_queue(&self, topic: &str, queue_id: u32) -> Result<TopicConfig> {
         let config = self.topic_config(topic)?;
         if queue_id >= config.read_queues {
             return Err(Error::QueueNotFound {
@@ -581,6 +581,40 @@ impl MessagingApi for Broker {
     ) -> Result<()> {
         lock(&self.groups).unlock(group, member, topic, queue_id);
         Ok(())
+    }
+
+    async fn queue_stats(&self, topic: &str) -> Result<Vec<QueueStats>> {
+        self.queue_stats_of(topic)
+    }
+
+    async fn offset_by_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
+        self.offset_at_time(topic, queue_id, ts_ms)
+    }
+
+    async fn groups(&self) -> Result<Vec<String>> {
+        Ok(self.group_names())
+    }
+
+    async fn group_info(&self, group: &str) -> Result<GroupInfo> {
+        self.describe_group(group)
+    }
+
+    async fn message_by_id(&self, msg_id: &str) -> Result<Delivered> {
+        self.lookup_id(msg_id)
+    }
+
+    async fn messages_by_key(&self, topic: &str, key: &str, max: usize) -> Result<Vec<Delivered>> {
+        self.lookup_key(topic, key, max)
+    }
+
+    async fn messages_by_time(
+        &self,
+        topic: &str,
+        begin_ms: i64,
+        end_ms: i64,
+        max: usize,
+    ) -> Result<Vec<Delivered>> {
+        self.lookup_time(topic, begin_ms, end_ms, max)
     }
 }
 

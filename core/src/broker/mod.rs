@@ -7,7 +7,9 @@
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
 //! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
 //! cursors and in-flight leases, persisted), [`delay`] (delay levels and
-//! delivery at a time: schedule topics, the delivery tick, persisted progress), [`retry`] (send-back with back-off, dead letters). The pure building
+//! delivery at a time: schedule topics, the delivery tick, persisted progress),
+//! [`retry`] (send-back with back-off, dead letters), `inspect.rs` (queue stats,
+//! group progress, lookup by id / key / time). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
 //! system topic names ([`schedule`]). The model and its decisions are written
@@ -19,6 +21,7 @@ pub mod clock;
 pub mod delay;
 pub mod filter;
 pub mod groups;
+mod inspect;
 mod local;
 pub mod offsets;
 mod persist;
@@ -31,8 +34,9 @@ pub mod schedule;
 pub mod topics;
 
 pub use api::{
-    DeadLetters, Delivered, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult,
-    PullStatus, QueueChoice, SendBackResult, SendResult,
+    DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
+    PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats, SendBackResult,
+    SendResult,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;

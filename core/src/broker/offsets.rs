@@ -87,6 +87,20 @@ impl OffsetTable {
             .unwrap_or_default()
     }
 
+    /// Every owner with offsets, sorted (groups, and `group@member` keys of
+    /// broadcasting members).
+    pub fn owners(&self) -> Vec<String> {
+        self.offsets.keys().cloned().collect()
+    }
+
+    /// The topics `owner` has offsets for, sorted.
+    pub fn topics_of(&self, owner: &str) -> Vec<String> {
+        self.offsets
+            .get(owner)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Forgets every owner's offsets of a deleted topic.
     pub fn remove_topic(&mut self, topic: &str) {
         for topics in self.offsets.values_mut() {

@@ -98,9 +98,7 @@ impl Broker {
     fn stored(&self, topic: &str, queue_id: u32, offset: u64) -> Result<Bytes> {
         self.read_at(topic, queue_id, offset)?
             .ok_or_else(|| Error::MessageNotFound {
-                topic: topic.to_owned(),
-                queue_id,
-                offset,
+                what: format!("at offset {offset} of queue {queue_id} of topic {topic:?}"),
             })
     }
 

@@ -1,0 +1,367 @@
+//! One MQTT 3.1.1 connection of the load generator: connect, publish in batches,
+//! subscribe and count. Packets are encoded and parsed with `mqttbytes` (the codec the
+//! MQTT gateway uses); the hot path patches a pre-encoded PUBLISH instead of encoding
+//! each message, and every socket write carries as many packets as are ready, so the
+//! generator spends its time on the broker's replies, not on system calls.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::{Buf, BytesMut};
+use mqttbytes::QoS;
+use mqttbytes::v4::{self, Connect, Packet, PubAck, Publish, Subscribe};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Notify;
+
+use super::super::stats::Latencies;
+
+/// Largest packet the generator accepts from a broker.
+const MAX_PACKET: usize = 1 << 20;
+/// Bytes read per system call.
+const READ_CHUNK: usize = 256 * 1024;
+/// Messages written per system call at most.
+const WRITE_BATCH: usize = 256;
+
+/// Nanoseconds since the generator's epoch; publishers stamp it into the payload and
+/// subscribers subtract it (one process, one clock).
+pub fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// What every connection task watches: recording on/off and the stop signal.
+#[derive(Default)]
+pub struct Phase {
+    pub recording: AtomicBool,
+    pub stop: AtomicBool,
+}
+
+/// Opens a TCP connection, from `source` when given (to use more than one source
+/// address for many connections), with Nagle off.
+pub async fn dial(broker: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<TcpStream> {
+    let socket = if broker.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = source {
+        socket
+            .bind(SocketAddr::new(ip, 0))
+            .with_context(|| format!("binding the source address {ip}"))?;
+    }
+    let stream = socket
+        .connect(broker)
+        .await
+        .with_context(|| format!("connecting to {broker}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Sends CONNECT and waits for a successful CONNACK.
+pub async fn handshake(
+    stream: &mut TcpStream,
+    client_id: &str,
+    keep_alive: u16,
+) -> anyhow::Result<()> {
+    let mut connect = Connect::new(client_id);
+    connect.keep_alive = keep_alive;
+    connect.clean_session = true;
+    let mut out = BytesMut::new();
+    connect.write(&mut out).map_err(codec_err)?;
+    stream.write_all(&out).await?;
+    match read_one(stream, &mut BytesMut::new()).await? {
+        Packet::ConnAck(ack) if ack.code == v4::ConnectReturnCode::Success => Ok(()),
+        Packet::ConnAck(ack) => bail!("the broker refused the connection: {:?}", ack.code),
+        other => bail!("expected CONNACK, got {other:?}"),
+    }
+}
+
+/// Subscribes to `filter` and waits for the SUBACK.
+pub async fn subscribe(stream: &mut TcpStream, filter: &str, qos: QoS) -> anyhow::Result<()> {
+    let mut sub = Subscribe::new(filter, qos);
+    sub.pkid = 1;
+    let mut out = BytesMut::new();
+    sub.write(&mut out).map_err(codec_err)?;
+    stream.write_all(&out).await?;
+    let mut buf = BytesMut::new();
+    loop {
+        match read_one(stream, &mut buf).await? {
+            Packet::SubAck(ack) => {
+                let failed = ack
+                    .return_codes
+                    .iter()
+                    .any(|c| matches!(c, v4::SubscribeReasonCode::Failure));
+                if failed {
+                    bail!("the broker refused the subscription to {filter}");
+                }
+                return Ok(());
+            }
+            // Retained or early messages may arrive first; they don't count.
+            Packet::Publish(_) => continue,
+            other => bail!("expected SUBACK, got {other:?}"),
+        }
+    }
+}
+
+async fn read_one(stream: &mut TcpStream, buf: &mut BytesMut) -> anyhow::Result<Packet> {
+    loop {
+        match v4::read(buf, MAX_PACKET) {
+            Ok(p) => return Ok(p),
+            Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+            Err(e) => bail!("bad packet from the broker: {e:?}"),
+        }
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read_buf(buf))
+            .await
+            .context("the broker did not answer within 30 s")??;
+        if n == 0 {
+            bail!("the broker closed the connection");
+        }
+    }
+}
+
+fn codec_err(e: mqttbytes::Error) -> anyhow::Error {
+    anyhow::anyhow!("encoding an MQTT packet: {e:?}")
+}
+
+/// How a publisher paces itself.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace {
+    /// As fast as the broker takes them (QoS 1: bounded by the in-flight window).
+    Max,
+    /// Open loop at this many messages per second; each message is stamped with the
+    /// time it was *due*, so a stalled broker shows up as latency, not as a lower rate.
+    Rate(f64),
+}
+
+/// A pre-encoded PUBLISH whose packet id and payload stamp are patched per message.
+struct Template {
+    bytes: Vec<u8>,
+    payload_at: usize,
+    pkid_at: Option<usize>,
+}
+
+impl Template {
+    fn new(topic: &str, qos: QoS, size: usize) -> anyhow::Result<Template> {
+        let mut p = Publish::new(topic, qos, vec![0xAB; size.max(16)]);
+        if qos != QoS::AtMostOnce {
+            p.pkid = 1;
+        }
+        let mut out = BytesMut::new();
+        p.write(&mut out).map_err(codec_err)?;
+        let payload_at = out.len() - size.max(16);
+        Ok(Template {
+            bytes: out.to_vec(),
+            payload_at,
+            pkid_at: (qos != QoS::AtMostOnce).then(|| payload_at - 2),
+        })
+    }
+
+    fn push(&self, out: &mut BytesMut, pkid: u16, stamp_ns: u64, seq: u64) {
+        let start = out.len();
+        out.extend_from_slice(&self.bytes);
+        let p = &mut out[start..];
+        if let Some(at) = self.pkid_at {
+            p[at..at + 2].copy_from_slice(&pkid.to_be_bytes());
+        }
+        p[self.payload_at..self.payload_at + 8].copy_from_slice(&stamp_ns.to_le_bytes());
+        p[self.payload_at + 8..self.payload_at + 16].copy_from_slice(&seq.to_le_bytes());
+    }
+}
+
+/// Counters a publisher shares with the report.
+#[derive(Default)]
+pub struct PubStats {
+    pub sent: AtomicU64,
+    pub acked: AtomicU64,
+}
+
+/// What one publisher sends and how.
+pub struct PublishPlan {
+    pub topic: String,
+    pub qos: QoS,
+    pub size: usize,
+    pub pace: Pace,
+    /// QoS 1 messages in flight at most.
+    pub window: u64,
+}
+
+/// Publishes to `plan.topic` until the phase says stop.
+pub async fn publish(
+    stream: TcpStream,
+    plan: PublishPlan,
+    phase: Arc<Phase>,
+    stats: Arc<PubStats>,
+) -> anyhow::Result<()> {
+    let PublishPlan {
+        topic,
+        qos,
+        size,
+        pace,
+        window,
+    } = plan;
+    let template = Template::new(&topic, qos, size)?;
+    let (rd, mut wr) = stream.into_split();
+    let acked = Arc::new(AtomicU64::new(0));
+    let wake = Arc::new(Notify::new());
+    let reader = tokio::spawn(read_acks(rd, acked.clone(), wake.clone(), phase.clone()));
+    let window = if qos == QoS::AtMostOnce {
+        u64::MAX
+    } else {
+        window.clamp(1, 65_000)
+    };
+    let started = Instant::now();
+    let start_ns = now_ns();
+    let mut out = BytesMut::with_capacity(WRITE_BATCH * template.bytes.len());
+    let mut seq: u64 = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while !phase.stop.load(Ordering::Relaxed) {
+        let room = window.saturating_sub(seq - acked.load(Ordering::Acquire));
+        if room == 0 {
+            let notified = wake.notified();
+            if window.saturating_sub(seq - acked.load(Ordering::Acquire)) == 0 {
+                let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+            }
+            continue;
+        }
+        let (count, due) = match pace {
+            Pace::Max => (room.min(WRITE_BATCH as u64), None),
+            Pace::Rate(rate) => {
+                tick.tick().await;
+                let target = (started.elapsed().as_secs_f64() * rate) as u64;
+                (target.saturating_sub(seq).min(room), Some(rate))
+            }
+        };
+        out.clear();
+        for _ in 0..count {
+            let stamp = match due {
+                Some(rate) => start_ns + (seq as f64 * 1e9 / rate) as u64,
+                None => now_ns(),
+            };
+            template.push(&mut out, (seq % 65_535) as u16 + 1, stamp, seq);
+            seq += 1;
+        }
+        if count > 0 {
+            wr.write_all(&out).await.context("publishing")?;
+            stats.sent.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+    let mut bye = BytesMut::new();
+    v4::Disconnect.write(&mut bye).map_err(codec_err)?;
+    let _ = wr.write_all(&bye).await;
+    stats
+        .acked
+        .store(acked.load(Ordering::Relaxed), Ordering::Relaxed);
+    reader.abort();
+    Ok(())
+}
+
+async fn read_acks(
+    mut rd: OwnedReadHalf,
+    acked: Arc<AtomicU64>,
+    wake: Arc<Notify>,
+    phase: Arc<Phase>,
+) {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    loop {
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut n = 0;
+        loop {
+            match v4::read(&mut buf, MAX_PACKET) {
+                Ok(Packet::PubAck(_)) => n += 1,
+                Ok(_) => {}
+                Err(mqttbytes::Error::InsufficientBytes(_)) => break,
+                Err(e) => {
+                    if !phase.stop.load(Ordering::Relaxed) {
+                        eprintln!("bench: bad packet from the broker: {e:?}");
+                    }
+                    return;
+                }
+            }
+        }
+        if n > 0 {
+            acked.fetch_add(n, Ordering::Release);
+            wake.notify_one();
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_CHUNK);
+        }
+    }
+}
+
+/// What a subscriber saw while recording.
+#[derive(Default)]
+pub struct SubResult {
+    pub received: u64,
+    pub latencies: Latencies,
+}
+
+/// Reads messages until the phase says stop, acking QoS 1 deliveries in batches.
+pub async fn consume(
+    stream: TcpStream,
+    phase: Arc<Phase>,
+    live: Arc<AtomicU64>,
+) -> anyhow::Result<SubResult> {
+    let (mut rd, mut wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut acks = BytesMut::with_capacity(4096);
+    let mut result = SubResult {
+        received: 0,
+        latencies: Latencies::with_capacity(1 << 16),
+    };
+    loop {
+        let read = tokio::time::timeout(Duration::from_millis(100), rd.read_buf(&mut buf)).await;
+        if phase.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match read {
+            Err(_) => continue,
+            Ok(Ok(0)) => bail!("the broker closed a subscriber connection"),
+            Ok(Err(e)) => return Err(e).context("reading deliveries"),
+            Ok(Ok(_)) => {}
+        }
+        let recording = phase.recording.load(Ordering::Relaxed);
+        let now = now_ns();
+        let mut got = 0;
+        loop {
+            match v4::read(&mut buf, MAX_PACKET) {
+                Ok(Packet::Publish(p)) => {
+                    if p.qos != QoS::AtMostOnce {
+                        PubAck::new(p.pkid).write(&mut acks).map_err(codec_err)?;
+                    }
+                    if recording && p.payload.len() >= 8 {
+                        let stamp = (&p.payload[..8]).get_u64_le();
+                        result
+                            .latencies
+                            .record(Duration::from_nanos(now.saturating_sub(stamp)));
+                        result.received += 1;
+                    }
+                    got += 1;
+                }
+                Ok(_) => {}
+                Err(mqttbytes::Error::InsufficientBytes(_)) => break,
+                Err(e) => bail!("bad packet from the broker: {e:?}"),
+            }
+        }
+        live.fetch_add(got, Ordering::Relaxed);
+        if !acks.is_empty() {
+            wr.write_all(&acks).await.context("acking deliveries")?;
+            acks.clear();
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_CHUNK);
+        }
+    }
+    let mut bye = BytesMut::new();
+    v4::Disconnect.write(&mut bye).map_err(codec_err)?;
+    let _ = wr.write_all(&bye).await;
+    Ok(result)
+}

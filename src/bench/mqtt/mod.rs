@@ -1,0 +1,374 @@
+//! `rocketgate bench mqtt`: an MQTT load generator that any MQTT 3.1.1 broker can be
+//! measured with (rocketgate, Mosquitto, rumqttd, NATS, RabbitMQ), so `bench/compare`
+//! runs the *same* generator against each and reports ratios.
+//!
+//! Scenarios: `p2p` (publisher i → subscriber i), `fanout` (1 publisher → N
+//! subscribers), `fanin` (N publishers → a `$share` group of subscribers, or one
+//! subscriber with `--no-shared`), `idle` (open N connections and report the broker's
+//! RSS per connection). Publishers run flat out (`--rate 0`, QoS 1 bounded by
+//! `--inflight`) or open loop at a fixed total rate; every payload carries its send
+//! (or due) time, so subscribers measure publish→deliver latency.
+//!
+//! The generator must not be what limits the figures: packets are pre-encoded and
+//! patched, many go out per system call, acks are read and written in batches, and
+//! connections are spread over `--threads` runtime workers. `rocketgate bench
+//! mqtt-sink` is a trivial forwarder to measure the generator's own ceiling.
+
+mod conn;
+pub mod sink;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use mqttbytes::QoS;
+
+use self::conn::{Pace, Phase, PubStats};
+use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Publisher i → subscriber i, one topic each.
+    P2p,
+    /// One publisher → every subscriber.
+    Fanout,
+    /// Every publisher → one shared-subscription group (or one subscriber).
+    Fanin,
+    /// Only connect, then report the broker's memory per connection.
+    Idle,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MqttBenchArgs {
+    /// The broker's MQTT address.
+    #[arg(long, default_value = "127.0.0.1:1883")]
+    pub broker: SocketAddr,
+    #[arg(long, value_enum, default_value = "p2p")]
+    pub scenario: Scenario,
+    /// Publisher connections (fanout always uses 1).
+    #[arg(long, default_value_t = 10)]
+    pub publishers: usize,
+    /// Subscriber connections (fanin: the members of the shared group).
+    #[arg(long, default_value_t = 10)]
+    pub subscribers: usize,
+    /// QoS of publishing and subscribing (0 or 1).
+    #[arg(long, default_value_t = 1)]
+    pub qos: u8,
+    /// Payload bytes (at least 16: send time + sequence number).
+    #[arg(long, default_value_t = 16)]
+    pub size: usize,
+    /// Total publish rate in messages/s; 0 = as fast as the broker takes them.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Measured seconds (after the warm-up).
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Warm-up seconds (not measured).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// QoS 1 messages in flight per publisher (unacked window).
+    #[arg(long, default_value_t = 256)]
+    pub inflight: u64,
+    /// Runtime worker threads of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Fan-in without a shared subscription: one subscriber of `…/#`.
+    #[arg(long)]
+    pub no_shared: bool,
+    /// Topic prefix (each run adds a random suffix so runs never see each other).
+    #[arg(long, default_value = "bench")]
+    pub topic: String,
+    /// Idle scenario: connections to open.
+    #[arg(long, default_value_t = 1000)]
+    pub connections: usize,
+    /// Source addresses to spread connections over (e.g. 127.0.0.1,127.0.0.2), for
+    /// more connections than one address has ephemeral ports.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// The broker's process id: its RSS is reported (and per connection for `idle`).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// Also print one `RESULT {json}` line for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One run's figures.
+#[derive(Debug, Default)]
+struct Report {
+    published: u64,
+    acked: u64,
+    received: u64,
+    seconds: f64,
+    latencies: Option<super::stats::Summary>,
+    broker_rss: Option<u64>,
+    per_connection: Option<f64>,
+}
+
+pub fn run(args: MqttBenchArgs) -> anyhow::Result<()> {
+    if args.qos > 1 {
+        bail!("--qos must be 0 or 1");
+    }
+    if args.size < 16 {
+        bail!("--size must be at least 16 (the payload carries a timestamp and a sequence)");
+    }
+    raise_fd_limit();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
+    PeakRss::reset();
+    let report = rt.block_on(async {
+        match args.scenario {
+            Scenario::Idle => idle(&args).await,
+            _ => traffic(&args).await,
+        }
+    })?;
+    print_report(&args, &report);
+    Ok(())
+}
+
+fn qos(args: &MqttBenchArgs) -> QoS {
+    if args.qos == 0 {
+        QoS::AtMostOnce
+    } else {
+        QoS::AtLeastOnce
+    }
+}
+
+/// (publish topics, subscription filters) of a scenario.
+fn layout(args: &MqttBenchArgs, run: &str) -> (Vec<String>, Vec<String>) {
+    let base = format!("{}/{run}", args.topic);
+    match args.scenario {
+        Scenario::P2p => {
+            let n = args.publishers.max(1);
+            let topics: Vec<String> = (0..n).map(|i| format!("{base}/p2p/{i}")).collect();
+            (topics.clone(), topics)
+        }
+        Scenario::Fanout => (
+            vec![format!("{base}/fanout")],
+            vec![format!("{base}/fanout"); args.subscribers.max(1)],
+        ),
+        Scenario::Fanin => {
+            let topics = (0..args.publishers.max(1))
+                .map(|i| format!("{base}/fanin/{i}"))
+                .collect();
+            let subs = if args.no_shared {
+                vec![format!("{base}/fanin/#")]
+            } else {
+                vec![format!("$share/bench/{base}/fanin/#"); args.subscribers.max(1)]
+            };
+            (topics, subs)
+        }
+        Scenario::Idle => (vec![], vec![]),
+    }
+}
+
+fn source(args: &MqttBenchArgs, i: usize) -> Option<IpAddr> {
+    (!args.sources.is_empty()).then(|| args.sources[i % args.sources.len()])
+}
+
+async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
+    let run = format!("{:08x}", rand::random::<u32>());
+    let (topics, filters) = layout(args, &run);
+    let qos = qos(args);
+    let phase = Arc::new(Phase::default());
+    let live = Arc::new(AtomicU64::new(0));
+
+    // Subscribers first, so nothing published is missed.
+    let mut subs = Vec::new();
+    for (i, filter) in filters.iter().enumerate() {
+        let mut s = conn::dial(args.broker, source(args, i)).await?;
+        conn::handshake(&mut s, &format!("rg-bench-{run}-s{i}"), 60).await?;
+        conn::subscribe(&mut s, filter, qos).await?;
+        subs.push(tokio::spawn(conn::consume(s, phase.clone(), live.clone())));
+    }
+    let per_pub_rate = (args.rate > 0.0).then(|| args.rate / topics.len() as f64);
+    let mut pubs = Vec::new();
+    let mut pub_stats = Vec::new();
+    for (i, topic) in topics.iter().enumerate() {
+        let mut s = conn::dial(args.broker, source(args, i + filters.len())).await?;
+        conn::handshake(&mut s, &format!("rg-bench-{run}-p{i}"), 60).await?;
+        let stats = Arc::new(PubStats::default());
+        pub_stats.push(stats.clone());
+        let pace = per_pub_rate.map_or(Pace::Max, Pace::Rate);
+        let plan = conn::PublishPlan {
+            topic: topic.clone(),
+            qos,
+            size: args.size,
+            pace,
+            window: args.inflight,
+        };
+        pubs.push(tokio::spawn(conn::publish(s, plan, phase.clone(), stats)));
+    }
+
+    tokio::time::sleep(Duration::from_secs(args.warmup)).await;
+    let sent_before: u64 = pub_stats
+        .iter()
+        .map(|s| s.sent.load(Ordering::Relaxed))
+        .sum();
+    phase.recording.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let mut last = 0;
+    for _ in 0..args.seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = live.load(Ordering::Relaxed);
+        eprintln!("  {:>10} msgs/s delivered", now - last);
+        last = now;
+    }
+    phase.recording.store(false, Ordering::Relaxed);
+    let seconds = started.elapsed().as_secs_f64();
+    let sent_after: u64 = pub_stats
+        .iter()
+        .map(|s| s.sent.load(Ordering::Relaxed))
+        .sum();
+    let broker_rss = args.broker_pid.and_then(rss_of);
+    phase.stop.store(true, Ordering::Relaxed);
+
+    for p in pubs {
+        p.await.context("publisher task")??;
+    }
+    let mut latencies = Latencies::default();
+    let mut received = 0;
+    for s in subs {
+        let r = s.await.context("subscriber task")??;
+        received += r.received;
+        latencies.merge(r.latencies);
+    }
+    let acked = pub_stats
+        .iter()
+        .map(|s| s.acked.load(Ordering::Relaxed))
+        .sum();
+    Ok(Report {
+        published: sent_after - sent_before,
+        acked,
+        received,
+        seconds,
+        latencies: (received > 0).then(|| latencies.summary()),
+        broker_rss,
+        per_connection: None,
+    })
+}
+
+async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
+    let pid = args
+        .broker_pid
+        .context("the idle scenario needs --broker-pid to read the broker's memory")?;
+    let before = rss_of(pid).context("reading the broker's RSS")?;
+    let run = format!("{:08x}", rand::random::<u32>());
+    let mut held = Vec::with_capacity(args.connections);
+    let started = Instant::now();
+    for i in 0..args.connections {
+        let mut s = conn::dial(args.broker, source(args, i))
+            .await
+            .with_context(|| format!("connection {i}"))?;
+        conn::handshake(&mut s, &format!("rg-idle-{run}-{i}"), 0).await?;
+        held.push(s);
+        if (i + 1) % 5000 == 0 {
+            eprintln!("  {} connections", i + 1);
+        }
+    }
+    // Let the broker settle (allocations made lazily after CONNACK).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_of(pid).context("reading the broker's RSS")?;
+    let n = held.len();
+    drop(held);
+    Ok(Report {
+        seconds: started.elapsed().as_secs_f64(),
+        broker_rss: Some(after),
+        per_connection: Some(after.saturating_sub(before) as f64 / n as f64),
+        ..Report::default()
+    })
+}
+
+/// Resident memory of another process (Linux `VmRSS`).
+fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// Many connections need many descriptors: raise the soft limit to the hard one.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+fn print_report(args: &MqttBenchArgs, r: &Report) {
+    let name = format!("{:?}", args.scenario).to_lowercase();
+    let rate = if args.rate > 0.0 {
+        format!("{}/s", args.rate)
+    } else {
+        "max".into()
+    };
+    println!(
+        "mqtt {name}: qos {} size {} B publishers {} subscribers {} rate {rate} against {}",
+        args.qos, args.size, args.publishers, args.subscribers, args.broker
+    );
+    let gen_rss = PeakRss::bytes();
+    let mut json = format!(
+        "{{\"scenario\":\"{name}\",\"qos\":{},\"size\":{},\"rate\":{},\"generator_peak_rss\":{gen_rss}",
+        args.qos, args.size, args.rate
+    );
+    if let Some(per) = r.per_connection {
+        println!(
+            "  {} idle connections: broker RSS {} ({per:.0} B per connection)",
+            args.connections,
+            fmt_bytes(r.broker_rss.unwrap_or(0))
+        );
+        json.push_str(&format!(
+            ",\"connections\":{},\"broker_rss\":{},\"rss_per_connection\":{per:.0}",
+            args.connections,
+            r.broker_rss.unwrap_or(0)
+        ));
+    } else {
+        let pub_rate = r.published as f64 / r.seconds;
+        let recv_rate = r.received as f64 / r.seconds;
+        println!(
+            "  published {:.0} msgs/s, delivered {:.0} msgs/s over {:.1} s (acked {} total)",
+            pub_rate, recv_rate, r.seconds, r.acked
+        );
+        json.push_str(&format!(
+            ",\"published_per_s\":{pub_rate:.0},\"delivered_per_s\":{recv_rate:.0}"
+        ));
+        if let Some(l) = r.latencies {
+            println!(
+                "  latency publish→deliver p50 {} p99 {} p999 {} max {}",
+                fmt_dur(l.p50),
+                fmt_dur(l.p99),
+                fmt_dur(l.p999),
+                fmt_dur(l.max)
+            );
+            json.push_str(&format!(
+                ",\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1}",
+                l.p50.as_secs_f64() * 1e6,
+                l.p99.as_secs_f64() * 1e6,
+                l.p999.as_secs_f64() * 1e6
+            ));
+        }
+        if let Some(rss) = r.broker_rss {
+            println!("  broker RSS {}", fmt_bytes(rss));
+            json.push_str(&format!(",\"broker_rss\":{rss}"));
+        }
+    }
+    println!("  generator peak RSS {}", fmt_bytes(gen_rss));
+    json.push('}');
+    if args.json {
+        println!("RESULT {json}");
+    }
+}
