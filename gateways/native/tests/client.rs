@@ -463,3 +463,79 @@ async fn three_members_share_eight_queues_and_survive_a_killed_member() {
     }
     producer.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_consumption_comes_back_through_the_retry_topic() {
+    let cluster = Cluster::start().await;
+    let producer = Producer::start(cluster.config(), "pg").await.unwrap();
+    producer.create_topic("Flaky", 2).await.unwrap();
+    for i in 0..20 {
+        producer
+            .send(Message::new("Flaky", format!("f{i}")).with_tag("t"))
+            .await
+            .unwrap();
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut opts = fast("retrying").subscribe("Flaky", "*");
+    opts.retry_delay_level = 1; // 1 s
+    let consumer = PushConsumer::start_concurrent(cluster.config(), opts, move |msgs| {
+        if msgs.iter().any(|m| m.reconsume_times == 0) {
+            return ConsumeResult::Retry;
+        }
+        for m in msgs {
+            let _ = tx.send(m.clone());
+        }
+        ConsumeResult::Success
+    })
+    .await
+    .unwrap();
+    let (seen, _) = collect(&mut rx, 20).await;
+    for m in seen.values() {
+        assert_eq!(m.reconsume_times, 1);
+        assert_eq!(m.topic, "Flaky", "shown under its original topic");
+        assert_eq!(m.tag(), Some("t"));
+    }
+    consumer.shutdown().await;
+    producer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_consumer_seeks_by_time_and_to_the_beginning() {
+    let cluster = Cluster::start().await;
+    let producer = Producer::start(cluster.config(), "pg").await.unwrap();
+    producer.create_topic("Timed", 1).await.unwrap();
+    for i in 0..5 {
+        producer
+            .send(Message::new("Timed", format!("early{i}")))
+            .await
+            .unwrap();
+    }
+    let consumer = PullConsumer::start(cluster.config(), "timed-readers")
+        .await
+        .unwrap();
+    let queues = consumer.queues("Timed").await.unwrap();
+    let mq = queues[0].clone();
+    consumer.assign(queues, "*").await.unwrap();
+    let mut first = Vec::new();
+    while first.len() < 5 {
+        first.extend(consumer.poll(WAIT).await.unwrap());
+    }
+    let boundary = first[4].store_timestamp + 1;
+    // Messages stored strictly later than the boundary.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    for i in 0..3 {
+        producer
+            .send(Message::new("Timed", format!("late{i}")))
+            .await
+            .unwrap();
+    }
+    let at = consumer.seek_to_timestamp(&mq, boundary).await.unwrap();
+    assert_eq!(at, 5);
+    let batch = consumer.poll(WAIT).await.unwrap();
+    assert_eq!(batch[0].body.as_ref(), b"late0");
+    assert_eq!(consumer.seek_to_begin(&mq).await.unwrap(), 0);
+    let batch = consumer.poll(WAIT).await.unwrap();
+    assert_eq!(batch[0].body.as_ref(), b"early0");
+    consumer.shutdown().await;
+    producer.shutdown().await;
+}

@@ -494,3 +494,174 @@ async fn a_malformed_heartbeat_is_answered_not_dropped() {
 
 #[allow(dead_code)]
 fn _conn_is_used(_: Conn) {}
+
+#[tokio::test]
+async fn offsets_lookups_and_stats() {
+    let node = Node::start().await;
+    let mut c = node.conn().await;
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let r = c
+            .ask(send_v1(
+                "A",
+                0,
+                format!("b{i}").as_bytes(),
+                &[
+                    ("KEYS", &format!("key{i} common")),
+                    ("UNIQ_KEY", &format!("UQ{i}")),
+                ],
+            ))
+            .await;
+        sent.push(r);
+    }
+    node.settle().await;
+    let off = |code, topic: &str| {
+        RemotingCommand::request(code, 0)
+            .with_field("topic", topic)
+            .with_field("queueId", 0)
+    };
+    let r = c.ask(off(request::GET_MAX_OFFSET, "A")).await;
+    assert_eq!((r.code, field::<u64>(&r, "offset")), (0, 3));
+    let r = c.ask(off(request::GET_MIN_OFFSET, "A")).await;
+    assert_eq!((r.code, field::<u64>(&r, "offset")), (0, 0));
+    let r = c.ask(off(request::GET_MAX_OFFSET, "NoSuch")).await;
+    assert_eq!(r.code, response::TOPIC_NOT_EXIST);
+    let r = c
+        .ask(off(request::SEARCH_OFFSET_BY_TIMESTAMP, "A").with_field("timestamp", 0))
+        .await;
+    assert_eq!((r.code, field::<u64>(&r, "offset")), (0, 0));
+    let r = c
+        .ask(off(request::SEARCH_OFFSET_BY_TIMESTAMP, "A").with_field("timestamp", i64::MAX / 2))
+        .await;
+    assert_eq!(field::<u64>(&r, "offset"), 3);
+
+    // By key, by unique key, by commit-log offset.
+    let q = |key: &str| {
+        RemotingCommand::request(request::QUERY_MESSAGE, 0)
+            .with_field("topic", "A")
+            .with_field("key", key)
+            .with_field("maxNum", 32)
+            .with_field("beginTimestamp", 0)
+            .with_field("endTimestamp", i64::MAX)
+    };
+    let r = c.ask(q("common")).await;
+    assert_eq!(r.code, response::SUCCESS, "{r:?}");
+    assert_eq!(ReceivedMessage::decode_all(&r.body).unwrap().len(), 3);
+    let r = c.ask(q("key1")).await;
+    let found = ReceivedMessage::decode_all(&r.body).unwrap();
+    assert_eq!(found[0].body.as_ref(), b"b1");
+    let r = c
+        .ask(q("UQ2").with_field("_UNIQUE_KEY_QUERY", "true"))
+        .await;
+    assert_eq!(
+        ReceivedMessage::decode_all(&r.body).unwrap()[0]
+            .body
+            .as_ref(),
+        b"b2"
+    );
+    assert_eq!(c.ask(q("nope")).await.code, response::QUERY_NOT_FOUND);
+
+    let (_, phys) =
+        rocketgate_core::store::record::decode_msg_id(sent[1].field("msgId").unwrap()).unwrap();
+    let r = c
+        .ask(RemotingCommand::request(request::VIEW_MESSAGE_BY_ID, 0).with_field("offset", phys))
+        .await;
+    assert_eq!(r.code, response::SUCCESS, "{r:?}");
+    assert_eq!(
+        ReceivedMessage::decode_all(&r.body).unwrap()[0]
+            .body
+            .as_ref(),
+        b"b1"
+    );
+    let r = c
+        .ask(
+            RemotingCommand::request(request::VIEW_MESSAGE_BY_ID, 0).with_field("offset", phys + 1),
+        )
+        .await;
+    assert_eq!(r.code, response::SYSTEM_ERROR);
+
+    let r = c
+        .ask(RemotingCommand::request(request::GET_TOPIC_STATS_INFO, 0).with_field("topic", "A"))
+        .await;
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(
+        text.contains(
+            r#"{"brokerName":"broker-a","queueId":0,"topic":"A"}:{"lastUpdateTimestamp":"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#""maxOffset":3,"minOffset":0"#), "{text}");
+
+    let u = RemotingCommand::request(request::UPDATE_CONSUMER_OFFSET, 0)
+        .with_field("consumerGroup", "stats")
+        .with_field("topic", "A")
+        .with_field("queueId", 0)
+        .with_field("commitOffset", 2);
+    assert_eq!(c.ask(u).await.code, 0);
+    let r = c
+        .ask(
+            RemotingCommand::request(request::GET_CONSUME_STATS, 0)
+                .with_field("consumerGroup", "stats")
+                .with_field("topic", "A"),
+        )
+        .await;
+    assert_eq!(r.code, response::SUCCESS, "{r:?}");
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(
+        text.contains(r#""brokerOffset":3,"consumerOffset":2"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn send_back_stores_a_retry_copy() {
+    let node = Node::start().await;
+    let mut c = node.conn().await;
+    let r = c
+        .ask(send_v1("R", 0, b"fail me", &[("UNIQ_KEY", "RB1")]))
+        .await;
+    let (_, phys) =
+        rocketgate_core::store::record::decode_msg_id(r.field("msgId").unwrap()).unwrap();
+    node.settle().await;
+    let back = RemotingCommand::request(request::CONSUMER_SEND_MSG_BACK, 0)
+        .with_field("offset", phys)
+        .with_field("group", "G")
+        .with_field("delayLevel", 1)
+        .with_field("originMsgId", "RB1")
+        .with_field("originTopic", "R")
+        .with_field("maxReconsumeTimes", 16);
+    let r = c.ask(back.clone()).await;
+    assert_eq!(r.code, response::SUCCESS, "{r:?}");
+    // Delivered to %RETRY%G after the 1 s level: a long poll waits for it.
+    let p = c
+        .ask(pull(
+            "G",
+            "%RETRY%G",
+            0,
+            0,
+            SUB | pull_flag::SUSPEND,
+            15_000,
+        ))
+        .await;
+    let p = if p.code == response::SUCCESS {
+        p
+    } else {
+        c.ask(pull(
+            "G",
+            "%RETRY%G",
+            0,
+            0,
+            SUB | pull_flag::SUSPEND,
+            15_000,
+        ))
+        .await
+    };
+    assert_eq!(p.code, response::SUCCESS, "{p:?}");
+    let m = &ReceivedMessage::decode_all(&p.body).unwrap()[0];
+    assert_eq!(m.body.as_ref(), b"fail me");
+    assert_eq!(m.reconsume_times, 1);
+    assert_eq!(m.origin_topic(), "R");
+    // An offset where no message starts.
+    let r = c.ask(back.with_field("offset", phys + 3)).await;
+    assert_eq!(r.code, response::SYSTEM_ERROR);
+}

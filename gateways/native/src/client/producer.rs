@@ -198,12 +198,20 @@ impl Producer {
     /// broker, and waits until the NameServers serve its route.
     pub async fn create_topic(&self, topic: &str, queues: u32) -> Result<(), Error> {
         let s = &self.inner.session;
-        let brokers = s.brokers().await?;
-        if brokers.is_empty() {
-            return Err(Error::NoRoute {
-                topic: topic.to_owned(),
-            });
-        }
+        // A broker that just started may not have registered yet.
+        let deadline = Instant::now() + s.timeout() * 3;
+        let brokers = loop {
+            let brokers = s.brokers().await?;
+            if !brokers.is_empty() {
+                break brokers;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NoRoute {
+                    topic: topic.to_owned(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         for (_, addr) in &brokers {
             let cmd = RemotingCommand::request(request::UPDATE_AND_CREATE_TOPIC, 0)
                 .with_field(field::TOPIC, topic)
@@ -213,7 +221,6 @@ impl Producer {
             s.links.call(addr, cmd, s.timeout()).await?;
         }
         // The brokers re-register at once; wait until a NameServer has the new route.
-        let deadline = Instant::now() + s.timeout() * 3;
         loop {
             match s.refresh_route(topic).await {
                 Ok(r) if r.write_queues.len() == brokers.len() * queues as usize => return Ok(()),

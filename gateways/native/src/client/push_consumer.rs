@@ -282,7 +282,11 @@ impl PushConsumer {
         }
         let (session, pushes) = Session::start(config);
         for topic in opts.subscriptions.keys() {
-            session.route(topic).await?;
+            // A topic without a route yet is picked up by a later rebalance.
+            match session.route(topic).await {
+                Ok(_) | Err(Error::NoRoute { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         if opts.mode == ConsumeMode::Clustering {
             // Failed messages come back through the group's retry topic.
@@ -433,20 +437,30 @@ async fn unlock(shared: &Shared, queues: &[MessageQueue]) {
     }
 }
 
-/// The queues this member should consume now.
-async fn wanted(shared: &Shared) -> BTreeSet<MessageQueue> {
+/// The queues this member should consume now: fresh routes, a heartbeat (so the
+/// brokers list us), then our share of each topic's queues.
+/// Topics whose share could not be computed are returned apart: their current queues
+/// are kept rather than dropped on a transient failure.
+async fn wanted(shared: &Shared) -> (BTreeSet<MessageQueue>, BTreeSet<String>) {
     let me = shared.broker.session.client_id();
-    let mut out = BTreeSet::new();
+    let mut routes = Vec::new();
+    let mut undecided = BTreeSet::new();
     for topic in shared.expressions.keys() {
-        let route = match shared.broker.session.refresh_route(topic).await {
-            Ok(r) => r,
+        match shared.broker.session.refresh_route(topic).await {
+            Ok(r) => routes.push((topic, r)),
             // A retry topic appears with the first failure.
             Err(Error::NoRoute { .. }) => continue,
             Err(e) => {
-                debug!(topic, error = %e, "no route; keeping the current queues");
-                return BTreeSet::new();
+                debug!(topic, error = %e, "route refresh failed; keeping this topic's queues");
+                undecided.insert(topic.clone());
             }
-        };
+        }
+    }
+    if let Err(e) = shared.broker.session.heartbeat_now().await {
+        debug!(error = %e, "heartbeat failed");
+    }
+    let mut out = BTreeSet::new();
+    for (topic, route) in routes {
         let all = &route.read_queues;
         match shared.opts.mode {
             ConsumeMode::Broadcasting => out.extend(all.iter().cloned()),
@@ -456,6 +470,7 @@ async fn wanted(shared: &Shared) -> BTreeSet<MessageQueue> {
                     Ok(m) => m,
                     Err(e) => {
                         debug!(topic, error = %e, "member list unavailable");
+                        undecided.insert(topic.clone());
                         continue;
                     }
                 };
@@ -463,7 +478,7 @@ async fn wanted(shared: &Shared) -> BTreeSet<MessageQueue> {
             }
         }
     }
-    out
+    (out, undecided)
 }
 
 async fn do_rebalance(
@@ -471,12 +486,13 @@ async fn do_rebalance(
     running: &mut BTreeMap<MessageQueue, Running>,
     local_offsets: &mut BTreeMap<MessageQueue, u64>,
 ) {
-    let _ = shared.broker.session.heartbeat_now().await;
-    let mut want = wanted(shared).await;
-    if want.is_empty() && !running.is_empty() {
-        // Could not compute (or the group shrank to nothing for us): re-check members.
-        debug!(group = shared.opts.group, "no queues wanted");
-    }
+    let (mut want, undecided) = wanted(shared).await;
+    want.extend(
+        running
+            .keys()
+            .filter(|q| undecided.contains(&q.topic))
+            .cloned(),
+    );
     let orderly = matches!(shared.listener, Listener::Orderly(_));
     if orderly {
         // Take or renew the broker locks; consume only what we hold.

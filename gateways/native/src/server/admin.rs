@@ -7,8 +7,6 @@ use rocketgate_core::store::record::encode_msg_id;
 
 use super::Ctx;
 use super::handle::{Fail, Handled, core_fail, ok, parse, parse_opt, queue_id, required};
-#[allow(unused_imports)]
-use super::shim::Shim;
 use crate::body::{
     MessageQueue, OffsetWrapper, TopicOffset, consume_stats_json, field, topic_stats_json,
 };

@@ -16,8 +16,6 @@ use super::handle::{
     required,
 };
 use super::pull::filter_type;
-#[allow(unused_imports)]
-use super::shim::Shim;
 use crate::body::{ConsumerList, HeartbeatData, LockBatchRequest, LockBatchResponse, field};
 use crate::code::response;
 use crate::codec::RemotingCommand;

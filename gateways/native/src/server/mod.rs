@@ -17,7 +17,6 @@ mod consumer;
 mod handle;
 mod pull;
 mod send;
-mod shim;
 mod txn;
 
 use std::collections::HashSet;

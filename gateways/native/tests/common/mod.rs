@@ -65,6 +65,7 @@ impl Node {
         )
         .unwrap();
         let broker = Arc::new(broker);
+        broker.spawn_delay_delivery();
         let settings = ServerSettings {
             store_host: store_opts.store_host,
             ..opts.settings
@@ -224,6 +225,7 @@ impl Cluster {
             )
             .unwrap(),
         );
+        broker.spawn_delay_delivery();
         let (ns, ns_addr) =
             NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default())
                 .await
