@@ -126,8 +126,10 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
     let broker = Arc::new(broker);
-    // Delivers delayed messages when due; stops by itself when the broker closes.
+    // Delivers delayed messages when due and checks back undecided transactions;
+    // both stop by themselves when the broker closes.
     broker.spawn_delay_delivery();
+    broker.spawn_transaction_checks();
     Ok(broker)
 }
 

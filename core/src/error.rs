@@ -125,8 +125,18 @@ pub enum Error {
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
-    #[error("consumer group {group:?} has no live member and no offsets")]
+    #[error("consumer group {group:?} is unknown: no live member, offsets or settings")]
     GroupNotFound { group: String },
+
+    /// No half message where a transaction handle points (garbled, never
+    /// stored, or removed by retention).
+    #[error("no transaction with handle {handle:?}")]
+    TransactionNotFound { handle: String },
+
+    /// The transaction was already committed or rolled back (or is being ended
+    /// right now by another call).
+    #[error("transaction {handle:?} is already committed or rolled back")]
+    TransactionEnded { handle: String },
 
     /// A send asked for a delivery further away than the broker allows.
     #[error("delay of {requested:?} exceeds the maximum of {max:?}")]

@@ -75,6 +75,7 @@ async fn queue_stats_and_offsets_by_time() {
     ));
 
     // By time: oldest first, across queues, bounded by `max`.
+    after(ts[2]);
     let late = b
         .send(Message::new("t", 0, "q1"), QueueChoice::Queue(1))
         .await
@@ -264,12 +265,16 @@ async fn groups_and_their_progress_also_after_a_restart() {
     assert_eq!(bc.progress[0].lag, 2);
     env.close();
 
-    // After a restart the members are gone (they heartbeat again), the progress stays.
+    // After a restart the members are gone (they heartbeat again); the mode and
+    // the progress stay.
     let env = open(dir.path(), options());
     let b = &env.broker;
     assert_eq!(b.groups().await.unwrap(), ["bc", "g"]);
     let info = b.group_info("g").await.unwrap();
-    assert_eq!((info.mode, info.members.len()), (None, 0));
+    assert_eq!(
+        (info.mode, info.members.len()),
+        (Some(ConsumeMode::Clustering), 0)
+    );
     assert_eq!(info.progress[0].committed, Some(2));
     assert_eq!(info.progress[0].lag, 1);
     assert_eq!(

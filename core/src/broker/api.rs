@@ -14,6 +14,7 @@
 //! generic use (`G: MessagingApi`), not `dyn`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +24,9 @@ use super::groups::{ConsumeMode, Heartbeat, Subscription};
 use super::receipt::ReceiptHandle;
 use super::schedule::RetryDecision;
 use super::topics::{TopicConfig, TopicKind};
+use super::transaction::{
+    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle,
+};
 use crate::Result;
 use crate::store::{AppendResult, Message, RecordView};
 
@@ -209,8 +213,12 @@ pub struct QueueProgress {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInfo {
     pub group: String,
-    /// `None` when no member is live; the mode is that of the live members.
+    /// The mode of the live members, else the one the group last had (kept
+    /// across restarts); `None` for a group never seen in a heartbeat.
     pub mode: Option<ConsumeMode>,
+    /// Retries before a message of the group is dead-lettered (its own
+    /// setting, else the broker's).
+    pub max_reconsume_times: u32,
     pub members: Vec<MemberInfo>,
     pub progress: Vec<QueueProgress>,
 }
@@ -347,6 +355,36 @@ pub trait MessagingApi: Send + Sync {
         queue_id: u32,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    // ---- transactions ----
+
+    /// Stores a half message of `producer_group`'s transaction: durable, but
+    /// invisible to every consumer and lookup until committed. The real topic
+    /// and queue are chosen (and checked, auto-created) as for [`Self::send`];
+    /// a delayed message is refused.
+    fn send_half(
+        &self,
+        producer_group: &str,
+        message: Message,
+        queue: QueueChoice,
+    ) -> impl Future<Output = Result<HalfSent>> + Send;
+    /// Commits (the message becomes visible in its real topic and queue, with
+    /// the same `UNIQ_KEY`; returns where it went) or rolls back (`None`).
+    /// [`crate::Error::TransactionEnded`] if it was already ended,
+    /// [`crate::Error::TransactionNotFound`] if the handle names no half message.
+    fn end_transaction(
+        &self,
+        handle: &TransactionHandle,
+        resolution: Resolution,
+    ) -> impl Future<Output = Result<Option<SendResult>>> + Send;
+    /// Registers who answers check-backs of `producer_group`'s undecided
+    /// transactions until the returned registration is dropped. Several may be
+    /// registered for one group; they take turns.
+    fn register_transaction_checker(
+        &self,
+        producer_group: &str,
+        checker: Arc<dyn TransactionChecker>,
+    ) -> impl Future<Output = Result<CheckerRegistration>> + Send;
+
     // ---- inspection and lookup (admin) ----
 
     /// Bounds and newest store time of every queue of a topic (the larger of
@@ -360,10 +398,19 @@ pub trait MessagingApi: Send + Sync {
         queue_id: u32,
         ts_ms: i64,
     ) -> impl Future<Output = Result<u64>> + Send;
-    /// Every consumer group with a live member or committed offsets, sorted.
+    /// Sets how often a message of `group` is retried before it goes to its
+    /// DLQ (RocketMQ `retryMaxTimes` of a subscription group), for send-back
+    /// and POP alike; `None` returns to the broker-wide default. Persisted.
+    fn set_max_reconsume_times(
+        &self,
+        group: &str,
+        max: Option<u32>,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Every consumer group with a live member, committed offsets or
+    /// remembered settings, sorted.
     fn groups(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
     /// Mode, members and progress of a group; [`crate::Error::GroupNotFound`]
-    /// when it has neither live members nor offsets.
+    /// when the broker knows nothing of it.
     fn group_info(&self, group: &str) -> impl Future<Output = Result<GroupInfo>> + Send;
     /// The message with this id: the offset message id a send returned
     /// (store host + commit-log offset), or the producer's `UNIQ_KEY`. Messages

@@ -17,7 +17,10 @@ use super::schedule;
 use crate::{Error, Result};
 
 /// How a group shares messages among its members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ConsumeMode {
     /// Each message goes to one member; queues are shared out by allocation.
     #[default]

@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 
 use super::api::{Delivered, GroupInfo, MemberInfo, QueueProgress, QueueStats};
+use super::group_config::GroupConfig;
 use super::local::{Broker, lock};
 use super::offsets::MEMBER_SEPARATOR;
 use super::schedule;
@@ -74,6 +75,16 @@ impl Broker {
         Ok(out)
     }
 
+    pub(super) fn set_group_max_reconsume_times(
+        &self,
+        group: &str,
+        max: Option<u32>,
+    ) -> Result<()> {
+        schedule::validate_group(group)?;
+        self.group_configs
+            .update(group, |c| c.max_reconsume_times = max)
+    }
+
     pub(super) fn offset_at_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.readable_queue(topic, queue_id)?;
         let (min, max) = self.store.queue_bounds(topic, queue_id);
@@ -89,6 +100,7 @@ impl Broker {
             groups.expire(self.clock.now_ms());
             groups.names().into_iter().collect()
         };
+        names.extend(self.group_configs.names());
         for owner in self.offsets.table().owners() {
             let group = owner.split(MEMBER_SEPARATOR).next().unwrap_or(&owner);
             names.insert(group.to_owned());
@@ -98,11 +110,13 @@ impl Broker {
 
     pub(super) fn describe_group(&self, group: &str) -> Result<GroupInfo> {
         schedule::validate_group(group)?;
-        let (mode, members) = {
+        let (live_mode, members) = {
             let mut groups = lock(&self.groups);
             groups.expire(self.clock.now_ms());
             (groups.mode(group), groups.members(group))
         };
+        let config = self.group_configs.get(group);
+        let mode = live_mode.or(config.mode);
         // The offset owners of the group: itself, and one per broadcasting member.
         let member_prefix = format!("{group}{MEMBER_SEPARATOR}");
         let (owners, mut topics): (Vec<String>, BTreeSet<String>) = {
@@ -115,7 +129,8 @@ impl Broker {
             let topics = owners.iter().flat_map(|o| table.topics_of(o)).collect();
             (owners, topics)
         };
-        if members.is_empty() && owners.is_empty() {
+        let remembered = config != GroupConfig::default();
+        if members.is_empty() && owners.is_empty() && !remembered {
             return Err(Error::GroupNotFound {
                 group: group.to_owned(),
             });
@@ -149,6 +164,9 @@ impl Broker {
         Ok(GroupInfo {
             group: group.to_owned(),
             mode,
+            max_reconsume_times: config
+                .max_reconsume_times
+                .unwrap_or(self.opts.max_reconsume_times),
             members: members
                 .into_iter()
                 .map(|(member, subscriptions, last_seen_ms)| MemberInfo {

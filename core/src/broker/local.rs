@@ -31,12 +31,16 @@ use super::api::{
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
+use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
 use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind, TopicTable};
+use super::transaction::{
+    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
+};
 use crate::store::consume_queue::java_string_hash;
 use crate::store::{Message, Store};
 use crate::{Error, Result};
@@ -66,6 +70,15 @@ pub struct BrokerOptions {
     /// How often a group's message is retried before it is dead-lettered
     /// (RocketMQ `maxReconsumeTimes`): it is delivered this many times + 1.
     pub max_reconsume_times: u32,
+    /// How often undecided transactions are checked back with their producer
+    /// group (RocketMQ `transactionCheckInterval`).
+    pub transaction_check_interval: Duration,
+    /// A half message younger than this is not checked yet (RocketMQ
+    /// `transactionTimeOut`); a message's `CHECK_IMMUNITY_TIME_IN_SECONDS` overrides it.
+    pub transaction_timeout: Duration,
+    /// Checks of one half message before it is rolled back (RocketMQ
+    /// `transactionCheckMax`).
+    pub transaction_max_checks: u32,
 }
 
 impl Default for BrokerOptions {
@@ -81,6 +94,9 @@ impl Default for BrokerOptions {
             pull_scan_batch: 1024,
             delay: DelayOptions::default(),
             max_reconsume_times: schedule::DEFAULT_MAX_RECONSUME_TIMES,
+            transaction_check_interval: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(6),
+            transaction_max_checks: 15,
         }
     }
 }
@@ -97,10 +113,16 @@ pub struct Broker {
     pub(super) pop: Arc<PopState>,
     /// Delayed-delivery scheduler and its progress (see [`super::delay`]).
     pub(super) delay: Arc<DelayState>,
+    /// Transaction decisions and check counts (see [`super::transaction`]).
+    pub(super) txn: Arc<TxnState>,
     pub(super) groups: Mutex<ConsumerGroups>,
+    /// Modes and settings of groups, kept while no member is live (`groups.json`).
+    pub(super) group_configs: GroupConfigs,
     round_robin: Mutex<HashMap<String, u64>>,
     /// Stops the offset flusher (dropping the sender) and joins it. Locked only at close.
     flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// Set by [`Broker::halt_for_tests`]: close writes nothing.
+    halted: std::sync::atomic::AtomicBool,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,11 +145,14 @@ impl Broker {
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         let pop = Arc::new(PopState::open(&config_dir)?);
         let delay = Arc::new(DelayState::open(&config_dir)?);
+        let txn = Arc::new(TxnState::open(&config_dir, &store)?);
+        let group_configs = GroupConfigs::open(&config_dir)?;
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();
             let pop = pop.clone();
             let delay = delay.clone();
+            let txn = txn.clone();
             let store = store.clone();
             let every = opts.offset_flush_interval;
             std::thread::Builder::new()
@@ -141,8 +166,13 @@ impl Broker {
                         if let Err(e) = pop.flush() {
                             tracing::error!(error = %e, "writing POP state failed");
                         }
-                        if let Err(e) = delay.flush(store.positions().flushed) {
+                        let flushed = store.positions().flushed;
+                        if let Err(e) = delay.flush(flushed) {
                             tracing::error!(error = %e, "writing delay progress failed");
+                        }
+                        let half_min = store.queue_bounds(schedule::TRANS_HALF_TOPIC, 0).0;
+                        if let Err(e) = txn.flush(flushed, half_min) {
+                            tracing::error!(error = %e, "writing transaction state failed");
                         }
                     }
                 })
@@ -157,9 +187,12 @@ impl Broker {
             offsets,
             pop,
             delay,
+            txn,
             groups: Mutex::new(ConsumerGroups::new(member_timeout_ms)),
+            group_configs,
             round_robin: Mutex::new(HashMap::new()),
             flusher: Mutex::new(Some((stop_tx, flusher))),
+            halted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -170,10 +203,25 @@ impl Broker {
             drop(stop);
             let _ = thread.join();
         }
+        if self.halted.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let offsets = self.offsets.flush();
         self.pop.flush()?;
-        self.flush_delay(true)?;
+        self.flush_progress(true)?;
         offsets
+    }
+
+    /// Simulates a crash for tests: stops the flusher and makes `close` (and
+    /// drop) write nothing, so the state files stay as the last flush left them.
+    #[doc(hidden)]
+    pub fn halt_for_tests(&self) {
+        self.halted
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some((stop, thread)) = lock(&self.flusher).take() {
+            drop(stop);
+            let _ = thread.join();
+        }
     }
 
     /// True once [`Broker::close`] ran.
@@ -181,25 +229,27 @@ impl Broker {
         lock(&self.flusher).is_none()
     }
 
-    /// Writes the delay progress the commit log has made durable. At close, waits
-    /// a little for the store's flusher so recent deliveries are not repeated
-    /// after a restart.
-    fn flush_delay(&self, closing: bool) -> Result<()> {
+    /// Writes the delay progress and transaction decisions the commit log has
+    /// made durable. At close, waits a little for the store's flusher so recent
+    /// deliveries and decisions are not repeated after a restart.
+    fn flush_progress(&self, closing: bool) -> Result<()> {
         if closing {
-            let want = self.delay.pending_end();
+            let want = self.delay.pending_end().max(self.txn.pending_end());
             let until = std::time::Instant::now() + Duration::from_secs(2);
             while self.store.positions().flushed < want && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        self.delay.flush(self.store.positions().flushed)
+        let flushed = self.store.positions().flushed;
+        self.delay.flush(flushed)?;
+        self.txn.flush(flushed, self.half_min())
     }
 
     /// Writes changed offsets and POP state now (the flusher does this periodically).
     pub fn flush_offsets(&self) -> Result<()> {
         self.offsets.flush()?;
         self.pop.flush()?;
-        self.flush_delay(false)
+        self.flush_progress(false)
     }
 
     /// The topic table right now, without awaiting (for the NameServer registration,
@@ -230,7 +280,7 @@ impl Broker {
     }
 
     /// The topic a send goes to, created on the way when that is allowed.
-    fn writable_topic(&self, topic: &str) -> Result<TopicConfig> {
+    pub(super) fn writable_topic(&self, topic: &str) -> Result<TopicConfig> {
         schedule::validate_topic(topic)?;
         let no_write = || Error::NoPermission {
             topic: topic.to_owned(),
@@ -272,7 +322,7 @@ impl Broker {
         Ok(created)
     }
 
-    fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
+    pub(super) fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
         let n = config.write_queues;
         match choice {
             QueueChoice::RoundRobin => {
@@ -295,15 +345,33 @@ impl Broker {
     /// The offset owner for `member` of `group`: see [`owner_key`].
     fn offset_owner(&self, group: &str, member: &str) -> Result<String> {
         schedule::validate_group(group)?;
-        let mut groups = lock(&self.groups);
-        groups.expire(self.clock.now_ms());
-        let broadcasting = groups.mode(group) == Some(ConsumeMode::Broadcasting);
+        let broadcasting = self.group_mode(group) == Some(ConsumeMode::Broadcasting);
         if broadcasting && member.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "group {group:?} is broadcasting: offsets belong to a member, and none was given"
             )));
         }
         Ok(owner_key(group, member, broadcasting))
+    }
+
+    /// The mode of the group's live members, else the one it last had
+    /// (remembered across restarts), else `None` (never seen).
+    pub(super) fn group_mode(&self, group: &str) -> Option<ConsumeMode> {
+        let live = {
+            let mut groups = lock(&self.groups);
+            groups.expire(self.clock.now_ms());
+            groups.mode(group)
+        };
+        live.or_else(|| self.group_configs.get(group).mode)
+    }
+
+    /// How often a message of `group` is retried before it is dead-lettered:
+    /// the group's own setting, else `BrokerOptions::max_reconsume_times`.
+    pub(super) fn max_reconsume_times(&self, group: &str) -> u32 {
+        self.group_configs
+            .get(group)
+            .max_reconsume_times
+            .unwrap_or(self.opts.max_reconsume_times)
     }
 
     pub(super) fn readable_queue(&self, topic: &str, queue_id: u32) -> Result<TopicConfig> {
@@ -466,6 +534,15 @@ impl MessagingApi for Broker {
                 member = heartbeat.member,
                 "consumer group changed"
             );
+            // Remembered for offset calls made while no member is live (after a
+            // restart); written only when it changes.
+            let mode = heartbeat.mode;
+            if let Err(e) = self
+                .group_configs
+                .update(&heartbeat.group, |c| c.mode = Some(mode))
+            {
+                tracing::error!(error = %e, group = heartbeat.group, "writing the group's mode failed");
+            }
         }
         Ok(())
     }
@@ -553,9 +630,18 @@ impl MessagingApi for Broker {
             };
             moved.push((q, offset));
         }
-        let mut table = self.offsets.table();
-        for (q, offset) in &moved {
-            table.set(&owner, topic, *q, *offset);
+        {
+            let mut table = self.offsets.table();
+            for (q, offset) in &moved {
+                table.set(&owner, topic, *q, *offset);
+            }
+        }
+        if owner == group {
+            // POP consumers of the group re-read from the same point.
+            let mut pop = self.pop.table();
+            for (q, offset) in &moved {
+                pop.reset(group, topic, *q, *offset);
+            }
         }
         Ok(moved)
     }
@@ -583,12 +669,41 @@ impl MessagingApi for Broker {
         Ok(())
     }
 
+    async fn send_half(
+        &self,
+        producer_group: &str,
+        message: Message,
+        queue: QueueChoice,
+    ) -> Result<HalfSent> {
+        self.store_half(producer_group, message, queue).await
+    }
+
+    async fn end_transaction(
+        &self,
+        handle: &TransactionHandle,
+        resolution: Resolution,
+    ) -> Result<Option<SendResult>> {
+        self.end_half(handle, resolution).await
+    }
+
+    async fn register_transaction_checker(
+        &self,
+        producer_group: &str,
+        checker: Arc<dyn TransactionChecker>,
+    ) -> Result<CheckerRegistration> {
+        self.add_checker(producer_group, checker)
+    }
+
     async fn queue_stats(&self, topic: &str) -> Result<Vec<QueueStats>> {
         self.queue_stats_of(topic)
     }
 
     async fn offset_by_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.offset_at_time(topic, queue_id, ts_ms)
+    }
+
+    async fn set_max_reconsume_times(&self, group: &str, max: Option<u32>) -> Result<()> {
+        self.set_group_max_reconsume_times(group, max)
     }
 
     async fn groups(&self) -> Result<Vec<String>> {

@@ -5,10 +5,12 @@
 //! implementation over a [`crate::store::Store`]). The stateful parts are split
 //! along their seams: [`topics`] (the persisted topic table), [`offsets`]
 //! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
-//! locks as a pure state machine driven by a [`Clock`]), [`pop_state`] (POP
+//! locks as a pure state machine driven by a [`Clock`]), [`group_config`] (a
+//! group's persisted mode and retry limit), [`pop_state`] (POP
 //! cursors and in-flight leases, persisted), [`delay`] (delay levels and
 //! delivery at a time: schedule topics, the delivery tick, persisted progress),
-//! [`retry`] (send-back with back-off, dead letters), `inspect.rs` (queue stats,
+//! [`retry`] (send-back with back-off, dead letters), [`transaction`] (half
+//! messages, commit / rollback, check-back), `inspect.rs` (queue stats,
 //! group progress, lookup by id / key / time). The pure building
 //! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
 //! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
@@ -20,6 +22,7 @@ mod api;
 pub mod clock;
 pub mod delay;
 pub mod filter;
+pub mod group_config;
 pub mod groups;
 mod inspect;
 mod local;
@@ -32,6 +35,7 @@ pub mod receipt;
 pub mod retry;
 pub mod schedule;
 pub mod topics;
+pub mod transaction;
 
 pub use api::{
     DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
@@ -40,7 +44,12 @@ pub use api::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;
+pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
 pub use receipt::ReceiptHandle;
 pub use topics::{Perm, TopicConfig, TopicKind};
+pub use transaction::{
+    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+    TransactionHandle,
+};

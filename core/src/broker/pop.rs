@@ -106,7 +106,7 @@ impl Broker {
             .claim_expired(group, topic, queue_id, now, until, want);
         for (offset, lease) in expired {
             match self.read_at(topic, queue_id, offset)? {
-                Some(record) if lease.attempt > self.max_pop_deliveries() => {
+                Some(record) if lease.attempt > self.max_pop_deliveries(group) => {
                     dead.push(OutOfAttempts {
                         queue_id,
                         offset,
@@ -161,8 +161,8 @@ impl Broker {
 
     /// How often a POP message is delivered before an expiry dead-letters it:
     /// once, then `max_reconsume_times` redeliveries, as with send-back.
-    fn max_pop_deliveries(&self) -> u32 {
-        self.opts.max_reconsume_times.saturating_add(1)
+    fn max_pop_deliveries(&self, group: &str) -> u32 {
+        self.max_reconsume_times(group).saturating_add(1)
     }
 
     /// Moves messages whose last allowed delivery expired to `%DLQ%<group>`,
@@ -247,7 +247,7 @@ impl Broker {
     /// Writes the queue's POP low-water mark to the group's consume offset, so
     /// anything that reads offsets (and a restart without `pop.json`) resumes at
     /// the first message not yet acked.
-    fn sync_consume_offset(&self, group: &str, topic: &str, queue_id: u32) {
+    pub(super) fn sync_consume_offset(&self, group: &str, topic: &str, queue_id: u32) {
         let base = self
             .pop
             .table()

@@ -223,7 +223,20 @@ impl PopTable {
         true
     }
 
-    /// Forgets an in-flight message whose record is gone (retention deleted it).
+    /// Moves a queue's cursor to `offset` (an offset reset) and drops its
+    /// leases: everything from `offset` is delivered again, handles issued
+    /// before are stale. A queue the group never popped is left alone (it starts
+    /// at the committed offset, which the reset moved too).
+    pub fn reset(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) {
+        if let Some(q) = self.queue_mut(group, topic, queue_id) {
+            q.cursor = offset;
+            q.in_flight.clear();
+            self.version += 1;
+        }
+    }
+
+    /// Forgets an in-flight message whose record is gone (retention deleted
+    /// it), or that was sent back for a retry.
     pub fn forget(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) {
         if let Some(q) = self.queue_mut(group, topic, queue_id)
             && q.in_flight.remove(&offset).is_some()

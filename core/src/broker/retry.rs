@@ -117,11 +117,15 @@ impl Broker {
             &view,
             group,
             &self.opts.delay.levels,
-            self.opts.max_reconsume_times,
+            self.max_reconsume_times(group),
             delay_level,
         );
         let reconsume_times = u32::try_from(msg.reconsume_times).unwrap_or(0);
         let sent = self.send(msg, QueueChoice::Queue(0)).await?;
+        // A POP consumer's failure: the copy is the retry, so the popped message
+        // must not also come back when its invisibility runs out.
+        self.pop.table().forget(group, topic, queue_id, offset);
+        self.sync_consume_offset(group, topic, queue_id);
         Ok(SendBackResult {
             decision,
             reconsume_times,

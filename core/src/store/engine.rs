@@ -435,6 +435,13 @@ impl Store {
         self.inner.log.read(e.phys_offset, e.size)
     }
 
+    /// The record starting at commit-log offset `phys` (its size from its header),
+    /// whether or not it is dispatched yet. An offset that is not a record start
+    /// is an error (callers with untrusted offsets check what they got).
+    pub fn read_at(&self, phys: u64) -> Result<RecordRef> {
+        self.inner.log.read_at(phys)
+    }
+
     /// Looks a message up by its offset message id (store host + physical offset).
     pub fn read_by_msg_id(&self, msg_id: &str) -> Result<RecordRef> {
         let (_, phys) = record::decode_msg_id(msg_id)?;

@@ -1,0 +1,753 @@
+//! Transactional messages, RocketMQ's design: half messages, commit or
+//! rollback, and the check-back of undecided ones.
+//!
+//! - [`Broker::store_half`]: the message is stored durably in
+//!   `RMQ_SYS_TRANS_HALF_TOPIC` queue 0 with its real topic and queue in
+//!   `REAL_TOPIC` / `REAL_QID`, its producer group in `PGROUP` and the broker
+//!   clock in [`HALF_AT`]. The half topic is in no topic listing and cannot be
+//!   pulled, popped or sent to, and lookups refuse it: consumers see nothing.
+//! - [`Broker::end_half`]: a commit appends the message to its real topic and
+//!   queue (properties restored, same `UNIQ_KEY`, sys flag "commit") *and* an op
+//!   record to `RMQ_SYS_TRANS_OP_HALF_TOPIC` (body: the half's queue offset, tag
+//!   `d`) as one contiguous append; a rollback appends the op record only. The op
+//!   records are the durable truth of what was decided.
+//! - [`Broker::check_transactions`]: every half older than the transaction
+//!   timeout and still undecided is handed to a [`TransactionChecker`] its
+//!   producer group registered (the gateway asks a producer, which answers
+//!   through `end_transaction`), at most `transaction_max_checks` times; the
+//!   next round rolls it back. [`Broker::spawn_transaction_checks`] runs a round
+//!   every `transaction_check_interval`.
+//!
+//! State (`TxnState`): which half offsets and op offsets are applied, as
+//! low-water marks with the few done above them, and each undecided half's check
+//! count. `config/transactions.json` is written by the offset flusher and only
+//! counts decisions whose op record the commit log has flushed; at open the op
+//! queue is re-read from the file's op low-water mark, so a decision is never
+//! lost or invented by a crash. Check counts are best effort (a crash can lose
+//! the last interval's, so a half may be checked a little more often).
+//!
+//! # Invariants
+//! - A half is ended at most once: `ending` claims it under the state lock
+//!   before any append, and a decided or claimed half is refused
+//!   ([`crate::Error::TransactionEnded`]).
+//! - A commit stores the real message before (in the same append as) its op
+//!   record: a crash can lose the decision and cause a second check (and a
+//!   duplicate if the producer commits again), never lose a committed message.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::api::{QueueChoice, SendResult};
+use super::delay;
+use super::local::{Broker, lock};
+use super::persist;
+use super::schedule::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group};
+use crate::store::record::{encode_msg_id, property, sys_flag};
+use crate::store::{Message, RecordView, Store};
+use crate::{Error, Result};
+
+/// Property of a half record: the broker clock (ms) when it was stored; the
+/// transaction timeout counts from it.
+pub const HALF_AT: &str = "TRAN_HALF_AT";
+/// RocketMQ's client-side transaction id property.
+pub const TRANSACTION_ID: &str = "__transactionId__";
+/// Tag of an op record (RocketMQ's `TransactionalMessageUtil.REMOVE_TAG`).
+const OP_TAG: &str = "d";
+/// Property of an op record naming the decision (for people reading the log).
+const OP_RESOLUTION: &str = "TRAN_RESOLUTION";
+/// Half-queue entries read per step of a check round.
+const SCAN_BATCH: usize = 256;
+
+/// Names one half message: where it is in the commit log and in the half queue.
+/// Self-describing, so any broker process over the same store can end it;
+/// `to_string()` / `parse()` as `<commit_log_offset>-<half_queue_offset>`.
+/// The native door builds it from END_TRANSACTION's `commitLogOffset` and
+/// `tranStateTableOffset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TransactionHandle {
+    pub commit_log_offset: u64,
+    pub half_queue_offset: u64,
+}
+
+impl fmt::Display for TransactionHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.commit_log_offset, self.half_queue_offset)
+    }
+}
+
+impl FromStr for TransactionHandle {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "malformed transaction handle {s:?}: expected <commit log offset>-<half queue offset>"
+            ))
+        };
+        let (c, q) = s.split_once('-').ok_or_else(bad)?;
+        Ok(TransactionHandle {
+            commit_log_offset: c.parse().map_err(|_| bad())?,
+            half_queue_offset: q.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// How a transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Commit,
+    Rollback,
+}
+
+impl Resolution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Commit => "COMMIT",
+            Resolution::Rollback => "ROLLBACK",
+        }
+    }
+}
+
+/// What [`super::MessagingApi::send_half`] stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HalfSent {
+    /// `topic` / `queue_id`: where a commit will put the message; `append`: the
+    /// half record (its `queue_offset` is the half-queue offset, its `msg_id`
+    /// the half's offset message id, as RocketMQ answers a half send).
+    pub sent: SendResult,
+    pub transaction: TransactionHandle,
+}
+
+/// An undecided half message handed to a [`TransactionChecker`].
+#[derive(Debug, Clone)]
+pub struct HalfMessage {
+    pub producer_group: String,
+    pub handle: TransactionHandle,
+    /// The producer's `UNIQ_KEY`, else the half's offset message id.
+    pub msg_id: String,
+    /// `__transactionId__`, else the `UNIQ_KEY` (RocketMQ's check header).
+    pub transaction_id: Option<String>,
+    /// The stored half record, RocketMQ layout: its topic is the half topic;
+    /// `REAL_TOPIC` / `REAL_QID` name the real one.
+    pub record: Bytes,
+    /// 1 on the first check.
+    pub check_times: u32,
+}
+
+impl HalfMessage {
+    pub fn view(&self) -> Result<RecordView<'_>> {
+        Ok(RecordView::parse(&self.record)?)
+    }
+}
+
+/// What a gateway registers for a producer group to answer check-backs.
+/// `check` must not block: it hands the half to a producer (the native door
+/// sends CHECK_TRANSACTION_STATE) and the answer comes later through
+/// `end_transaction`. No answer is fine: the half is checked again next round.
+pub trait TransactionChecker: Send + Sync {
+    fn check(&self, half: HalfMessage);
+}
+
+/// Keeps a [`TransactionChecker`] registered; dropping it unregisters.
+pub struct CheckerRegistration {
+    unregister: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl CheckerRegistration {
+    /// A registration that runs `unregister` when dropped (for other
+    /// implementations of the API).
+    pub fn new(unregister: impl FnOnce() + Send + Sync + 'static) -> Self {
+        CheckerRegistration {
+            unregister: Some(Box::new(unregister)),
+        }
+    }
+}
+
+impl Drop for CheckerRegistration {
+    fn drop(&mut self) {
+        if let Some(f) = self.unregister.take() {
+            f();
+        }
+    }
+}
+
+impl fmt::Debug for CheckerRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CheckerRegistration")
+    }
+}
+
+/// What one [`Broker::check_transactions`] round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckRound {
+    /// Halves handed to a registered checker.
+    pub checked: usize,
+    /// Halves due for a check whose producer group has no checker registered
+    /// (the check still counts).
+    pub unchecked: usize,
+    /// Halves rolled back because their checks ran out.
+    pub rolled_back: usize,
+}
+
+/// A set of offsets as a low-water mark plus the members above it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Marks {
+    base: u64,
+    done: BTreeSet<u64>,
+}
+
+impl Marks {
+    fn mark(&mut self, offset: u64) {
+        if offset >= self.base {
+            self.done.insert(offset);
+        }
+        while self.done.remove(&self.base) {
+            self.base += 1;
+        }
+    }
+
+    fn contains(&self, offset: u64) -> bool {
+        offset < self.base || self.done.contains(&offset)
+    }
+
+    /// Everything below `min` counts as done (retention removed it).
+    fn advance_to(&mut self, min: u64) {
+        if min > self.base {
+            self.base = min;
+            self.done.retain(|o| *o >= min);
+            while self.done.remove(&self.base) {
+                self.base += 1;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    /// Decided half-queue offsets.
+    halves: Marks,
+    /// Applied op-queue offsets.
+    ops: Marks,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TxnFile {
+    version: u32,
+    progress: Progress,
+    /// Check counts of undecided halves, by half-queue offset.
+    checks: BTreeMap<u64, u32>,
+}
+
+#[derive(Debug, Default)]
+struct Txns {
+    live: Progress,
+    /// Halves being ended right now (claimed before their appends).
+    ending: HashSet<u64>,
+    /// Decisions waiting for the commit log: (end offset of the op record, half, op).
+    pending: Vec<(u64, u64, u64)>,
+    /// Progress whose op records are flushed; what the file holds.
+    durable: Progress,
+    checks: BTreeMap<u64, u32>,
+    /// Bumped on every change the file should reflect.
+    version: u64,
+}
+
+/// A registered checker and the id its registration removes it by.
+type Registered = (u64, Arc<dyn TransactionChecker>);
+
+#[derive(Default)]
+struct Checkers {
+    next_id: u64,
+    by_group: HashMap<String, Vec<Registered>>,
+}
+
+/// Transaction state of a broker: see the module docs.
+pub(super) struct TxnState {
+    path: PathBuf,
+    txns: Mutex<Txns>,
+    /// The `Txns::version` the file holds; held while writing.
+    file: Mutex<u64>,
+    checkers: Arc<Mutex<Checkers>>,
+    /// One check round at a time.
+    round: tokio::sync::Mutex<()>,
+}
+
+/// The half-queue offset an op record decides.
+fn op_half_offset(store: &Store, entry: &crate::store::CqEntry) -> Result<Option<u64>> {
+    let record = store.read_entry(entry)?;
+    let view = record.view()?;
+    Ok(std::str::from_utf8(view.body())
+        .ok()
+        .and_then(|b| b.trim().parse().ok()))
+}
+
+impl TxnState {
+    /// Loads `transactions.json` and applies the op records written after it.
+    pub(super) fn open(config_dir: &Path, store: &Store) -> Result<TxnState> {
+        let path = config_dir.join("transactions.json");
+        let (mut progress, checks) = match persist::read_json::<TxnFile>(&path)? {
+            Some(f) => (f.progress, f.checks),
+            None => (Progress::default(), BTreeMap::new()),
+        };
+        let mut from = progress.ops.base;
+        loop {
+            let read = store.read_queue(TRANS_OP_HALF_TOPIC, 0, from, SCAN_BATCH)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (op, entry) in read.entries {
+                if progress.ops.contains(op) {
+                    continue;
+                }
+                match op_half_offset(store, &entry)? {
+                    Some(half) => progress.halves.mark(half),
+                    None => tracing::warn!(op, "transaction op record without a half offset"),
+                }
+                progress.ops.mark(op);
+            }
+            from = read.next_offset;
+        }
+        let checks = checks
+            .into_iter()
+            .filter(|(half, _)| !progress.halves.contains(*half))
+            .collect();
+        Ok(TxnState {
+            path,
+            txns: Mutex::new(Txns {
+                live: progress.clone(),
+                durable: progress,
+                checks,
+                ..Txns::default()
+            }),
+            file: Mutex::new(0),
+            checkers: Arc::new(Mutex::new(Checkers::default())),
+            round: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Writes the decisions whose op records are flushed (up to `flushed`) and
+    /// the check counts, if something changed.
+    pub(super) fn flush(&self, flushed: u64, half_min: u64) -> Result<()> {
+        let mut written = lock(&self.file);
+        let bytes = {
+            let mut t = lock(&self.txns);
+            let mut moved = false;
+            let mut durable = std::mem::take(&mut t.durable);
+            t.pending.retain(|&(end, half, op)| {
+                if end > flushed {
+                    return true;
+                }
+                durable.halves.mark(half);
+                durable.ops.mark(op);
+                moved = true;
+                false
+            });
+            if half_min > durable.halves.base {
+                durable.halves.advance_to(half_min);
+                moved = true;
+            }
+            t.durable = durable;
+            if moved {
+                t.version += 1;
+            }
+            if t.version == *written {
+                return Ok(());
+            }
+            let file = TxnFile {
+                version: 1,
+                progress: t.durable.clone(),
+                checks: t.checks.clone(),
+            };
+            let bytes = serde_json::to_vec_pretty(&file).map_err(|e| {
+                Error::InvalidArgument(format!("cannot encode transaction state: {e}"))
+            })?;
+            *written = t.version;
+            bytes
+        };
+        persist::write_raw(&self.path, &bytes)
+    }
+
+    /// The commit-log offset the pending decisions wait for (0: none).
+    pub(super) fn pending_end(&self) -> u64 {
+        lock(&self.txns)
+            .pending
+            .iter()
+            .map(|p| p.0)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The checker for the `n`-th check of a half of `group` (they take turns).
+    fn checker(&self, group: &str, n: u32) -> Option<Arc<dyn TransactionChecker>> {
+        let c = lock(&self.checkers);
+        let list = c.by_group.get(group).filter(|l| !l.is_empty())?;
+        Some(list[n as usize % list.len()].1.clone())
+    }
+}
+
+/// The message a commit stores: real topic and queue back, half-only
+/// properties gone, sys flag "commit", the half's offset as prepared offset.
+fn committed_message(view: &RecordView<'_>, half_phys: u64) -> Option<Message> {
+    let topic = view.property(property::REAL_TOPIC)?.to_owned();
+    let queue_id = view.property(property::REAL_QUEUE_ID)?.parse().ok()?;
+    let mut msg = view.to_message();
+    msg.properties.retain(|(k, _)| {
+        ![
+            property::REAL_TOPIC,
+            property::REAL_QUEUE_ID,
+            property::TRANSACTION_CHECK_TIMES,
+            HALF_AT,
+        ]
+        .contains(&k.as_str())
+    });
+    msg.topic = topic;
+    msg.queue_id = queue_id;
+    msg.sys_flag =
+        (msg.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK) | sys_flag::TRANSACTION_COMMIT_TYPE;
+    msg.prepared_transaction_offset = i64::try_from(half_phys).unwrap_or(i64::MAX);
+    Some(msg)
+}
+
+impl Broker {
+    pub(super) async fn store_half(
+        &self,
+        producer_group: &str,
+        mut message: Message,
+        queue: QueueChoice,
+    ) -> Result<super::HalfSent> {
+        validate_group(producer_group)?;
+        let now = self.clock.now_ms();
+        if delay::plan(&message, &self.opts.delay, now)? != delay::Plan::Now {
+            return Err(Error::InvalidMessage(
+                "a transactional message cannot be delayed".into(),
+            ));
+        }
+        let config = self.writable_topic(&message.topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        message.insert_property(property::REAL_TOPIC, config.name.clone());
+        message.insert_property(property::REAL_QUEUE_ID, queue_id.to_string());
+        message.insert_property(property::TRANSACTION_PREPARED, "true");
+        message.insert_property(property::PRODUCER_GROUP, producer_group);
+        message.insert_property(HALF_AT, now.to_string());
+        message.remove_property(property::TRANSACTION_CHECK_TIMES);
+        // Stored as a plain record so the half queue indexes it (RocketMQ does
+        // the same); the half topic is what hides it.
+        message.sys_flag &= !sys_flag::TRANSACTION_TYPE_MASK;
+        message.topic = TRANS_HALF_TOPIC.to_owned();
+        message.queue_id = 0;
+        let append = self
+            .store
+            .put_batch_async(std::slice::from_ref(&message))
+            .await?
+            .pop()
+            .ok_or_else(|| Error::InvalidMessage("nothing appended".into()))?;
+        let transaction = TransactionHandle {
+            commit_log_offset: append.phys_offset,
+            half_queue_offset: append.queue_offset,
+        };
+        Ok(super::HalfSent {
+            sent: SendResult {
+                topic: config.name,
+                queue_id,
+                append,
+            },
+            transaction,
+        })
+    }
+
+    /// The half record a handle names. Read by commit-log offset, not through
+    /// the half queue: a producer may end its transaction before the dispatcher
+    /// has indexed the half. The record must be a half at that queue offset.
+    fn half_record(&self, handle: &TransactionHandle) -> Result<Bytes> {
+        let record = self
+            .store
+            .read_at(handle.commit_log_offset)
+            .ok()
+            .map(|r| r.into_bytes())
+            .filter(|r| {
+                RecordView::parse(r).is_ok_and(|v| {
+                    v.topic() == TRANS_HALF_TOPIC
+                        && u64::try_from(v.phys_offset()).ok() == Some(handle.commit_log_offset)
+                        && u64::try_from(v.queue_offset()).ok() == Some(handle.half_queue_offset)
+                })
+            });
+        record.ok_or_else(|| Error::TransactionNotFound {
+            handle: handle.to_string(),
+        })
+    }
+
+    pub(super) async fn end_half(
+        &self,
+        handle: &TransactionHandle,
+        resolution: Resolution,
+    ) -> Result<Option<SendResult>> {
+        let record = self.half_record(handle)?;
+        let half = handle.half_queue_offset;
+        {
+            let mut t = lock(&self.txn.txns);
+            if t.live.halves.contains(half) || !t.ending.insert(half) {
+                return Err(Error::TransactionEnded {
+                    handle: handle.to_string(),
+                });
+            }
+        }
+        let appended = self.append_end(handle, &record, resolution).await;
+        let mut t = lock(&self.txn.txns);
+        t.ending.remove(&half);
+        let (sent, op_end, op) = appended?;
+        t.live.halves.mark(half);
+        t.live.ops.mark(op);
+        t.pending.push((op_end, half, op));
+        t.checks.remove(&half);
+        t.version += 1;
+        Ok(sent)
+    }
+
+    /// Appends the op record, after the real message on a commit; returns
+    /// where the message went, the op record's end and its op-queue offset.
+    async fn append_end(
+        &self,
+        handle: &TransactionHandle,
+        record: &[u8],
+        resolution: Resolution,
+    ) -> Result<(Option<SendResult>, u64, u64)> {
+        let op = Message::new(TRANS_OP_HALF_TOPIC, 0, handle.half_queue_offset.to_string())
+            .with_tags(OP_TAG)
+            .with_property(OP_RESOLUTION, resolution.as_str());
+        let mut batch = Vec::with_capacity(2);
+        let mut real = None;
+        if resolution == Resolution::Commit {
+            let view = RecordView::parse(record)?;
+            let mut msg = committed_message(&view, handle.commit_log_offset).ok_or_else(|| {
+                Error::InvalidMessage(format!(
+                    "half message {handle} lacks its real topic or queue"
+                ))
+            })?;
+            let config = self.topic_config(&msg.topic)?;
+            if !config.perm.is_writable() {
+                return Err(Error::NoPermission {
+                    topic: config.name,
+                    operation: "write",
+                });
+            }
+            if msg.queue_id >= config.write_queues {
+                msg.queue_id %= config.write_queues.max(1);
+            }
+            real = Some((config.name, msg.queue_id));
+            batch.push(msg);
+        }
+        batch.push(op);
+        let mut appended = self.store.put_batch_async(&batch).await?;
+        let op_append = appended
+            .pop()
+            .ok_or_else(|| Error::InvalidMessage("nothing appended".into()))?;
+        let sent = match (real, appended.pop()) {
+            (Some((topic, queue_id)), Some(append)) => Some(SendResult {
+                topic,
+                queue_id,
+                append,
+            }),
+            _ => None,
+        };
+        Ok((sent, op_append.end_offset, op_append.queue_offset))
+    }
+
+    pub(super) fn add_checker(
+        &self,
+        producer_group: &str,
+        checker: Arc<dyn TransactionChecker>,
+    ) -> Result<CheckerRegistration> {
+        validate_group(producer_group)?;
+        let id = {
+            let mut c = lock(&self.txn.checkers);
+            c.next_id += 1;
+            let id = c.next_id;
+            c.by_group
+                .entry(producer_group.to_owned())
+                .or_default()
+                .push((id, checker));
+            id
+        };
+        let checkers: Weak<Mutex<Checkers>> = Arc::downgrade(&self.txn.checkers);
+        let group = producer_group.to_owned();
+        Ok(CheckerRegistration::new(move || {
+            if let Some(c) = checkers.upgrade() {
+                let mut c = lock(&c);
+                if let Some(list) = c.by_group.get_mut(&group) {
+                    list.retain(|(i, _)| *i != id);
+                    if list.is_empty() {
+                        c.by_group.remove(&group);
+                    }
+                }
+            }
+        }))
+    }
+
+    /// One check round (broker clock): every undecided half older than the
+    /// transaction timeout (or its `CHECK_IMMUNITY_TIME_IN_SECONDS`) is handed
+    /// to its producer group's checker, or rolled back once it has been checked
+    /// `transaction_max_checks` times. The loop of
+    /// [`Broker::spawn_transaction_checks`] calls this; tests call it directly.
+    pub async fn check_transactions(&self) -> Result<CheckRound> {
+        let _round = self.txn.round.lock().await;
+        let now = self.clock.now_ms();
+        let timeout_ms = self.opts.transaction_timeout.as_millis() as i64;
+        let max_checks = self.opts.transaction_max_checks;
+        let mut due_rollback = Vec::new();
+        let mut due_check = Vec::new();
+        let mut from = lock(&self.txn.txns).live.halves.base;
+        loop {
+            let read = self
+                .store
+                .read_queue(TRANS_HALF_TOPIC, 0, from, SCAN_BATCH)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (at, entry) in read.entries {
+                {
+                    let t = lock(&self.txn.txns);
+                    if t.live.halves.contains(at) || t.ending.contains(&at) {
+                        continue;
+                    }
+                }
+                let record = self.store.read_entry(&entry)?.into_bytes();
+                let view = RecordView::parse(&record)?;
+                let stored_at = view
+                    .property(HALF_AT)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(i64::MIN);
+                let wait_ms = view
+                    .property(property::CHECK_IMMUNITY_TIME_IN_SECONDS)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .map_or(timeout_ms, |s| s.saturating_mul(1000));
+                if now.saturating_sub(stored_at) < wait_ms {
+                    continue;
+                }
+                let handle = TransactionHandle {
+                    commit_log_offset: entry.phys_offset,
+                    half_queue_offset: at,
+                };
+                let checks = {
+                    let mut t = lock(&self.txn.txns);
+                    let c = t.checks.entry(at).or_insert(0);
+                    if *c >= max_checks {
+                        None
+                    } else {
+                        *c += 1;
+                        let n = *c;
+                        t.version += 1;
+                        Some(n)
+                    }
+                };
+                match checks {
+                    None => due_rollback.push(handle),
+                    Some(n) => due_check.push((handle, record, n)),
+                }
+            }
+            from = read.next_offset;
+        }
+        let mut round = CheckRound::default();
+        for handle in due_rollback {
+            match self.end_half(&handle, Resolution::Rollback).await {
+                Ok(_) => {
+                    tracing::warn!(%handle, max_checks, "undecided transaction rolled back");
+                    round.rolled_back += 1;
+                }
+                Err(Error::TransactionEnded { .. }) => {} // decided meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        for (handle, record, n) in due_check {
+            let Ok(view) = RecordView::parse(&record) else {
+                continue;
+            };
+            let group = view.property(property::PRODUCER_GROUP).unwrap_or_default();
+            let uniq = view.property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
+            let half = HalfMessage {
+                producer_group: group.to_owned(),
+                handle,
+                msg_id: uniq.map_or_else(
+                    || encode_msg_id(view.store_host(), handle.commit_log_offset),
+                    str::to_owned,
+                ),
+                transaction_id: view.property(TRANSACTION_ID).or(uniq).map(str::to_owned),
+                check_times: n,
+                record: record.clone(),
+            };
+            match self.txn.checker(group, n - 1) {
+                Some(checker) => {
+                    checker.check(half);
+                    round.checked += 1;
+                }
+                None => round.unchecked += 1,
+            }
+        }
+        Ok(round)
+    }
+
+    /// Starts the check loop on the current tokio runtime: every
+    /// `transaction_check_interval` it runs [`Broker::check_transactions`]. It
+    /// stops when the broker is closed or dropped.
+    pub fn spawn_transaction_checks(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let broker: Weak<Broker> = Arc::downgrade(self);
+        let every = self.opts.transaction_check_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await; // the first tick is immediate; start one interval in
+            loop {
+                tick.tick().await;
+                let Some(b) = broker.upgrade() else { return };
+                if b.is_closed() {
+                    return;
+                }
+                if let Err(e) = b.check_transactions().await {
+                    tracing::error!(error = %e, "checking transactions failed");
+                }
+            }
+        })
+    }
+
+    /// The lowest half-queue offset still stored (retention removes the rest).
+    pub(super) fn half_min(&self) -> u64 {
+        self.store.queue_bounds(TRANS_HALF_TOPIC, 0).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_and_reject_garbage() {
+        let h = TransactionHandle {
+            commit_log_offset: 4096,
+            half_queue_offset: 7,
+        };
+        assert_eq!(h.to_string(), "4096-7");
+        assert_eq!("4096-7".parse::<TransactionHandle>().unwrap(), h);
+        for bad in ["", "4096", "a-1", "1-", "-1", "1-2-3", "1--2"] {
+            assert!(bad.parse::<TransactionHandle>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn marks_keep_a_low_water_mark() {
+        let mut m = Marks::default();
+        m.mark(1);
+        assert!(!m.contains(0) && m.contains(1));
+        m.mark(0);
+        assert_eq!((m.base, m.done.len()), (2, 0));
+        m.mark(5);
+        m.advance_to(4);
+        assert_eq!((m.base, m.done.len()), (4, 1));
+        m.advance_to(5);
+        assert_eq!((m.base, m.done.len()), (6, 0));
+    }
+}
