@@ -539,3 +539,70 @@ async fn pull_consumer_seeks_by_time_and_to_the_beginning() {
     consumer.shutdown().await;
     producer.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_commit_roll_back_and_check_back() {
+    use rocketgate_native::client::{TransactionProducer, TransactionState};
+    let cluster = Cluster::start().await;
+    let admin = Producer::start(cluster.config(), "admin").await.unwrap();
+    admin.create_topic("Pay", 1).await.unwrap();
+    let checked = Arc::new(Mutex::new(Vec::new()));
+    let c = checked.clone();
+    let producer = TransactionProducer::start(cluster.config(), "payers", move |half| {
+        c.lock().unwrap().push(half.keys().join(","));
+        if half.keys() == vec!["undecided"] {
+            TransactionState::Commit
+        } else {
+            TransactionState::Rollback
+        }
+    })
+    .await
+    .unwrap();
+    let (_, s) = producer
+        .send_in_transaction(Message::new("Pay", "committed").with_keys(["c"]), |sent| {
+            assert!(sent.transaction_id.is_some());
+            TransactionState::Commit
+        })
+        .await
+        .unwrap();
+    assert_eq!(s, TransactionState::Commit);
+    producer
+        .send_in_transaction(Message::new("Pay", "rolled back").with_keys(["r"]), |_| {
+            TransactionState::Rollback
+        })
+        .await
+        .unwrap();
+    // Unknown: only the broker's check-back can commit it.
+    producer
+        .send_in_transaction(
+            Message::new("Pay", "checked").with_keys(["undecided"]),
+            |_| TransactionState::Unknown,
+        )
+        .await
+        .unwrap();
+
+    let consumer = PullConsumer::start(cluster.config(), "pay-readers")
+        .await
+        .unwrap();
+    let queues = consumer.queues("Pay").await.unwrap();
+    consumer.assign(queues, "*").await.unwrap();
+    let mut bodies = Vec::new();
+    while bodies.len() < 2 {
+        let batch = consumer.poll(WAIT).await.unwrap();
+        assert!(!batch.is_empty(), "committed messages become visible");
+        bodies.extend(
+            batch
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.body).to_string()),
+        );
+    }
+    assert_eq!(
+        bodies,
+        vec!["committed", "checked"],
+        "the rolled-back one never shows"
+    );
+    assert!(checked.lock().unwrap().contains(&"undecided".to_string()));
+    consumer.shutdown().await;
+    producer.shutdown().await;
+    admin.shutdown().await;
+}

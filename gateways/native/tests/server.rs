@@ -665,3 +665,59 @@ async fn send_back_stores_a_retry_copy() {
     let r = c.ask(back.with_field("offset", phys + 3)).await;
     assert_eq!(r.code, response::SYSTEM_ERROR);
 }
+
+#[tokio::test]
+async fn half_messages_stay_invisible_until_committed() {
+    let node = Node::start().await;
+    let mut c = node.conn().await;
+    let half = |body: &[u8]| {
+        send_v1(
+            "H",
+            0,
+            body,
+            &[("TRAN_MSG", "true"), ("PGROUP", "tpg"), ("UNIQ_KEY", "TX1")],
+        )
+        .with_field("sysFlag", 4)
+        .with_field("producerGroup", "tpg")
+    };
+    let r = c.ask(half(b"one")).await;
+    assert_eq!(r.code, response::SUCCESS, "{r:?}");
+    assert_eq!(r.field("transactionId"), Some("TX1"));
+    let (_, phys) =
+        rocketgate_core::store::record::decode_msg_id(r.field("msgId").unwrap()).unwrap();
+    let half_offset: u64 = field(&r, "queueOffset");
+    node.settle().await;
+    let p = c.ask(pull("g", "H", 0, 0, SUB, 0)).await;
+    assert_eq!(
+        p.code,
+        response::PULL_NOT_FOUND,
+        "a half message is invisible"
+    );
+
+    let end = |decision: i32| {
+        RemotingCommand::request(request::END_TRANSACTION, 0)
+            .with_field("producerGroup", "tpg")
+            .with_field("tranStateTableOffset", half_offset)
+            .with_field("commitLogOffset", phys)
+            .with_field("commitOrRollback", decision)
+            .with_field("fromTransactionCheck", false)
+            .with_field("msgId", "TX1")
+            .with_field("transactionId", "TX1")
+    };
+    assert_eq!(c.ask(end(5)).await.code, response::SYSTEM_ERROR);
+    assert_eq!(
+        c.ask(end(0)).await.code,
+        response::SUCCESS,
+        "unknown: left for a check"
+    );
+    assert_eq!(c.ask(end(8)).await.code, response::SUCCESS);
+    let again = c.ask(end(12)).await;
+    assert_eq!(again.code, response::SYSTEM_ERROR, "ended twice: {again:?}");
+    let p = c
+        .ask(pull("g", "H", 0, 0, SUB | pull_flag::SUSPEND, 15_000))
+        .await;
+    assert_eq!(p.code, response::SUCCESS, "{p:?}");
+    let m = &ReceivedMessage::decode_all(&p.body).unwrap()[0];
+    assert_eq!(m.body.as_ref(), b"one");
+    assert_eq!(m.msg_id, "TX1");
+}

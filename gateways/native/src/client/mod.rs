@@ -7,6 +7,8 @@
 //! - [`PushConsumer`]: long-poll pull under the hood; concurrent or orderly listener,
 //!   clustering (average allocation, rebalance on membership change) or broadcasting,
 //!   send-back on failure, periodic offset commits, flow control, graceful shutdown.
+//! - [`TransactionProducer`]: half message, local transaction, commit/rollback, and a
+//!   check-back listener for transactions whose outcome the broker never heard.
 //!
 //! Every one of them starts from a [`ClientConfig`] naming one or more NameServers;
 //! routes are refreshed every [`ClientConfig::route_refresh`], brokers heart-beaten every
@@ -35,6 +37,7 @@ mod producer;
 mod pull_consumer;
 mod push_consumer;
 mod session;
+mod transaction;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -48,6 +51,7 @@ pub use push_consumer::{
     ConsumeFrom, ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerOptions,
 };
 pub use session::Route;
+pub use transaction::{TransactionProducer, TransactionState};
 
 /// Where a client finds the cluster, and its timings.
 #[derive(Debug, Clone)]

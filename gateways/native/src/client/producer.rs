@@ -17,10 +17,11 @@ use super::link::{Pushed, refused};
 use super::message::{Message, SendResult, now_ms, unique_id};
 use super::session::Session;
 use crate::Error;
-use crate::body::{MessageQueue, field};
+use crate::body::{MessageQueue, field, transaction};
 use crate::code::{request, response};
 use crate::codec::RemotingCommand;
 use crate::message::encode_batch_entry;
+use rocketgate_core::store::record::property;
 
 /// Sends messages. Cheap to clone; clones share connections and routes.
 #[derive(Clone)]
@@ -267,13 +268,23 @@ impl Inner {
     /// and the unique id it carries.
     fn send_command(&self, msg: &Message, queue_id: i32) -> (RemotingCommand, String) {
         let uniq = unique_id();
+        let half = msg
+            .properties
+            .get(property::TRANSACTION_PREPARED)
+            .map(String::as_str)
+            == Some("true");
+        let sys_flag = if half {
+            transaction::PREPARED
+        } else {
+            transaction::NOT_TYPE
+        };
         let cmd = RemotingCommand::request(request::SEND_MESSAGE_V2, 0)
             .with_field("a", &self.group)
             .with_field("b", &msg.topic)
             .with_field("c", "TBW102")
             .with_field("d", 4)
             .with_field("e", queue_id)
-            .with_field("f", 0)
+            .with_field("f", sys_flag)
             .with_field("g", now_ms())
             .with_field("h", msg.flag)
             .with_field("i", msg.properties_string(&uniq))

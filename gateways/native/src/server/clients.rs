@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+use rocketgate_core::broker::CheckerRegistration;
 use rocketgate_core::broker::filter::FilterType;
 use tokio::sync::mpsc;
 
@@ -40,6 +41,9 @@ struct Table {
     consumers: BTreeMap<String, BTreeMap<String, Consumer>>,
     /// producer group -> client id -> connection.
     producers: BTreeMap<String, BTreeMap<String, ConnId>>,
+    /// Transaction checkers registered with the core, per producer group with a
+    /// connected producer (dropping one unregisters it).
+    checkers: HashMap<String, CheckerRegistration>,
 }
 
 #[derive(Default)]
@@ -65,6 +69,7 @@ impl Clients {
 
     /// Forgets a connection and every group membership it carried.
     pub fn disconnected(&self, conn: ConnId) -> Departed {
+        let mut unregistered = Vec::new();
         let mut t = self.lock();
         t.conns.remove(&conn);
         let client_id = t.client_ids.remove(&conn);
@@ -81,6 +86,21 @@ impl Clients {
             members.retain(|_, c| *c != conn);
             !members.is_empty()
         });
+        let Table {
+            producers,
+            checkers,
+            ..
+        } = &mut *t;
+        checkers.retain(|group, reg| {
+            let keep = producers.contains_key(group);
+            if !keep {
+                unregistered.push(std::mem::replace(reg, CheckerRegistration::new(|| {})));
+            }
+            keep
+        });
+        drop(t);
+        // Unregister from the core outside our lock.
+        drop(unregistered);
         Departed {
             client_id,
             consumer_groups,
@@ -138,12 +158,33 @@ impl Clients {
 
     pub fn leave_producer_group(&self, group: &str, client_id: &str) {
         let mut t = self.lock();
+        let mut unregistered = None;
         if let Some(members) = t.producers.get_mut(group) {
             members.remove(client_id);
             if members.is_empty() {
                 t.producers.remove(group);
+                unregistered = t.checkers.remove(group);
             }
         }
+        drop(t);
+        drop(unregistered);
+    }
+
+    pub fn has_checker(&self, group: &str) -> bool {
+        self.lock().checkers.contains_key(group)
+    }
+
+    /// Keeps a checker registration for `group` (a concurrent duplicate is dropped).
+    pub fn set_checker(&self, group: &str, registration: CheckerRegistration) {
+        let mut t = self.lock();
+        let duplicate = if t.checkers.contains_key(group) || !t.producers.contains_key(group) {
+            Some(registration)
+        } else {
+            t.checkers.insert(group.to_owned(), registration);
+            None
+        };
+        drop(t);
+        drop(duplicate);
     }
 
     /// Client ids of a consumer group, sorted.
@@ -181,7 +222,6 @@ impl Clients {
     }
 
     /// Sends `cmd` to one connection of a producer group (the first that takes it).
-    #[allow(dead_code)] // used by transaction checks (phase 2)
     pub fn push_to_producer(&self, group: &str, cmd: RemotingCommand) -> bool {
         let t = self.lock();
         let Some(members) = t.producers.get(group) else {

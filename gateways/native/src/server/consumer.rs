@@ -86,6 +86,7 @@ pub(crate) async fn heartbeat<B: MessagingApi>(
     for p in &hb.producer_data_set {
         ctx.clients
             .producer_heartbeat(peer.id, &hb.client_id, &p.group_name);
+        super::txn::ensure_checker(ctx, &ctx.clients, &p.group_name).await;
     }
     Ok(ok(req))
 }

@@ -75,7 +75,7 @@ pub type TopicsChanged = Arc<dyn Fn() + Send + Sync>;
 pub(crate) struct Ctx<B> {
     pub broker: Arc<B>,
     pub settings: ServerSettings,
-    pub clients: Clients,
+    pub clients: Arc<Clients>,
     pub inflight: Semaphore,
     pub topics_changed: TopicsChanged,
     /// Topics sent to so far; a send to a new one may have auto-created it. Std lock,
@@ -152,7 +152,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             broker,
             inflight: Semaphore::new(settings.max_inflight_sends),
             settings,
-            clients: Clients::default(),
+            clients: Arc::default(),
             topics_changed: Arc::new(|| {}),
             known_topics: Mutex::new(HashSet::new()),
         });

@@ -15,7 +15,6 @@ use crate::codec::RemotingCommand;
 use crate::message::{decode_batch, decode_properties};
 
 /// A send header, whichever of the two layouts it came in.
-#[allow(dead_code)] // producer_group: transactions (phase 2)
 pub(crate) struct SendHeader {
     pub producer_group: String,
     pub topic: String,
@@ -63,7 +62,7 @@ impl SendHeader {
         })
     }
 
-    fn queue_choice(&self) -> QueueChoice {
+    pub(crate) fn queue_choice(&self) -> QueueChoice {
         match u32::try_from(self.queue_id) {
             Ok(q) => QueueChoice::Queue(q),
             Err(_) => QueueChoice::RoundRobin,

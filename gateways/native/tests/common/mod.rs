@@ -219,6 +219,8 @@ impl Cluster {
                 Arc::new(store),
                 BrokerOptions {
                     member_timeout: Duration::from_secs(30),
+                    transaction_check_interval: Duration::from_millis(300),
+                    transaction_timeout: Duration::from_millis(300),
                     ..BrokerOptions::default()
                 },
                 Arc::new(SystemClock),
@@ -226,6 +228,7 @@ impl Cluster {
             .unwrap(),
         );
         broker.spawn_delay_delivery();
+        broker.spawn_transaction_checks();
         let (ns, ns_addr) =
             NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default())
                 .await
