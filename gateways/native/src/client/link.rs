@@ -18,7 +18,7 @@ use tracing::debug;
 
 use crate::Error;
 use crate::code::version;
-use crate::codec::{FLAG_ONEWAY, FrameCodec, LanguageCode, RemotingCommand};
+use crate::codec::{FLAG_ONEWAY, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -79,6 +79,9 @@ impl Link {
         cmd.opaque = opaque;
         cmd.language = LanguageCode::Rust;
         cmd.version = version::CURRENT;
+        // The compact binary header: cheaper to write and to parse than JSON, and the
+        // peer answers in the same form.
+        cmd.serialize_type = SerializeType::RocketMq;
         opaque
     }
 
