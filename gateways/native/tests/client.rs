@@ -364,6 +364,17 @@ async fn producer_modes_and_errors() {
         "{err}"
     );
 
+    // Several NameServers: a dead one is skipped.
+    let both = rocketgate_native::client::ClientConfig::new([
+        "127.0.0.1:1".to_string(),
+        cluster.namesrv.clone(),
+    ]);
+    let p2 = Producer::start(both, "pg2").await.unwrap();
+    p2.send(Message::new("Modes", "via the second NameServer"))
+        .await
+        .unwrap();
+    p2.shutdown().await;
+
     // Nothing listening: a clear error, no panic, no hang.
     let dead = rocketgate_native::client::ClientConfig::new(["127.0.0.1:1"])
         .with_request_timeout(Duration::from_secs(1));

@@ -337,6 +337,19 @@ async fn disk_full_is_service_not_available_and_overload_is_system_busy() {
     let r = c.ask(send_v1("T", 0, b"x", &[])).await;
     assert_eq!(r.code, response::SERVICE_NOT_AVAILABLE, "{r:?}");
 
+    // Sync flush that may not wait at all: FLUSH_DISK_TIMEOUT (the message is stored,
+    // just not yet known durable).
+    let slow = Node::start_with(Options {
+        flush: Some(rocketgate_core::store::FlushMode::Sync {
+            timeout: std::time::Duration::ZERO,
+        }),
+        ..Options::default()
+    })
+    .await;
+    let mut c = slow.conn().await;
+    let r = c.ask(send_v1("T", 0, b"x", &[])).await;
+    assert_eq!(r.code, response::FLUSH_DISK_TIMEOUT, "{r:?}");
+
     let busy = Node::start_with(Options {
         settings: ServerSettings {
             max_inflight_sends: 0,

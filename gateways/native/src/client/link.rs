@@ -297,3 +297,25 @@ pub(crate) fn refused(addr: &str, resp: &RemotingCommand) -> Error {
         remark: resp.remark.clone().unwrap_or_default(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_connect_backs_off() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let links = Links::new(tx);
+        // Bind then drop: a port nobody listens on.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.to_string())
+            .unwrap();
+        assert!(matches!(links.get(&addr).await, Err(Error::Connect { .. })));
+        // Right after, the address is in back-off: no new connect attempt.
+        assert!(matches!(
+            links.get(&addr).await,
+            Err(Error::Unreachable { .. })
+        ));
+    }
+}

@@ -25,6 +25,7 @@ pub struct Node {
 
 pub struct Options {
     pub auto_create: bool,
+    pub flush: Option<rocketgate_core::store::FlushMode>,
     pub settings: ServerSettings,
     pub disk: Option<Arc<dyn DiskSpace>>,
 }
@@ -33,6 +34,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             auto_create: true,
+            flush: None,
             settings: ServerSettings::default(),
             disk: None,
         }
@@ -50,10 +52,13 @@ impl Node {
         if let Some(d) = opts.disk {
             deps.disk = d;
         }
-        let store_opts = StoreOptions {
+        let mut store_opts = StoreOptions {
             segment_size: 16 << 20,
             ..StoreOptions::default()
         };
+        if let Some(f) = opts.flush {
+            store_opts.flush = f;
+        }
         let (store, _) = Store::open(dir.path(), store_opts.clone(), deps).unwrap();
         let broker = Broker::open(
             Arc::new(store),
