@@ -2,11 +2,11 @@
 //! heartbeat and manage offsets. Mirrors the NameServer's shape: [`Server::bind`], then
 //! [`Server::spawn`], then [`ServerHandle::stop`].
 //!
-//! One task per connection owns its socket ([`conn`]); each request runs in its own task
+//! One task per connection owns its socket (`conn.rs`); each request runs in its own task
 //! (a long-polling pull must not hold up the sends multiplexed on the same connection)
 //! and hands its response back through the connection's outbound channel. Who is
 //! connected, and which consumer and producer groups each connection speaks for, is in
-//! [`clients`]; the request handlers are in [`handle`] and the modules it dispatches to.
+//! `clients.rs`; the request handlers are in `handle.rs` and the modules it dispatches to.
 //! Every business failure becomes a RocketMQ response code with a remark; only a frame
 //! that cannot be decoded closes a connection.
 
