@@ -106,6 +106,8 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
     let store_opts = StoreOptions { segment_size: 64 << 20, store_host: broker_addr, ..StoreOptions::default() };
     let (store, _) = Store::open(&dir, store_opts, StoreDeps::default()).unwrap();
     let broker = Arc::new(Broker::open(Arc::new(store), BrokerOptions::default(), Arc::new(SystemClock)).unwrap());
+    // Retries come back through the delay levels, as in `rocketgate standalone`.
+    broker.spawn_delay_delivery();
     broker.create_topic(CoreTopic::new(TOPIC, 4)).await.unwrap();
     let (ns, ns_addr) = NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default()).await.unwrap();
     let ns = ns.spawn();
@@ -149,6 +151,7 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
         .consumer_group("interop_consumers".to_string())
         .name_server_addr(ns_addr.to_string())
         .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .consume_message_batch_max_size(16)
         .build();
     consumer.subscribe(TOPIC, "*").await.expect("subscribe");
     consumer.register_message_listener_concurrently(Collect(seen.clone()));
@@ -177,7 +180,9 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
 
 #[tokio::main]
 async fn main() {
-    let owner = RuntimeOwner::plan(RuntimeConfig { thread_name: "probe".into(), ..Default::default() })
+    // Sized as for 8 cores: on a 2-core box the default blocking capacity is too small
+    // for 1,000 queued consume tasks ("runtime.capacity.exhausted").
+    let owner = RuntimeOwner::plan(RuntimeConfig::for_parallelism("probe", 8))
         .unwrap()
         .build()
         .unwrap();
