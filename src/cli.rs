@@ -86,6 +86,9 @@ pub struct BrokerArgs {
     /// Broker name.
     #[arg(long)]
     pub name: Option<String>,
+    /// WebSocket listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub ws: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +103,8 @@ pub enum BenchCommand {
     MqttSink(crate::bench::mqtt::sink::SinkArgs),
     /// Producers and a push consumer on the Rust client through the native door.
     Native(crate::bench::native::NativeBenchArgs),
+    /// Fan-out through the WebSocket door: 1 publisher -> N subscribers.
+    Ws(crate::bench::ws::WsBenchArgs),
 }
 
 impl CommonArgs {

@@ -7,12 +7,14 @@ use anyhow::Context;
 use rocketgate_config::{Config, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
 use rocketgate_native::{
     BrokerIdentity, Registrar, RegistrarHandle, Server as NativeServer, ServerHandle,
     ServerSettings,
 };
+use rocketgate_websocket as ws;
 use tokio::net::TcpListener;
 
 /// Store options from the config.
@@ -65,6 +67,36 @@ fn announce(door: &str, addr: SocketAddr) {
     tracing::info!(%addr, "{door} listening");
 }
 
+/// The MQTT door on `listen.mqtt`, its sessions and retained messages in `<data_dir>/mqtt`.
+async fn start_mqtt(
+    config: &Config,
+    broker: &Arc<Broker>,
+) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
+    let m = &config.mqtt;
+    let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
+    // A packet must fit in one stored record (with room for the added properties),
+    // so a publish batch never fails for one message's size.
+    let record_room = config
+        .store
+        .max_message_size
+        .0
+        .saturating_sub(4096)
+        .max(1024);
+    settings.max_packet_size =
+        u32::try_from(m.max_packet_size.0.min(record_room)).unwrap_or(u32::MAX);
+    settings.receive_maximum = m.receive_maximum;
+    settings.max_inflight = m.max_inflight;
+    settings.max_session_expiry = u32::try_from(m.max_session_expiry.as_secs()).unwrap_or(u32::MAX);
+    settings.max_keep_alive = u16::try_from(m.max_keep_alive.as_secs()).unwrap_or(u16::MAX);
+    settings.topic_alias_maximum = m.topic_alias_maximum;
+    let (server, addr) =
+        rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)
+            .await
+            .with_context(|| format!("starting MQTT on {}", config.listen.mqtt))?;
+    announce("mqtt", addr);
+    Ok(server.spawn())
+}
+
 async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
     let (ns, addr) = NameServer::bind(
         config.listen.namesrv,
@@ -91,6 +123,21 @@ fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sy
             })
             .collect()
     }
+}
+
+/// The WebSocket door (`/v1/ws`; `/mqtt` once the MQTT door is glued in through
+/// `Hooks::mqtt`).
+async fn start_ws(config: &Config, broker: &Arc<Broker>) -> anyhow::Result<ws::Handle> {
+    let (server, addr) = ws::Server::bind(
+        config.listen.ws,
+        broker.clone(),
+        ws::Settings::from(&config.ws),
+        ws::Hooks::default(),
+    )
+    .await
+    .with_context(|| format!("starting the WebSocket door on {}", config.listen.ws))?;
+    announce("ws", addr);
+    Ok(server.spawn())
 }
 
 fn start_registrar(
@@ -122,6 +169,10 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         broker_name: b.name.clone(),
         auto_create_topics: b.auto_create_topics,
         default_queues: b.default_queue_nums,
+        transaction_check_interval: b.transaction_check_interval,
+        transaction_timeout: b.transaction_timeout,
+        transaction_max_checks: b.transaction_max_checks,
+        max_reconsume_times: b.max_reconsume_times,
         ..BrokerOptions::default()
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
@@ -131,6 +182,38 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
     broker.spawn_delay_delivery();
     broker.spawn_transaction_checks();
     Ok(broker)
+}
+
+/// The HTTP door on `listen.http`; `namesrvs` answer its cluster view.
+async fn start_http(
+    config: &Config,
+    broker: &Arc<Broker>,
+    namesrvs: Vec<String>,
+) -> anyhow::Result<http::Handle> {
+    let h = &config.http;
+    let settings = http::Settings {
+        max_body: config.store.max_message_size.0 as usize,
+        max_inflight: h.max_inflight as usize,
+        max_wait: h.max_wait,
+        default_invisible: h.default_invisible,
+        max_messages: h.max_messages as usize,
+        namesrv_addrs: if h.namesrv_addrs.is_empty() {
+            namesrvs
+        } else {
+            h.namesrv_addrs.clone()
+        },
+        broker_name: config.broker.name.clone(),
+        cluster: config.broker.cluster.clone(),
+    };
+    let probe = Arc::new(http::StoreProbe::new(
+        broker.store().clone(),
+        config.store.disk_hard_ratio,
+    ));
+    let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
+        .await
+        .with_context(|| format!("starting the HTTP gateway on {}", config.listen.http))?;
+    announce("http", addr);
+    Ok(server.spawn())
 }
 
 /// Saves consumer offsets, then syncs and closes the store (off the async threads).
@@ -143,8 +226,6 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .await
     .context("joining the close")?
 }
-
-const MISSING_DOORS: &str = "the MQTT (#6), HTTP (#7) and WebSocket (#8) doors are not built yet";
 
 /// Binds the native port before the store opens, so a port-0 address is known and
 /// becomes the store host and the address the registrar advertises.
@@ -183,15 +264,18 @@ fn start_native(
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
+    // Before any door announces itself: a harness may signal as soon as it reads one.
+    let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let (ns, ns_addr) = start_namesrv(&config).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let registrar = start_registrar(&config, &broker, namesrvs);
+    let registrar = start_registrar(&config, &broker, namesrvs.clone());
     let native = start_native(&config, native, &broker, &registrar)?;
-    tracing::warn!("{MISSING_DOORS}");
-    let shutdown = shutdown_signal()?;
+    let ws = start_ws(&config, &broker).await?;
+    let http = start_http(&config, &broker, namesrvs).await?;
+    let mqtt = start_mqtt(&config, &broker).await?;
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
@@ -199,6 +283,9 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     shutdown.await;
     tracing::info!("shutting down");
     native.stop().await;
+    ws.stop().await;
+    http.stop().await;
+    mqtt.stop().await;
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -206,8 +293,8 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
 
 /// `rocketgate namesrv`: a NameServer alone.
 pub async fn namesrv(config: Config) -> anyhow::Result<()> {
-    let (ns, _) = start_namesrv(&config).await?;
     let shutdown = shutdown_signal()?;
+    let (ns, _) = start_namesrv(&config).await?;
     println!("rocketgate namesrv ready");
     shutdown.await;
     ns.stop().await;
@@ -222,12 +309,14 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
              (or broker.namesrv_addrs in the config)"
         );
     }
+    let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     let native = start_native(&config, native, &broker, &registrar)?;
-    tracing::warn!("{MISSING_DOORS}");
-    let shutdown = shutdown_signal()?;
+    let ws = start_ws(&config, &broker).await?;
+    let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
+    let mqtt = start_mqtt(&config, &broker).await?;
     println!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,
@@ -235,6 +324,9 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     );
     shutdown.await;
     native.stop().await;
+    ws.stop().await;
+    http.stop().await;
+    mqtt.stop().await;
     registrar.stop().await;
     close_broker(broker).await
 }

@@ -18,6 +18,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Broker(args)) => {
             let mut flags = Vec::new();
             listen_flag(&mut flags, "native", "native", args.native);
+            listen_flag(&mut flags, "ws", "ws", args.ws);
             if let Some(list) = &args.namesrv {
                 flags.push(Override::new(
                     "broker.namesrv_addrs",

@@ -14,6 +14,8 @@ fn node() -> Command {
     let mut c = bin();
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        // Broker mode has no --http flag; never take the default port in tests.
+        .env("ROCKETGATE_LISTEN__HTTP", "127.0.0.1:0")
         .stderr(Stdio::null());
     c
 }
@@ -169,11 +171,15 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
             "broker-x",
             "--native",
             "0",
+            "--ws",
+            "0",
             "--namesrv",
             &list,
             "--data-dir",
             data,
         ])
+        // Broker mode has no --mqtt flag; any free port keeps the test off 1883.
+        .env("ROCKETGATE_LISTEN__MQTT", "127.0.0.1:0")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -335,4 +341,106 @@ fn the_mqtt_load_generator_measures_its_sink() {
         .expect("delivered_per_s");
     assert!(delivered > 0.0, "{result}");
     assert!(result.contains("\"p99_us\""), "{result}");
+}
+
+/// `curl -sS -w '\n%{http_code}' ARGS`: (status, body).
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (body, status) = text.rsplit_once('\n').unwrap();
+    (status.parse().unwrap(), body.to_owned())
+}
+
+#[test]
+fn standalone_serves_http_publish_receive_ack_and_its_cluster_view() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "http",
+    );
+    let base = format!("http://{addr}");
+    let (status, body) = curl(&[
+        "--data-binary",
+        "hello",
+        &format!("{base}/v1/topics/greetings/messages?tag=en"),
+    ]);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = curl(&[&format!(
+        "{base}/v1/groups/g/topics/greetings/messages?wait_ms=10000"
+    )]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"body\":\"hello\""), "{body}");
+    let handle = body
+        .split("\"receipt_handle\":\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap();
+    let ack = format!("{{\"receipt_handle\":\"{handle}\"}}");
+    let (status, body) = curl(&[
+        "-H",
+        "content-type: application/json",
+        "-d",
+        &ack,
+        &format!("{base}/v1/groups/g/acks"),
+    ]);
+    assert_eq!(status, 200, "{body}");
+    wait_for("the cluster view through HTTP", || {
+        curl(&[&format!("{base}/v1/cluster")])
+            .1
+            .contains("broker-a")
+    });
+    sigterm(&mut node);
+}
+
+#[test]
+fn standalone_serves_mqtt() {
+    use std::io::{Read, Write};
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "mqtt",
+    );
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // MQTT 3.1.1 CONNECT, clean session, keep-alive 60, client id "cli".
+    s.write_all(&[
+        0x10, 15, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 3, b'c', b'l', b'i',
+    ])
+    .unwrap();
+    let mut ack = [0u8; 4];
+    s.read_exact(&mut ack).unwrap();
+    assert_eq!(ack, [0x20, 2, 0, 0], "CONNACK accepted");
+    sigterm(&mut node);
 }

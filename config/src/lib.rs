@@ -58,6 +58,9 @@ pub struct Config {
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
     pub native: NativeConfig,
+    pub ws: WsConfig,
+    pub http: HttpConfig,
+    pub mqtt: MqttConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -135,6 +138,17 @@ pub struct BrokerConfig {
     pub default_queue_nums: u32,
     #[serde(with = "units::duration")]
     pub register_interval: Duration,
+    /// How often undecided transactional half messages are checked back.
+    #[serde(with = "units::duration")]
+    pub transaction_check_interval: Duration,
+    /// A half message younger than this is not checked back yet.
+    #[serde(with = "units::duration")]
+    pub transaction_timeout: Duration,
+    /// Check-backs of one half message before it is rolled back.
+    pub transaction_max_checks: u32,
+    /// Deliveries of a failing message before it goes to the dead-letter queue are
+    /// this + 1 (RocketMQ `maxReconsumeTimes`; a group can override it).
+    pub max_reconsume_times: u32,
 }
 
 /// NameServer liveness settings.
@@ -172,6 +186,104 @@ impl Default for NativeConfig {
     }
 }
 
+/// WebSocket door limits (`[ws]`); see `docs/websocket.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsConfig {
+    /// Largest WebSocket message accepted; a bigger one closes the connection (1009).
+    pub max_message_size: ByteSize,
+    /// Bytes of pushed messages one connection may have waiting for a slow client.
+    pub outbound_buffer: ByteSize,
+    /// Subscriptions one connection may hold.
+    pub max_subscriptions: u32,
+    /// Delivered but un-acked messages one subscription may hold.
+    pub max_unacked: u32,
+    /// How long a clustering (POP) delivery stays invisible without an ack.
+    #[serde(with = "units::duration")]
+    pub invisible_time: Duration,
+    /// Server pings an idle client this often; two silent intervals end the connection.
+    #[serde(with = "units::duration")]
+    pub ping_interval: Duration,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            max_message_size: ByteSize(8 << 20),
+            outbound_buffer: ByteSize(1 << 20),
+            max_subscriptions: 64,
+            max_unacked: 1000,
+            invisible_time: Duration::from_secs(60),
+            ping_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The HTTP gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Requests served at once; more are answered 429.
+    pub max_inflight: u32,
+    /// The longest long poll a receive may ask for (`wait_ms` is capped to it).
+    #[serde(with = "units::duration")]
+    pub max_wait: Duration,
+    /// Invisibility of received messages when the request names none.
+    #[serde(with = "units::duration")]
+    pub default_invisible: Duration,
+    /// The most messages one receive or replay returns.
+    pub max_messages: u32,
+    /// NameServers asked for `GET /v1/cluster`, `host:port` each (standalone adds
+    /// its embedded one; a broker uses `broker.namesrv_addrs` when this is empty).
+    #[serde(deserialize_with = "units::addr_list")]
+    pub namesrv_addrs: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_inflight: 1024,
+            max_wait: Duration::from_secs(30),
+            default_invisible: Duration::from_secs(30),
+            max_messages: 32,
+            namesrv_addrs: Vec::new(),
+        }
+    }
+}
+
+/// MQTT gateway settings (sessions and retained messages live in `<data_dir>/mqtt`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// Largest MQTT packet accepted (announced to v5 clients as Maximum Packet Size).
+    pub max_packet_size: ByteSize,
+    /// Unfinished QoS 2 publishes a client may have (Receive Maximum announced to v5 clients).
+    pub receive_maximum: u16,
+    /// Outgoing QoS 1/2 messages in flight per client (also capped by the client's Receive Maximum).
+    pub max_inflight: u16,
+    /// Longest session expiry granted (also for 3.1.1 persistent sessions).
+    #[serde(with = "units::duration")]
+    pub max_session_expiry: Duration,
+    /// Longest keep-alive granted; 0 accepts any (v5 clients are told the server's value).
+    #[serde(with = "units::duration")]
+    pub max_keep_alive: Duration,
+    /// Topic aliases a v5 client may use towards the server.
+    pub topic_alias_maximum: u16,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            max_packet_size: ByteSize(1024 * 1024),
+            receive_maximum: 1024,
+            max_inflight: 1024,
+            max_session_expiry: Duration::from_secs(7 * 24 * 3600),
+            max_keep_alive: Duration::ZERO,
+            topic_alias_maximum: 64,
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -185,6 +297,9 @@ impl Default for Config {
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
             native: NativeConfig::default(),
+            ws: WsConfig::default(),
+            http: HttpConfig::default(),
+            mqtt: MqttConfig::default(),
         }
     }
 }
@@ -231,6 +346,10 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             default_queue_nums: 4,
             register_interval: Duration::from_secs(30),
+            transaction_check_interval: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(6),
+            transaction_max_checks: 15,
+            max_reconsume_times: 16,
         }
     }
 }
@@ -359,6 +478,16 @@ impl Config {
                 s.segment_size
             ));
         }
+        let w = &self.ws;
+        if w.max_message_size.0 < 1024
+            || w.outbound_buffer.0 == 0
+            || w.outbound_buffer.0 > u32::MAX as u64
+        {
+            bad.push("ws.max_message_size must be at least 1KiB and ws.outbound_buffer between 1B and 4GiB".to_string());
+        }
+        if w.max_subscriptions == 0 || w.max_unacked == 0 {
+            bad.push("ws.max_subscriptions and ws.max_unacked must be at least 1".to_string());
+        }
         if s.max_message_size.0 < 1024 {
             bad.push("store.max_message_size must be at least 1KiB".to_string());
         }
@@ -375,9 +504,15 @@ impl Config {
             ("store.retention", s.retention),
             ("store.retention_check_interval", s.retention_check_interval),
             ("broker.register_interval", self.broker.register_interval),
+            (
+                "broker.transaction_check_interval",
+                self.broker.transaction_check_interval,
+            ),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
             ("native.max_suspend", self.native.max_suspend),
+            ("ws.invisible_time", self.ws.invisible_time),
+            ("ws.ping_interval", self.ws.ping_interval),
         ] {
             if d.is_zero() {
                 bad.push(format!("{name} must be greater than zero"));
@@ -414,6 +549,29 @@ impl Config {
         }
         if self.broker.default_queue_nums == 0 || self.broker.default_queue_nums > 1024 {
             bad.push("broker.default_queue_nums must be in 1..=1024".to_string());
+        }
+        let h = &self.http;
+        if h.max_inflight == 0 {
+            bad.push("http.max_inflight must be at least 1".to_string());
+        }
+        if h.max_messages == 0 || h.max_messages > 1024 {
+            bad.push("http.max_messages must be in 1..=1024".to_string());
+        }
+        if h.default_invisible < Duration::from_millis(100) {
+            bad.push("http.default_invisible must be at least 100ms".to_string());
+        }
+        let m = &self.mqtt;
+        if m.max_packet_size.0 < 1024 || m.max_packet_size.0 > 256 * 1024 * 1024 {
+            bad.push("mqtt.max_packet_size must be between 1KiB and 256MiB".to_string());
+        }
+        if m.receive_maximum == 0 || m.max_inflight == 0 {
+            bad.push("mqtt.receive_maximum and mqtt.max_inflight must be at least 1".to_string());
+        }
+        if m.max_session_expiry.as_secs() > u64::from(u32::MAX) {
+            bad.push("mqtt.max_session_expiry must be below 136 years".to_string());
+        }
+        if m.max_keep_alive.as_secs() > u64::from(u16::MAX) {
+            bad.push("mqtt.max_keep_alive must be at most 65535s".to_string());
         }
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());

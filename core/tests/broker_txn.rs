@@ -428,3 +428,35 @@ async fn a_commit_after_a_restart_is_remembered_across_the_next_one() {
     assert_eq!(visible(&env).await, ["a"]);
     env.close();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_check_loop_runs_rounds_on_its_interval() {
+    let (_dir, env) = setup(options()).await;
+    let b = &env.broker;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _registration = b
+        .register_transaction_checker("pg", Arc::new(Chan(tx)))
+        .await
+        .unwrap();
+    let h = b
+        .send_half("pg", half("l", "U-L"), QueueChoice::Queue(0))
+        .await
+        .unwrap()
+        .transaction;
+    env.dispatched();
+    env.clock.advance(Duration::from_secs(7));
+    let task = b.spawn_transaction_checks();
+    // Tokio's paused clock jumps to the loop's next tick (60 s) while idle.
+    let checked = rx.recv().await.unwrap();
+    assert_eq!((checked.handle, checked.check_times), (h, 1));
+    let checked = rx.recv().await.unwrap();
+    assert_eq!(checked.check_times, 2);
+    b.end_transaction(&h, Resolution::Commit).await.unwrap();
+    assert_eq!(visible(&env).await, ["l"]);
+    env.close();
+    // The loop ends by itself once the broker is closed.
+    tokio::time::timeout(Duration::from_secs(600), task)
+        .await
+        .unwrap()
+        .unwrap();
+}

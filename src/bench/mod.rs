@@ -6,6 +6,7 @@ pub mod mqtt;
 pub mod native;
 mod stats;
 pub mod store;
+pub mod ws;
 
 /// Runs one `rocketgate bench` subcommand.
 pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
@@ -15,5 +16,6 @@ pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
         crate::cli::BenchCommand::Mqtt(args) => mqtt::run(args),
         crate::cli::BenchCommand::MqttSink(args) => mqtt::sink::run(args),
         crate::cli::BenchCommand::Native(args) => native::run(args),
+        crate::cli::BenchCommand::Ws(args) => ws::run(args),
     }
 }

@@ -170,8 +170,7 @@ impl Broker {
                         if let Err(e) = delay.flush(flushed) {
                             tracing::error!(error = %e, "writing delay progress failed");
                         }
-                        let half_min = store.queue_bounds(schedule::TRANS_HALF_TOPIC, 0).0;
-                        if let Err(e) = txn.flush(flushed, half_min) {
+                        if let Err(e) = txn.flush(&store) {
                             tracing::error!(error = %e, "writing transaction state failed");
                         }
                     }
@@ -242,7 +241,7 @@ impl Broker {
         }
         let flushed = self.store.positions().flushed;
         self.delay.flush(flushed)?;
-        self.txn.flush(flushed, self.half_min())
+        self.txn.flush(&self.store)
     }
 
     /// Writes changed offsets and POP state now (the flusher does this periodically).

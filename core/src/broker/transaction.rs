@@ -331,9 +331,13 @@ impl TxnState {
         })
     }
 
-    /// Writes the decisions whose op records are flushed (up to `flushed`) and
-    /// the check counts, if something changed.
-    pub(super) fn flush(&self, flushed: u64, half_min: u64) -> Result<()> {
+    /// Writes the decisions whose op records the commit log has flushed and the
+    /// check counts, if something changed. Halves and op records retention
+    /// removed count as done (a half that is gone can no longer be committed).
+    pub(super) fn flush(&self, store: &Store) -> Result<()> {
+        let flushed = store.positions().flushed;
+        let half_min = store.queue_bounds(TRANS_HALF_TOPIC, 0).0;
+        let op_min = store.queue_bounds(TRANS_OP_HALF_TOPIC, 0).0;
         let mut written = lock(&self.file);
         let bytes = {
             let mut t = lock(&self.txns);
@@ -348,12 +352,17 @@ impl TxnState {
                 moved = true;
                 false
             });
-            if half_min > durable.halves.base {
-                durable.halves.advance_to(half_min);
-                moved = true;
+            for p in [&mut durable, &mut t.live] {
+                if half_min > p.halves.base || op_min > p.ops.base {
+                    p.halves.advance_to(half_min);
+                    p.ops.advance_to(op_min);
+                    moved = true;
+                }
             }
             t.durable = durable;
-            if moved {
+            let before = t.checks.len();
+            t.checks.retain(|half, _| *half >= half_min);
+            if moved || t.checks.len() != before {
                 t.version += 1;
             }
             if t.version == *written {
@@ -635,6 +644,9 @@ impl Broker {
                 };
                 let checks = {
                     let mut t = lock(&self.txn.txns);
+                    if t.live.halves.contains(at) || t.ending.contains(&at) {
+                        continue; // ended while its record was read
+                    }
                     let c = t.checks.entry(at).or_insert(0);
                     if *c >= max_checks {
                         None
@@ -712,11 +724,6 @@ impl Broker {
                 }
             }
         })
-    }
-
-    /// The lowest half-queue offset still stored (retention removes the rest).
-    pub(super) fn half_min(&self) -> u64 {
-        self.store.queue_bounds(TRANS_HALF_TOPIC, 0).0
     }
 }
 

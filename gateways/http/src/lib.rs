@@ -1,3 +1,232 @@
 //! # rocketgate-http
 //!
-//! The HTTP API (publish, stateless receive/ack, admin, metrics). Not built yet: tracked by issue #7.
+//! The HTTP door (axum): publish with `curl --data-binary`, stateless receive and
+//! ack through the core's POP (any request may go to any gateway process: the
+//! receipt handle says everything), replay by queue offset, Server-Sent Events,
+//! admin (topics, groups, offsets, dead letters, lookups, broker and cluster
+//! info), `/health`, Prometheus `/metrics` and a generated OpenAPI document.
+//!
+//! It owns only the HTTP mapping: no broker state lives here, every request is
+//! turned into [`MessagingApi`] calls, and errors become statuses only in
+//! [`error`]. Start reading at [`routes`] (the table of every endpoint, which
+//! builds both the router and `/v1/openapi.json`), then [`publish`],
+//! [`consume`] and [`admin`]. User documentation: `docs/http.md`.
+
+pub mod admin;
+mod cluster;
+pub mod consume;
+pub mod error;
+mod listener;
+pub mod ops;
+pub mod publish;
+pub mod routes;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketgate_core::broker::MessagingApi;
+use rocketgate_core::store::Store;
+use serde::Serialize;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+pub use error::{Error, Result};
+pub use listener::Peer;
+
+/// What the HTTP door can be tuned with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Largest request body (the store's maximum message size); above: 413.
+    pub max_body: usize,
+    /// Requests served at once; above: 429 (health and metrics are exempt).
+    pub max_inflight: usize,
+    /// The longest long poll a receive may ask for (`wait_ms` is capped to it).
+    pub max_wait: Duration,
+    /// Invisibility of received messages when the request names none.
+    pub default_invisible: Duration,
+    /// The most messages one receive or replay returns.
+    pub max_messages: usize,
+    /// NameServers asked for the cluster view (`GET /v1/cluster`).
+    pub namesrv_addrs: Vec<String>,
+    /// This broker's name and cluster, for `GET /v1/broker`.
+    pub broker_name: String,
+    pub cluster: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_body: 4 << 20,
+            max_inflight: 1024,
+            max_wait: Duration::from_secs(30),
+            default_invisible: Duration::from_secs(30),
+            max_messages: 32,
+            namesrv_addrs: Vec::new(),
+            broker_name: "broker-a".into(),
+            cluster: "DefaultCluster".into(),
+        }
+    }
+}
+
+/// The node's storage as health checks and metrics see it.
+pub trait Probe: Send + Sync + 'static {
+    fn status(&self) -> NodeStatus;
+}
+
+/// Positions of the commit log and the disk state.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// Oldest byte still stored.
+    pub log_min: u64,
+    /// Durable up to here.
+    pub log_flushed: u64,
+    /// Written up to here.
+    pub log_written: u64,
+    /// Indexed into consume queues up to here.
+    pub log_dispatched: u64,
+    /// Share of the disk in use (0..1).
+    pub disk_usage: f64,
+    /// Above this share appends are refused.
+    pub disk_hard_ratio: f64,
+}
+
+impl NodeStatus {
+    pub fn disk_full(&self) -> bool {
+        self.disk_usage > self.disk_hard_ratio
+    }
+}
+
+/// [`Probe`] over the local store.
+pub struct StoreProbe {
+    store: Arc<Store>,
+    disk_hard_ratio: f64,
+}
+
+impl StoreProbe {
+    pub fn new(store: Arc<Store>, disk_hard_ratio: f64) -> Self {
+        StoreProbe {
+            store,
+            disk_hard_ratio,
+        }
+    }
+}
+
+impl Probe for StoreProbe {
+    fn status(&self) -> NodeStatus {
+        let p = self.store.positions();
+        NodeStatus {
+            log_min: p.min,
+            log_flushed: p.flushed,
+            log_written: p.written,
+            log_dispatched: p.dispatched,
+            disk_usage: self.store.disk_usage(),
+            disk_hard_ratio: self.disk_hard_ratio,
+        }
+    }
+}
+
+/// What every handler shares. Nothing here is mutable except the in-flight
+/// permits; broker state lives behind `api`.
+pub struct Ctx<B> {
+    pub(crate) api: Arc<B>,
+    pub(crate) probe: Arc<dyn Probe>,
+    pub(crate) settings: Settings,
+    /// Flips to `true` at shutdown: long polls and streams end early.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// One permit per request being served (the 429 limit).
+    pub(crate) inflight: Arc<Semaphore>,
+    /// When the server was bound (uptime in `/v1/broker`).
+    pub(crate) started: std::time::Instant,
+}
+
+impl<B> Ctx<B> {
+    /// Completes when the server starts shutting down.
+    pub(crate) async fn stopping(&self) {
+        let mut rx = self.shutdown.clone();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// The HTTP gateway, bound and not yet serving.
+pub struct Server<B> {
+    listener: listener::Counted,
+    ctx: Arc<Ctx<B>>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl<B: MessagingApi + 'static> Server<B> {
+    /// Binds `addr` (port 0: any free port) and returns the address bound.
+    pub async fn bind(
+        addr: SocketAddr,
+        api: Arc<B>,
+        probe: Arc<dyn Probe>,
+        settings: Settings,
+    ) -> Result<(Server<B>, SocketAddr)> {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let local = tcp
+            .local_addr()
+            .map_err(|source| Error::Bind { addr, source })?;
+        ops::install_recorder();
+        let (tx, rx) = watch::channel(false);
+        let ctx = Arc::new(Ctx {
+            api,
+            probe,
+            inflight: Arc::new(Semaphore::new(settings.max_inflight.max(1))),
+            settings,
+            shutdown: rx,
+            started: std::time::Instant::now(),
+        });
+        let server = Server {
+            listener: listener::Counted::new(tcp),
+            ctx,
+            shutdown: tx,
+        };
+        Ok((server, local))
+    }
+
+    /// Serves on the current tokio runtime until [`Handle::stop`].
+    pub fn spawn(self) -> Handle {
+        let app = routes::router(self.ctx.clone());
+        let mut stop = self.shutdown.subscribe();
+        let task = tokio::spawn(async move {
+            let service = app.into_make_service_with_connect_info::<Peer>();
+            let serve = axum::serve(self.listener, service).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+        Handle {
+            shutdown: self.shutdown,
+            task,
+        }
+    }
+}
+
+/// A running HTTP gateway.
+pub struct Handle {
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Stops accepting, ends long polls and event streams, lets requests in
+    /// progress finish (for up to 5 s, then drops them) and returns.
+    pub async fn stop(self) {
+        self.shutdown.send_replace(true);
+        let mut task = self.task;
+        if tokio::time::timeout(Duration::from_secs(5), &mut task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("HTTP connections still open after 5 s; closing them");
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}

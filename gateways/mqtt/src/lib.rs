@@ -1,3 +1,47 @@
 //! # rocketgate-mqtt
 //!
-//! MQTT 3.1.1 and 5.0 over the core. Not built yet: tracked by issue #6.
+//! The MQTT door: MQTT 3.1.1 and 5.0 on one port (the version is taken from
+//! CONNECT), over the core's [`MessagingApi`](rocketgate_core::broker::MessagingApi),
+//! so every message lands in, and is served from, the same commit log the other
+//! doors use. Also runs MQTT over any byte stream ([`Streams::serve_stream`]),
+//! which the WebSocket door uses for `/mqtt`.
+//!
+//! Where to start reading: [`server`] (listener, shared state, sweeper), then
+//! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection),
+//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `router.rs` (one reader per core queue fanning
+//! out to sessions), `topic.rs` (the topic mapping and wildcard matching),
+//! `message.rs` (PUBLISH <-> core message), `state.rs` (what is kept on disk).
+//!
+//! ## The mapping
+//! MQTT topic `T/a/b` is core topic `T` with tag `a/b`. A plain subscription
+//! follows the core topics its filter can match, with one cursor per core queue
+//! that is committed as the core consumer offset of group `mqtt%c%<client id>`;
+//! `$share/<g>/<filter>` is the core clustering group `mqtt%s%<g>/<filter>`
+//! consumed with POP. Wildcards are matched here on the full MQTT name.
+//!
+//! ## Codec choice
+//! The codec is `mqttbytes` 0.6 (feature `v5`): MQTT 3.1.1 and 5.0 packets, its
+//! only dependency is `bytes`. `rumqttd`'s `protocol` module is the maintained
+//! descendant of the same code, but it is not a separate crate: even with
+//! `default-features = false`, `rumqttd` 0.20 pulls in axum, clap, config,
+//! metrics-exporter-prometheus, uuid, tracing-subscriber and more, a second
+//! web framework and CLI parser in our tree for one module. `mqttbytes` is
+//! unmaintained since 2021, so `codec.rs` wraps it: it frames and size-checks
+//! packets itself (oversize is reported as such), reads the short v5
+//! DISCONNECT forms the crate rejects, refuses AUTH, and lifts 3.1.1 packets into
+//! the v5 model so the rest of the gateway handles one packet type.
+
+mod codec;
+mod conn;
+mod deliver;
+mod error;
+mod inbound;
+mod message;
+mod router;
+pub mod server;
+mod session;
+mod state;
+mod topic;
+
+pub use error::{Error, Result};
+pub use server::{Handle, Server, Settings, Streams};

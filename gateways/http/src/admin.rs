@@ -1,0 +1,588 @@
+//! Administration: topics, consumer groups and their offsets, dead letters,
+//! message lookup, broker and cluster information.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use rocketgate_core::broker::schedule;
+use rocketgate_core::broker::{
+    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, QueueChoice, Resolution, TopicConfig,
+    TopicKind, TransactionHandle,
+};
+use rocketgate_core::store::Message;
+use rocketgate_core::store::record::property;
+use serde::{Deserialize, Serialize};
+
+use crate::consume::{self, ReplayQuery};
+use crate::error::{Error, Result};
+use crate::publish::Published;
+use crate::wire::{Encoding, Json, MessageJson, Path, Query};
+use crate::{Ctx, NodeStatus};
+
+/// A topic as the admin API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopicJson {
+    pub name: String,
+    pub read_queues: u32,
+    pub write_queues: u32,
+    /// `rw`, `r`, `w` or `-`.
+    pub perm: String,
+    pub system: bool,
+}
+
+fn perm_name(p: Perm) -> String {
+    match (p.is_readable(), p.is_writable()) {
+        (true, true) => "rw",
+        (true, false) => "r",
+        (false, true) => "w",
+        (false, false) => "-",
+    }
+    .into()
+}
+
+fn parse_perm(s: &str) -> Result<Perm> {
+    match s {
+        "rw" | "6" => Ok(Perm::READ_WRITE),
+        "r" | "4" => Ok(Perm::READ),
+        "w" | "2" => Ok(Perm::WRITE),
+        "-" | "0" => Ok(Perm(0)),
+        other => Err(Error::bad(
+            "perm",
+            format!("{other:?} is not rw, r, w or -"),
+        )),
+    }
+}
+
+impl From<&TopicConfig> for TopicJson {
+    fn from(t: &TopicConfig) -> Self {
+        TopicJson {
+            name: t.name.clone(),
+            read_queues: t.read_queues,
+            write_queues: t.write_queues,
+            perm: perm_name(t.perm),
+            system: t.is_system(),
+        }
+    }
+}
+
+/// Body of `POST /v1/topics`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopic {
+    pub name: String,
+    /// Read and write queues (default 4).
+    #[serde(default)]
+    pub queues: Option<u32>,
+    #[serde(default)]
+    pub perm: Option<String>,
+}
+
+/// `POST /v1/topics`
+pub async fn create_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Json(body): Json<CreateTopic>,
+) -> Result<(StatusCode, axum::Json<TopicJson>)> {
+    schedule::validate_user_topic(&body.name).map_err(|e| Error::bad("name", e.to_string()))?;
+    let mut config = TopicConfig::new(body.name, body.queues.unwrap_or(4));
+    if let Some(p) = body.perm.as_deref() {
+        config = config.with_perm(parse_perm(p)?);
+    }
+    let created = ctx.api.create_topic(config).await?;
+    Ok((StatusCode::CREATED, axum::Json(TopicJson::from(&created))))
+}
+
+/// Body of `PATCH /v1/topics/{topic}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTopic {
+    #[serde(default)]
+    pub read_queues: Option<u32>,
+    #[serde(default)]
+    pub write_queues: Option<u32>,
+    #[serde(default)]
+    pub perm: Option<String>,
+}
+
+/// `PATCH /v1/topics/{topic}`
+pub async fn update_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+    Json(body): Json<UpdateTopic>,
+) -> Result<axum::Json<TopicJson>> {
+    let mut config = ctx.api.topic(&topic).await?;
+    if let Some(n) = body.read_queues {
+        config.read_queues = n;
+    }
+    if let Some(n) = body.write_queues {
+        config.write_queues = n;
+    }
+    if let Some(p) = body.perm.as_deref() {
+        config.perm = parse_perm(p)?;
+    }
+    let updated = ctx.api.update_topic(config).await?;
+    Ok(axum::Json(TopicJson::from(&updated)))
+}
+
+/// Query of `GET /v1/topics`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTopics {
+    /// `user` (default), `system` or `all`.
+    pub kind: Option<String>,
+}
+
+/// `GET /v1/topics`
+pub async fn list_topics<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Query(q): Query<ListTopics>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let kind = match q.kind.as_deref().unwrap_or("user") {
+        "user" => TopicKind::User,
+        "system" => TopicKind::System,
+        "all" => TopicKind::All,
+        other => {
+            return Err(Error::bad(
+                "kind",
+                format!("{other:?} is not user, system or all"),
+            ));
+        }
+    };
+    let topics: Vec<TopicJson> = ctx
+        .api
+        .topics(kind)
+        .await?
+        .iter()
+        .map(TopicJson::from)
+        .collect();
+    Ok(axum::Json(serde_json::json!({ "topics": topics })))
+}
+
+/// `GET /v1/topics/{topic}`
+pub async fn describe_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let config = ctx.api.topic(&topic).await?;
+    let mut out = serde_json::to_value(TopicJson::from(&config)).unwrap_or_default();
+    out["queues"] = serde_json::to_value(queue_stats(&ctx, &topic).await?).unwrap_or_default();
+    Ok(axum::Json(out))
+}
+
+/// Per-queue offsets of a topic.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueueJson {
+    pub queue_id: u32,
+    pub min_offset: u64,
+    pub max_offset: u64,
+    pub last_store_ms: Option<i64>,
+}
+
+async fn queue_stats<B: MessagingApi>(ctx: &Ctx<B>, topic: &str) -> Result<Vec<QueueJson>> {
+    Ok(ctx
+        .api
+        .queue_stats(topic)
+        .await?
+        .into_iter()
+        .map(|q| QueueJson {
+            queue_id: q.queue_id,
+            min_offset: q.min_offset,
+            max_offset: q.max_offset,
+            last_store_ms: q.last_store_ms,
+        })
+        .collect())
+}
+
+/// `DELETE /v1/topics/{topic}`
+pub async fn delete_topic<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+) -> Result<Response> {
+    ctx.api.topic(&topic).await?;
+    ctx.api.delete_topic(&topic).await?;
+    Ok(consume::no_content())
+}
+
+/// Body of `POST /v1/groups/{group}/offsets/reset`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetOffsets {
+    pub topic: String,
+    /// `earliest`, `latest` or `timestamp`.
+    pub to: String,
+    /// With `to: "timestamp"`: the first message stored at or after this unix ms.
+    #[serde(default)]
+    pub timestamp_ms: Option<i64>,
+}
+
+/// `POST /v1/groups/{group}/offsets/reset`
+pub async fn reset_offsets<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<ResetOffsets>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let to = match (body.to.as_str(), body.timestamp_ms) {
+        ("earliest", None) => OffsetReset::Earliest,
+        ("latest", None) => OffsetReset::Latest,
+        ("timestamp", Some(ts)) => OffsetReset::Timestamp(ts),
+        ("timestamp", None) => {
+            return Err(Error::bad(
+                "timestamp_ms",
+                "required with `to: \"timestamp\"`",
+            ));
+        }
+        ("earliest" | "latest", Some(_)) => {
+            return Err(Error::bad("timestamp_ms", "only with `to: \"timestamp\"`"));
+        }
+        (other, _) => {
+            return Err(Error::bad(
+                "to",
+                format!("{other:?} is not earliest, latest or timestamp"),
+            ));
+        }
+    };
+    let moved = ctx.api.reset_offset(&group, "", &body.topic, to).await?;
+    let offsets: Vec<_> = moved
+        .into_iter()
+        .map(|(q, o)| serde_json::json!({ "queue_id": q, "offset": o }))
+        .collect();
+    Ok(axum::Json(
+        serde_json::json!({ "topic": body.topic, "offsets": offsets }),
+    ))
+}
+
+/// `GET /v1/groups/{group}/dlq`: the group's dead letters, by offset.
+pub async fn list_dead_letters<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Query(q): Query<ReplayQuery>,
+) -> Result<axum::Json<consume::Replay>> {
+    schedule::validate_group(&group).map_err(|e| Error::bad("group", e.to_string()))?;
+    let dlq = schedule::dlq_topic(&group);
+    match consume::read_queue(&ctx, dlq, 0, &q).await {
+        // No dead letter yet: the topic is created with the first one.
+        Err(Error::Core(rocketgate_core::Error::TopicNotFound { .. })) => {
+            Ok(axum::Json(consume::Replay {
+                status: "no_new_message".into(),
+                messages: Vec::new(),
+                next_offset: 0,
+                min_offset: 0,
+                max_offset: 0,
+            }))
+        }
+        r => Ok(axum::Json(r?)),
+    }
+}
+
+/// Body of `POST /v1/groups/{group}/dlq/resend`: one `offset`, or `all`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resend {
+    #[serde(default)]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `POST /v1/groups/{group}/dlq/resend`: back to the original topic.
+pub async fn resend_dead_letters<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<Resend>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let which = match (body.offset, body.all) {
+        (Some(o), false) => DeadLetters::One(o),
+        (None, true) => DeadLetters::All,
+        _ => return Err(Error::bad("offset", "give `offset` or `all: true`")),
+    };
+    let sent = ctx.api.resend_dead_letters(&group, which).await;
+    let sent = match sent {
+        Err(rocketgate_core::Error::TopicNotFound { .. }) => {
+            return Err(Error::MessageNotFound {
+                what: format!("in the dead-letter queue of group {group:?}"),
+            });
+        }
+        r => r?,
+    };
+    let resent: Vec<Published> = sent.into_iter().map(Published::from).collect();
+    Ok(axum::Json(serde_json::json!({ "resent": resent })))
+}
+
+/// Stores a transactional half message of `producer_group`. It gets a
+/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
+/// commit; `queue_offset` is unknown until then.
+pub(crate) async fn begin_transaction<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    producer_group: Option<String>,
+    mut msg: Message,
+    choice: QueueChoice,
+) -> Result<Published> {
+    let group = producer_group
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
+    let uniq = unique_key();
+    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
+    let half = ctx.api.send_half(&group, msg, choice).await?;
+    Ok(Published {
+        msg_id: uniq,
+        topic: half.sent.topic,
+        queue_id: half.sent.queue_id,
+        queue_offset: None,
+        transaction_id: Some(half.transaction.to_string()),
+    })
+}
+
+/// A producer-style unique message key: 32 hex digits of process id, time and
+/// a counter (RocketMQ clients make theirs from similar parts).
+fn unique_key() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{:08X}{:012X}{:012X}",
+        std::process::id(),
+        nanos & 0xFFFF_FFFF_FFFF,
+        n & 0xFFFF_FFFF_FFFF
+    )
+}
+
+/// `GET /v1/broker`
+pub async fn broker_info<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let status: NodeStatus = ctx.probe.status();
+    let topics = ctx.api.topics(TopicKind::User).await?.len();
+    Ok(axum::Json(serde_json::json!({
+        "broker_name": ctx.settings.broker_name,
+        "cluster": ctx.settings.cluster,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_ms": ctx.started.elapsed().as_millis() as u64,
+        "user_topics": topics,
+        "store": status,
+        "max_message_size": ctx.settings.max_body,
+    })))
+}
+
+/// `GET /v1/cluster`: brokers and clusters as the NameServer knows them.
+pub async fn cluster_info<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let (addr, info) = crate::cluster::query(&ctx.settings.namesrv_addrs).await?;
+    let clusters: serde_json::Map<String, serde_json::Value> = info
+        .cluster_addr_table
+        .iter()
+        .map(|(c, names)| (c.clone(), serde_json::json!(names)))
+        .collect();
+    let brokers: Vec<_> = info
+        .broker_addr_table
+        .values()
+        .map(|b| {
+            let addrs: serde_json::Map<String, serde_json::Value> = b
+                .broker_addrs
+                .iter()
+                .map(|(id, a)| (id.to_string(), serde_json::json!(a)))
+                .collect();
+            serde_json::json!({
+                "broker_name": b.broker_name,
+                "cluster": b.cluster,
+                "addrs": addrs,
+            })
+        })
+        .collect();
+    Ok(axum::Json(serde_json::json!({
+        "namesrv": addr,
+        "clusters": clusters,
+        "brokers": brokers,
+    })))
+}
+
+// ---- groups ----
+
+/// `GET /v1/groups`
+pub async fn list_groups<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let groups = ctx.api.groups().await?;
+    Ok(axum::Json(serde_json::json!({ "groups": groups })))
+}
+
+fn group_json(g: &GroupInfo) -> serde_json::Value {
+    let members: Vec<_> = g
+        .members
+        .iter()
+        .map(|m| {
+            let subs: Vec<_> = m
+                .subscriptions
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "topic": s.topic,
+                        "filter_type": s.filter_type.as_str(),
+                        "expression": s.expression,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "member": m.member,
+                "subscriptions": subs,
+                "last_seen_ms": m.last_seen_ms,
+            })
+        })
+        .collect();
+    let progress: Vec<_> = g
+        .progress
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "topic": p.topic,
+                "queue_id": p.queue_id,
+                "committed": p.committed,
+                "max_offset": p.max_offset,
+                "lag": p.lag,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "group": g.group,
+        "mode": g.mode.map(|m| m.as_str()),
+        "members": members,
+        "progress": progress,
+        "lag": g.progress.iter().map(|p| p.lag).sum::<u64>(),
+    })
+}
+
+/// `GET /v1/groups/{group}`
+pub async fn describe_group<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let info = ctx.api.group_info(&group).await?;
+    Ok(axum::Json(group_json(&info)))
+}
+
+/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
+pub(crate) async fn record_lag<B: MessagingApi>(ctx: &Ctx<B>) {
+    let Ok(groups) = ctx.api.groups().await else {
+        return;
+    };
+    for group in groups {
+        let Ok(info) = ctx.api.group_info(&group).await else {
+            continue;
+        };
+        let mut by_topic: std::collections::BTreeMap<&str, u64> = Default::default();
+        for p in &info.progress {
+            *by_topic.entry(&p.topic).or_default() += p.lag;
+        }
+        for (topic, lag) in by_topic {
+            let labels = [("group", group.clone()), ("topic", topic.to_owned())];
+            metrics::gauge!("rocketgate_consumer_lag", &labels).set(lag as f64);
+        }
+    }
+}
+
+// ---- lookup ----
+
+/// Query of `GET /v1/messages/{msg_id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupQuery {
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// `GET /v1/messages/{msg_id}`: by offset message id or the producer's unique key.
+pub async fn message_by_id<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(msg_id): Path<String>,
+    Query(q): Query<LookupQuery>,
+) -> Result<axum::Json<MessageJson>> {
+    let d = ctx.api.message_by_id(&msg_id).await?;
+    Ok(axum::Json(MessageJson::from_delivered(&d, q.encoding)?))
+}
+
+/// Query of `GET /v1/topics/{topic}/messages`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindQuery {
+    pub key: Option<String>,
+    pub begin_ms: Option<i64>,
+    pub end_ms: Option<i64>,
+    pub max: Option<usize>,
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// `GET /v1/topics/{topic}/messages?key=…` (newest first) or `?begin_ms=…&end_ms=…`
+/// (oldest first).
+pub async fn messages_by_key<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+    Query(q): Query<FindQuery>,
+) -> Result<axum::Json<consume::Messages>> {
+    let max = q.max.unwrap_or(32);
+    if max == 0 || max > 1024 {
+        return Err(Error::bad("max", "must be between 1 and 1024"));
+    }
+    let found = match (q.key.as_deref(), q.begin_ms, q.end_ms) {
+        (Some(""), _, _) => return Err(Error::bad("key", "is empty")),
+        (Some(key), None, None) => ctx.api.messages_by_key(&topic, key, max).await?,
+        (None, begin, end) if begin.is_some() || end.is_some() => {
+            let (begin, end) = (begin.unwrap_or(0), end.unwrap_or(i64::MAX));
+            if begin > end {
+                return Err(Error::bad("begin_ms", "is after end_ms"));
+            }
+            ctx.api.messages_by_time(&topic, begin, end, max).await?
+        }
+        (Some(_), _, _) => {
+            return Err(Error::bad("key", "give `key` or a time range, not both"));
+        }
+        (None, _, _) => {
+            return Err(Error::bad("key", "give `key` or `begin_ms`/`end_ms`"));
+        }
+    };
+    let messages = found
+        .iter()
+        .map(|d| MessageJson::from_delivered(d, q.encoding))
+        .collect::<Result<_>>()?;
+    Ok(axum::Json(consume::Messages { messages }))
+}
+
+// ---- transactions ----
+
+async fn end<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    id: &str,
+    resolution: Resolution,
+) -> Result<axum::Json<serde_json::Value>> {
+    let handle: TransactionHandle = id.parse()?;
+    let sent = ctx.api.end_transaction(&handle, resolution).await?;
+    Ok(axum::Json(match sent {
+        Some(r) => serde_json::json!({
+            "transaction_id": id,
+            "status": "committed",
+            "topic": r.topic,
+            "queue_id": r.queue_id,
+            "queue_offset": r.append.queue_offset,
+        }),
+        None => serde_json::json!({ "transaction_id": id, "status": "rolled_back" }),
+    }))
+}
+
+/// `POST /v1/transactions/{id}/commit`: the half message becomes visible.
+pub async fn commit<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    end(&ctx, &id, Resolution::Commit).await
+}
+
+/// `POST /v1/transactions/{id}/rollback`: the half message is dropped.
+pub async fn rollback<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<serde_json::Value>> {
+    end(&ctx, &id, Resolution::Rollback).await
+}

@@ -1,0 +1,460 @@
+//! Consuming without server-side sessions: receive (a POP with long polling),
+//! ack / nack / change invisibility by receipt handle, an SSE stream built on
+//! the same POP, and replay of a queue by offset (a pull, no group state).
+//!
+//! Nothing about a consumer is remembered here: the receipt handle names the
+//! group, queue, offset and delivery, so any gateway process can ack what
+//! another handed out.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use rocketgate_core::broker::filter::Filter;
+use rocketgate_core::broker::{
+    MessagingApi, PopRequest, Popped, PullRequest, PullStatus, ReceiptHandle,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::Ctx;
+use crate::error::{self, Error, Result};
+use crate::wire::{Encoding, Json, MessageJson, Path, Query};
+
+/// A group that never appears in offsets: replay reads without group state.
+const REPLAY_GROUP: &str = "rocketgate-http-replay";
+
+/// The filter of a request: `filter` (default `*`) in `filter_type` `tag` or `sql`.
+pub(crate) fn parse_filter(filter: Option<&str>, filter_type: Option<&str>) -> Result<Filter> {
+    let expr = filter.unwrap_or("*");
+    let f = match filter_type.unwrap_or("tag") {
+        "tag" | "TAG" => Filter::tag(expr),
+        "sql" | "sql92" | "SQL92" => Filter::sql92(expr),
+        other => {
+            return Err(Error::bad(
+                "filter_type",
+                format!("{other:?} is not `tag` or `sql`"),
+            ));
+        }
+    };
+    f.map_err(|e| Error::bad("filter", e.to_string()))
+}
+
+/// Query parameters of a receive (and of the stream, which ignores `wait_ms`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiveQuery {
+    pub filter: Option<String>,
+    pub filter_type: Option<String>,
+    /// At most this many messages (default 16, capped by the server).
+    pub max: Option<usize>,
+    /// Long poll: wait up to this long for a message (default 0, capped by the server).
+    pub wait_ms: Option<u64>,
+    /// How long received messages stay invisible to others without an ack.
+    pub invisible_ms: Option<u64>,
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// Received messages.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Messages {
+    pub messages: Vec<MessageJson>,
+}
+
+/// Longest invisibility a request may ask for.
+const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
+
+fn pop_request<B>(
+    ctx: &Ctx<B>,
+    group: String,
+    topic: String,
+    q: &ReceiveQuery,
+) -> Result<PopRequest> {
+    let max = q.max.unwrap_or(16);
+    if max == 0 || max > ctx.settings.max_messages {
+        return Err(Error::bad(
+            "max",
+            format!("must be between 1 and {}", ctx.settings.max_messages),
+        ));
+    }
+    let invisible = match q.invisible_ms {
+        None => ctx.settings.default_invisible,
+        Some(ms) => Duration::from_millis(ms),
+    };
+    if invisible < Duration::from_millis(100) || invisible > MAX_INVISIBLE {
+        return Err(Error::bad(
+            "invisible_ms",
+            format!("must be between 100 and {}", MAX_INVISIBLE.as_millis()),
+        ));
+    }
+    Ok(PopRequest {
+        group,
+        topic,
+        filter: parse_filter(q.filter.as_deref(), q.filter_type.as_deref())?,
+        max_messages: max,
+        invisible,
+        wait: Duration::from_millis(q.wait_ms.unwrap_or(0)).min(ctx.settings.max_wait),
+    })
+}
+
+pub(crate) fn popped_json(p: &Popped, encoding: Encoding) -> Result<MessageJson> {
+    let mut m = MessageJson::from_delivered(&p.message, encoding)?;
+    m.receipt_handle = Some(p.receipt.to_string());
+    m.delivery_attempt = Some(p.attempt());
+    m.invisible_until = Some(p.receipt.invisible_until_ms);
+    Ok(m)
+}
+
+fn count_out(topic: &str, popped: &[Popped]) {
+    if popped.is_empty() {
+        return;
+    }
+    let bytes: usize = popped.iter().map(|p| p.message.record.len()).sum();
+    let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
+    metrics::counter!("rocketgate_messages_out_total", &labels).increment(popped.len() as u64);
+    metrics::counter!("rocketgate_bytes_out_total", &labels).increment(bytes as u64);
+}
+
+/// `GET /v1/groups/{group}/topics/{topic}/messages`
+pub async fn receive<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path((group, topic)): Path<(String, String)>,
+    Query(q): Query<ReceiveQuery>,
+) -> Result<axum::Json<Messages>> {
+    let started = Instant::now();
+    let req = pop_request(&ctx, group, topic.clone(), &q)?;
+    let popped = tokio::select! {
+        r = ctx.api.pop(req) => r?,
+        _ = ctx.stopping() => Vec::new(),
+    };
+    count_out(&topic, &popped);
+    metrics::histogram!("rocketgate_receive_duration_seconds", "protocol" => "http")
+        .record(started.elapsed().as_secs_f64());
+    let messages = popped
+        .iter()
+        .map(|p| popped_json(p, q.encoding))
+        .collect::<Result<_>>()?;
+    Ok(axum::Json(Messages { messages }))
+}
+
+/// `GET /v1/groups/{group}/topics/{topic}/stream`: Server-Sent Events, one
+/// `message` event per message (data: the message JSON, id: its msg_id). Each is
+/// leased like a receive; ack through `/acks`, or it reappears.
+pub async fn stream<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path((group, topic)): Path<(String, String)>,
+    Query(q): Query<ReceiveQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let mut req = pop_request(&ctx, group, topic.clone(), &q)?;
+    // The first POP answers bad topics and filters with a status, before the stream starts.
+    req.wait = Duration::ZERO;
+    let first = ctx.api.pop(req.clone()).await?;
+    count_out(&topic, &first);
+    req.wait = ctx.settings.max_wait;
+    let state = StreamState {
+        ctx,
+        req,
+        encoding: q.encoding,
+        buf: first.into(),
+        done: false,
+    };
+    let events = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(p) = st.buf.pop_front() {
+                let ev = match popped_json(&p, st.encoding) {
+                    Ok(m) => json_event("message", &m).id(m.msg_id),
+                    Err(e) => error_event(&e),
+                };
+                return Some((Ok(ev), st));
+            }
+            if st.done {
+                return None;
+            }
+            tokio::select! {
+                r = st.ctx.api.pop(st.req.clone()) => match r {
+                    Ok(popped) => {
+                        count_out(&st.req.topic, &popped);
+                        st.buf.extend(popped);
+                    }
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Ok(error_event(&Error::Core(e))), st));
+                    }
+                },
+                _ = st.ctx.stopping() => return None,
+            }
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+struct StreamState<B> {
+    ctx: Arc<Ctx<B>>,
+    req: PopRequest,
+    encoding: Encoding,
+    buf: VecDeque<Popped>,
+    done: bool,
+}
+
+fn json_event<T: Serialize>(name: &str, value: &T) -> Event {
+    let data = serde_json::to_string(value).unwrap_or_default();
+    Event::default().event(name).data(data)
+}
+
+fn error_event(e: &Error) -> Event {
+    let (_, code) = e.status();
+    json_event("error", &error::body(code, &e.to_string()))
+}
+
+/// Receipt handles in a request body: `receipt_handle` or `receipt_handles`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlesBody {
+    #[serde(default)]
+    pub receipt_handle: Option<String>,
+    #[serde(default)]
+    pub receipt_handles: Vec<String>,
+    /// Nacks only: redeliver after this long (default 0: now).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+impl HandlesBody {
+    fn handles(self, group: &str) -> Result<Vec<String>> {
+        let mut all = self.receipt_handles;
+        all.extend(self.receipt_handle);
+        if all.is_empty() {
+            return Err(Error::bad("receipt_handles", "no receipt handle given"));
+        }
+        for h in &all {
+            let parsed: ReceiptHandle = h.parse()?;
+            if parsed.group != group {
+                return Err(Error::bad(
+                    "receipt_handles",
+                    format!("handle of group {:?} sent to group {group:?}", parsed.group),
+                ));
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// Per-handle outcome when some handles of a request failed.
+#[derive(Debug, Serialize)]
+struct Outcome {
+    receipt_handle: String,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<serde_json::Value>,
+}
+
+/// Acts on every handle; all fine: `200 {key: n}`. Otherwise the status of the
+/// first failure, with the usual error plus `results` saying what happened to each.
+async fn each_handle<F, Fut>(handles: Vec<String>, key: &str, act: F) -> Response
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = rocketgate_core::Result<()>>,
+{
+    let mut results = Vec::with_capacity(handles.len());
+    let mut first: Option<Error> = None;
+    for h in handles {
+        match act(h.clone()).await {
+            Ok(()) => results.push(Outcome {
+                receipt_handle: h,
+                ok: true,
+                error: None,
+            }),
+            Err(e) => {
+                let e = Error::Core(e);
+                let (_, code) = e.status();
+                results.push(Outcome {
+                    receipt_handle: h,
+                    ok: false,
+                    error: Some(error::body(code, &e.to_string())["error"].clone()),
+                });
+                first.get_or_insert(e);
+            }
+        }
+    }
+    match first {
+        None => axum::Json(serde_json::json!({ key: results.len() })).into_response(),
+        Some(e) => {
+            let (status, code) = e.status();
+            let mut body = error::body(code, &e.to_string());
+            body["results"] = serde_json::to_value(&results).unwrap_or_default();
+            (status, axum::Json(body)).into_response()
+        }
+    }
+}
+
+/// `POST /v1/groups/{group}/acks`
+pub async fn ack<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<HandlesBody>,
+) -> Result<Response> {
+    if body.delay_ms.is_some() {
+        return Err(Error::bad("delay_ms", "acks take no delay"));
+    }
+    let handles = body.handles(&group)?;
+    let api = &ctx.api;
+    Ok(each_handle(handles, "acked", |h| async move { api.ack(&h).await }).await)
+}
+
+/// `POST /v1/groups/{group}/nacks`: the messages reappear after `delay_ms`
+/// (default 0) with their delivery attempt raised; after the group's maximum
+/// attempts a message goes to the group's dead-letter queue.
+pub async fn nack<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<HandlesBody>,
+) -> Result<Response> {
+    let delay = Duration::from_millis(body.delay_ms.unwrap_or(0));
+    if delay > MAX_INVISIBLE {
+        return Err(Error::bad(
+            "delay_ms",
+            format!("must be at most {}", MAX_INVISIBLE.as_millis()),
+        ));
+    }
+    let handles = body.handles(&group)?;
+    let api = &ctx.api;
+    Ok(each_handle(handles, "nacked", |h| async move {
+        api.change_invisibility(&h, delay).await.map(|_| ())
+    })
+    .await)
+}
+
+/// Body of `PATCH /v1/groups/{group}/invisibility`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvisibilityBody {
+    pub receipt_handle: String,
+    pub invisible_ms: u64,
+}
+
+/// The replacement of a handle whose invisibility changed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Renewed {
+    pub receipt_handle: String,
+    pub invisible_until: i64,
+}
+
+/// `PATCH /v1/groups/{group}/invisibility`: the message stays invisible for
+/// `invisible_ms` from now; the answer's handle replaces the old one.
+pub async fn invisibility<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<InvisibilityBody>,
+) -> Result<axum::Json<Renewed>> {
+    let invisible = Duration::from_millis(body.invisible_ms);
+    if invisible > MAX_INVISIBLE {
+        return Err(Error::bad(
+            "invisible_ms",
+            format!("must be at most {}", MAX_INVISIBLE.as_millis()),
+        ));
+    }
+    let handles = HandlesBody {
+        receipt_handle: Some(body.receipt_handle),
+        ..Default::default()
+    }
+    .handles(&group)?;
+    let renewed = ctx.api.change_invisibility(&handles[0], invisible).await?;
+    Ok(axum::Json(Renewed {
+        receipt_handle: renewed.to_string(),
+        invisible_until: renewed.invisible_until_ms,
+    }))
+}
+
+/// Query parameters of a replay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayQuery {
+    /// The queue offset to start at (default 0; below the queue's minimum the
+    /// answer says `offset_moved` and where to go on).
+    pub offset: Option<u64>,
+    pub max: Option<usize>,
+    pub filter: Option<String>,
+    pub filter_type: Option<String>,
+    /// Wait up to this long when there is nothing at `offset` yet.
+    pub wait_ms: Option<u64>,
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// A page of a queue.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Replay {
+    /// `found`, `no_new_message` or `offset_moved`.
+    pub status: String,
+    pub messages: Vec<MessageJson>,
+    /// Where the next page starts.
+    pub next_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+}
+
+/// Reads one queue from an offset, without any group state.
+pub(crate) async fn read_queue<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    topic: String,
+    queue_id: u32,
+    q: &ReplayQuery,
+) -> Result<Replay> {
+    let max = q.max.unwrap_or(16);
+    if max == 0 || max > ctx.settings.max_messages {
+        return Err(Error::bad(
+            "max",
+            format!("must be between 1 and {}", ctx.settings.max_messages),
+        ));
+    }
+    let req = PullRequest {
+        group: REPLAY_GROUP.into(),
+        member: String::new(),
+        topic,
+        queue_id,
+        offset: q.offset.unwrap_or(0),
+        max_messages: max,
+        filter: parse_filter(q.filter.as_deref(), q.filter_type.as_deref())?,
+        wait: Duration::from_millis(q.wait_ms.unwrap_or(0)).min(ctx.settings.max_wait),
+    };
+    let r = tokio::select! {
+        r = ctx.api.pull(req) => r?,
+        _ = ctx.stopping() => return Err(Error::ShuttingDown),
+    };
+    let status = match r.status {
+        PullStatus::Found => "found",
+        PullStatus::NoNewMessage => "no_new_message",
+        PullStatus::OffsetMoved => "offset_moved",
+    };
+    Ok(Replay {
+        status: status.into(),
+        messages: r
+            .messages
+            .iter()
+            .map(|d| MessageJson::from_delivered(d, q.encoding))
+            .collect::<Result<_>>()?,
+        next_offset: r.next_offset,
+        min_offset: r.min_offset,
+        max_offset: r.max_offset,
+    })
+}
+
+/// `GET /v1/topics/{topic}/queues/{queue}/messages`
+pub async fn replay<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path((topic, queue_id)): Path<(String, u32)>,
+    Query(q): Query<ReplayQuery>,
+) -> Result<axum::Json<Replay>> {
+    Ok(axum::Json(read_queue(&ctx, topic, queue_id, &q).await?))
+}
+
+/// 204 No Content.
+pub(crate) fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}

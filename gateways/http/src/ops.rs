@@ -1,0 +1,192 @@
+//! Operations: `/health`, `/health/ready`, Prometheus `/metrics`, the
+//! in-flight limit (429) and per-request metrics, and the JSON answers for
+//! unknown routes.
+//!
+//! Metrics go through the `metrics` facade into one process-wide Prometheus
+//! recorder, installed by the first HTTP server of the process; any other door
+//! that records with `metrics::counter!` etc. shows up in the same `/metrics`.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use rocketgate_core::broker::MessagingApi;
+
+use crate::Ctx;
+use crate::error::Error;
+
+/// Latency buckets (seconds) of every `*_duration_seconds` histogram.
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide recorder once (a no-op when another recorder was
+/// installed first: `/metrics` then says so).
+pub fn install_recorder() {
+    RECORDER.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".into()), BUCKETS)
+            .map_err(|e| tracing::warn!(error = %e, "metric buckets"))
+            .ok()?;
+        match builder.install_recorder() {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot install the metrics recorder; /metrics is empty");
+                None
+            }
+        }
+    });
+}
+
+/// `GET /metrics`: Prometheus text format. Store positions, disk usage and
+/// consumer lag are sampled at scrape time.
+pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) -> Response {
+    let s = ctx.probe.status();
+    for (name, v) in [
+        ("rocketgate_store_min_offset", s.log_min),
+        ("rocketgate_store_flushed_offset", s.log_flushed),
+        ("rocketgate_store_written_offset", s.log_written),
+        ("rocketgate_store_dispatched_offset", s.log_dispatched),
+    ] {
+        metrics::gauge!(name).set(v as f64);
+    }
+    metrics::gauge!("rocketgate_disk_usage_ratio").set(s.disk_usage);
+    metrics::gauge!("rocketgate_disk_full").set(if s.disk_full() { 1.0 } else { 0.0 });
+    crate::admin::record_lag(&ctx).await;
+    let text = match RECORDER.get() {
+        Some(Some(h)) => {
+            h.run_upkeep();
+            h.render()
+        }
+        _ => "# no metrics recorder installed in this process\n".to_owned(),
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `GET /health`: liveness (always 200 while the process serves), with the
+/// readiness verdict and the disk state.
+pub async fn health<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) -> Response {
+    let (_, body) = readiness(&ctx);
+    axum::Json(body).into_response()
+}
+
+/// `GET /health/ready`: 200 when publishing works, 503 when the disk is full
+/// or the gateway is shutting down.
+pub async fn ready<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) -> Response {
+    let (ok, body) = readiness(&ctx);
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
+    let s = ctx.probe.status();
+    let stopping = *ctx.shutdown.borrow();
+    let mut reasons = Vec::new();
+    if s.disk_full() {
+        reasons.push(format!(
+            "disk usage {:.1}% is above the hard limit of {:.1}%",
+            s.disk_usage * 100.0,
+            s.disk_hard_ratio * 100.0
+        ));
+    }
+    if stopping {
+        reasons.push("shutting down".to_owned());
+    }
+    let ok = reasons.is_empty();
+    let body = serde_json::json!({
+        "status": "ok",
+        "ready": ok,
+        "reasons": reasons,
+        "disk": {
+            "usage_ratio": s.disk_usage,
+            "hard_ratio": s.disk_hard_ratio,
+            "full": s.disk_full(),
+        },
+        "store": s,
+    });
+    (ok, body)
+}
+
+/// Paths never refused for load: probes and scrapes must work under pressure.
+fn exempt(path: &str) -> bool {
+    path.starts_with("/health") || path == "/metrics"
+}
+
+/// The in-flight limit (429 above it) and the per-request metrics
+/// `rocketgate_http_requests_total{method,route,status}` and
+/// `rocketgate_http_request_duration_seconds{method,route}`.
+pub async fn track<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let permit = if exempt(req.uri().path()) {
+        None
+    } else {
+        match ctx.inflight.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let limit = ctx.settings.max_inflight;
+                let resp = Error::Overloaded { limit }.into_response();
+                count(&method, &route, resp.status(), started);
+                return resp;
+            }
+        }
+    };
+    let resp = next.run(req).await;
+    drop(permit);
+    count(&method, &route, resp.status(), started);
+    resp
+}
+
+fn count(method: &str, route: &str, status: StatusCode, started: Instant) {
+    let labels = [
+        ("method", method.to_owned()),
+        ("route", route.to_owned()),
+        ("status", status.as_u16().to_string()),
+    ];
+    metrics::counter!("rocketgate_http_requests_total", &labels).increment(1);
+    let labels = [("method", method.to_owned()), ("route", route.to_owned())];
+    metrics::histogram!("rocketgate_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// Unknown paths: a JSON 404.
+pub async fn no_route(method: Method, uri: Uri) -> Error {
+    Error::NoRoute {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+/// A known path with the wrong method: a JSON 405.
+pub async fn wrong_method(method: Method, uri: Uri) -> Error {
+    Error::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}

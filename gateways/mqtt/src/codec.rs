@@ -1,0 +1,379 @@
+//! Framing and version handling on top of the `mqttbytes` codec.
+//!
+//! The connection works with one packet model, `mqttbytes::v5`, for both protocol
+//! versions: MQTT 3.1.1 packets are read with the `v4` codec and lifted into v5
+//! values (no properties, success reasons), and v5 values are lowered to v4 on the
+//! way out.
+//!
+//! Two gaps of `mqttbytes` 0.6 are covered here: a v5 DISCONNECT with a
+//! remaining length of 0 or 1 (both legal) is read without its codec, and the
+//! frame is checked against the size limit before anything is consumed, so an
+//! oversize packet is reported as such rather than as garbage; a v5 CONNACK
+//! always carries its property length.
+
+use bytes::{Buf, BytesMut};
+use mqttbytes::v5::{self, Packet};
+use mqttbytes::{QoS, v4};
+
+/// The protocol version of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V4,
+    V5,
+}
+
+/// Why the bytes received cannot be a packet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("packet of {size} bytes is larger than the maximum of {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("malformed packet: {0}")]
+    Malformed(String),
+    #[error("unsupported protocol: {0}")]
+    Protocol(String),
+}
+
+fn malformed(e: mqttbytes::Error) -> CodecError {
+    CodecError::Malformed(format!("{e:?}"))
+}
+
+/// Reads the protocol level of a CONNECT at the start of `buf` (after framing):
+/// `Ok(None)` when more bytes are needed.
+pub fn peek_connect_level(buf: &[u8]) -> Result<Option<u8>, CodecError> {
+    let Some((header_len, _)) = fixed_header(buf)? else {
+        return Ok(None);
+    };
+    if buf[0] >> 4 != 1 {
+        return Err(CodecError::Protocol(
+            "the first packet must be CONNECT".into(),
+        ));
+    }
+    let rest = &buf[header_len..];
+    if rest.len() < 2 {
+        return Ok(None);
+    }
+    let name_len = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+    if rest.len() < 2 + name_len + 1 {
+        return Ok(None);
+    }
+    let name = &rest[2..2 + name_len];
+    if name != b"MQTT" && name != b"MQIsdp" {
+        return Err(CodecError::Protocol(format!(
+            "protocol name {:?}",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(Some(rest[2 + name_len]))
+}
+
+/// The fixed header at the start of `buf`: `(header length, remaining length)`,
+/// or `None` when it is not complete yet.
+fn fixed_header(buf: &[u8]) -> Result<Option<(usize, usize)>, CodecError> {
+    let mut len = 0usize;
+    for i in 0..4 {
+        let Some(&b) = buf.get(1 + i) else {
+            return Ok(None);
+        };
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some((2 + i, len)));
+        }
+    }
+    Err(CodecError::Malformed(
+        "remaining length longer than 4 bytes".into(),
+    ))
+}
+
+/// Takes one whole packet off the front of `buf` (`Ok(None)`: not complete yet).
+pub fn read(
+    version: Version,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Option<Packet>, CodecError> {
+    let Some((header_len, remaining)) = fixed_header(buf)? else {
+        return Ok(None);
+    };
+    let size = header_len + remaining;
+    if size > max {
+        return Err(CodecError::TooLarge { size, max });
+    }
+    if buf.len() < size {
+        buf.reserve(size - buf.len());
+        return Ok(None);
+    }
+    let kind = buf[0] >> 4;
+    if kind == 14 && remaining <= 1 {
+        let reason = if remaining == 1 { buf[header_len] } else { 0 };
+        buf.advance(size);
+        let mut d = v5::Disconnect::new();
+        d.reason_code = disconnect_reason(reason)?;
+        return Ok(Some(Packet::Disconnect(d)));
+    }
+    if kind == 15 {
+        return Err(CodecError::Protocol(
+            "AUTH (enhanced authentication) is not supported".into(),
+        ));
+    }
+    match version {
+        Version::V5 => v5::read(buf, max).map(Some).map_err(malformed),
+        Version::V4 => v4::read(buf, max).map(|p| Some(lift(p))).map_err(malformed),
+    }
+}
+
+fn disconnect_reason(code: u8) -> Result<v5::DisconnectReasonCode, CodecError> {
+    // The codec's own conversion, through a minimal encoded packet.
+    let mut b = BytesMut::from(&[0xE0u8, 2, code, 0][..]);
+    match v5::read(&mut b, 16) {
+        Ok(Packet::Disconnect(d)) => Ok(d.reason_code),
+        _ => Err(CodecError::Malformed(format!(
+            "DISCONNECT reason code {code:#04x}"
+        ))),
+    }
+}
+
+/// A v4 packet as the v5 model.
+fn lift(p: v4::Packet) -> Packet {
+    match p {
+        v4::Packet::Connect(c) => {
+            let mut out = v5::Connect::new(c.client_id);
+            out.protocol = mqttbytes::Protocol::V4;
+            out.keep_alive = c.keep_alive;
+            out.clean_session = c.clean_session;
+            out.last_will = c.last_will.map(|w| v5::LastWill {
+                topic: w.topic,
+                message: w.message,
+                qos: w.qos,
+                retain: w.retain,
+                properties: None,
+            });
+            out.login = c.login.map(|l| v5::Login {
+                username: l.username,
+                password: l.password,
+            });
+            Packet::Connect(out)
+        }
+        v4::Packet::Publish(p) => Packet::Publish(v5::Publish {
+            dup: p.dup,
+            qos: p.qos,
+            retain: p.retain,
+            topic: p.topic,
+            pkid: p.pkid,
+            properties: None,
+            payload: p.payload,
+        }),
+        v4::Packet::PubAck(a) => Packet::PubAck(v5::PubAck::new(a.pkid)),
+        v4::Packet::PubRec(a) => Packet::PubRec(v5::PubRec::new(a.pkid)),
+        v4::Packet::PubRel(a) => Packet::PubRel(v5::PubRel::new(a.pkid)),
+        v4::Packet::PubComp(a) => Packet::PubComp(v5::PubComp::new(a.pkid)),
+        v4::Packet::Subscribe(s) => Packet::Subscribe(v5::Subscribe {
+            pkid: s.pkid,
+            filters: s
+                .filters
+                .into_iter()
+                .map(|f| v5::SubscribeFilter::new(f.path, f.qos))
+                .collect(),
+            properties: None,
+        }),
+        v4::Packet::Unsubscribe(u) => Packet::Unsubscribe(v5::Unsubscribe {
+            pkid: u.pkid,
+            filters: u.topics,
+            properties: None,
+        }),
+        v4::Packet::PingReq => Packet::PingReq,
+        v4::Packet::PingResp => Packet::PingResp,
+        v4::Packet::Disconnect => Packet::Disconnect(v5::Disconnect::new()),
+        v4::Packet::ConnAck(_) => Packet::PingResp, // never sent by a client; rejected upstream
+        v4::Packet::SubAck(_) => Packet::PingResp,
+        v4::Packet::UnsubAck(_) => Packet::PingResp,
+    }
+}
+
+/// Appends `packet` to `out`, encoded for `version`. Packets a v4 connection has
+/// no counterpart for (a server DISCONNECT) are skipped.
+pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<(), CodecError> {
+    let r = match version {
+        Version::V5 => match packet {
+            // mqttbytes omits the (mandatory) property length when there are none.
+            Packet::ConnAck(p) if p.properties.is_none() => {
+                let mut p = p.clone();
+                p.properties = Some(v5::ConnAckProperties::new());
+                p.write(out)
+            }
+            Packet::ConnAck(p) => p.write(out),
+            Packet::Publish(p) => p.write(out),
+            Packet::PubAck(p) => p.write(out),
+            Packet::PubRec(p) => p.write(out),
+            Packet::PubRel(p) => p.write(out),
+            Packet::PubComp(p) => p.write(out),
+            Packet::SubAck(p) => p.write(out),
+            Packet::UnsubAck(p) => p.write(out),
+            Packet::PingResp => v5::PingResp.write(out),
+            Packet::Disconnect(p) => p.write(out),
+            other => {
+                return Err(CodecError::Protocol(format!(
+                    "server never sends {other:?}"
+                )));
+            }
+        },
+        Version::V4 => match packet {
+            Packet::ConnAck(p) => {
+                v4::ConnAck::new(v4_connack_code(p.code), p.session_present).write(out)
+            }
+            Packet::Publish(p) => v4::Publish {
+                dup: p.dup,
+                qos: p.qos,
+                retain: p.retain,
+                topic: p.topic.clone(),
+                pkid: p.pkid,
+                payload: p.payload.clone(),
+            }
+            .write(out),
+            Packet::PubAck(p) => v4::PubAck::new(p.pkid).write(out),
+            Packet::PubRec(p) => v4::PubRec::new(p.pkid).write(out),
+            Packet::PubRel(p) => v4::PubRel::new(p.pkid).write(out),
+            Packet::PubComp(p) => v4::PubComp::new(p.pkid).write(out),
+            Packet::SubAck(p) => v4::SubAck::new(
+                p.pkid,
+                p.return_codes
+                    .iter()
+                    .map(|c| match c {
+                        v5::SubscribeReasonCode::QoS0 => {
+                            v4::SubscribeReasonCode::Success(QoS::AtMostOnce)
+                        }
+                        v5::SubscribeReasonCode::QoS1 => {
+                            v4::SubscribeReasonCode::Success(QoS::AtLeastOnce)
+                        }
+                        v5::SubscribeReasonCode::QoS2 => {
+                            v4::SubscribeReasonCode::Success(QoS::ExactlyOnce)
+                        }
+                        _ => v4::SubscribeReasonCode::Failure,
+                    })
+                    .collect(),
+            )
+            .write(out),
+            Packet::UnsubAck(p) => v4::UnsubAck::new(p.pkid).write(out),
+            Packet::PingResp => v4::PingResp.write(out),
+            Packet::Disconnect(_) => return Ok(()),
+            other => {
+                return Err(CodecError::Protocol(format!(
+                    "server never sends {other:?}"
+                )));
+            }
+        },
+    };
+    r.map(|_| ()).map_err(malformed)
+}
+
+/// Appends one PUBLISH (the hot path: no packet enum, no clone for v5).
+pub fn write_publish(
+    version: Version,
+    p: &v5::Publish,
+    out: &mut BytesMut,
+) -> Result<(), CodecError> {
+    match version {
+        Version::V5 => p.write(out).map(|_| ()).map_err(malformed),
+        Version::V4 => write(version, &Packet::Publish(p.clone()), out),
+    }
+}
+
+fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
+    use v4::ConnectReturnCode as C4;
+    use v5::ConnectReturnCode as C5;
+    match code {
+        C5::Success => C4::Success,
+        C5::UnsupportedProtocolVersion => C4::RefusedProtocolVersion,
+        C5::ClientIdentifierNotValid => C4::BadClientId,
+        C5::BadUserNamePassword => C4::BadUserNamePassword,
+        C5::NotAuthorized => C4::NotAuthorized,
+        _ => C4::ServiceUnavailable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_v5_disconnects_are_read() {
+        let mut b = BytesMut::from(&[0xE0u8, 0][..]);
+        let p = read(Version::V5, &mut b, 100).unwrap().unwrap();
+        assert!(
+            matches!(p, Packet::Disconnect(d) if d.reason_code == v5::DisconnectReasonCode::NormalDisconnection)
+        );
+        let mut b = BytesMut::from(&[0xE0u8, 1, 4][..]);
+        let p = read(Version::V5, &mut b, 100).unwrap().unwrap();
+        assert!(
+            matches!(p, Packet::Disconnect(d) if d.reason_code == v5::DisconnectReasonCode::DisconnectWithWillMessage)
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn partial_and_oversize_frames() {
+        let mut b = BytesMut::from(&[0x30u8][..]);
+        assert_eq!(read(Version::V4, &mut b, 100).unwrap(), None);
+        let mut b = BytesMut::from(&[0x30u8, 0xff, 0x7f][..]);
+        assert!(matches!(
+            read(Version::V4, &mut b, 100),
+            Err(CodecError::TooLarge { .. })
+        ));
+        let mut b = BytesMut::from(&[0x30u8, 0xff, 0xff, 0xff, 0xff, 0x01][..]);
+        assert!(matches!(
+            read(Version::V4, &mut b, 100),
+            Err(CodecError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn connect_level_is_peeked() {
+        let mut c = v5::Connect::new("x");
+        c.protocol = mqttbytes::Protocol::V4;
+        let mut b = BytesMut::new();
+        c.write(&mut b).unwrap();
+        assert_eq!(peek_connect_level(&b).unwrap(), Some(4));
+        assert_eq!(peek_connect_level(&b[..3]).unwrap(), None);
+        assert!(peek_connect_level(&[0x30, 0]).is_err());
+    }
+
+    /// Random bodies behind every packet type, for both versions: the codec answers
+    /// with a packet or an error, never a panic.
+    #[test]
+    fn random_packets_never_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..200_000u32 {
+            let kind = (next() % 16) as u8;
+            let flags = (next() % 16) as u8;
+            let len = (next() % 40) as usize;
+            let mut b = BytesMut::with_capacity(len + 12);
+            // Half of the CONNECTs start like real ones, to get past the protocol name.
+            let prefix: &[u8] = if kind == 1 && i % 4 < 2 {
+                if i % 4 == 0 {
+                    b"\x00\x04MQTT\x05"
+                } else {
+                    b"\x00\x04MQTT\x04"
+                }
+            } else {
+                b""
+            };
+            let flags = if kind == 1 { 0 } else { flags };
+            b.extend_from_slice(&[(kind << 4) | flags, (prefix.len() + len) as u8]);
+            b.extend_from_slice(prefix);
+            for _ in 0..len {
+                b.extend_from_slice(&[(next() % 256) as u8]);
+            }
+            let version = if i % 2 == 0 { Version::V4 } else { Version::V5 };
+            let r = std::panic::catch_unwind(move || {
+                let mut b = b;
+                let _ = read(version, &mut b, 1024);
+                let _ = peek_connect_level(&b);
+            });
+            assert!(r.is_ok(), "panicked on packet type {kind} ({i})");
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! One client connection: a task that owns the socket's read half and the
+//! session while connected, and a writer task fed with whole batches of encoded
+//! packets (many packets per socket write).
+//!
+//! Incoming PUBLISHes read in one go are stored with one core `send_batch` per
+//! run of the same core topic, and acknowledged only after it returns. Outgoing
+//! messages are in `deliver.rs`.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use mqttbytes::v5::{
+    ConnAck, ConnAckProperties, Connect, ConnectReturnCode, Disconnect, DisconnectProperties,
+    DisconnectReasonCode, Packet, PubComp, PubCompReason, PubRel,
+};
+use rocketgate_core::broker::MessagingApi;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::codec::{self, CodecError, Version};
+use crate::deliver::Ready;
+use crate::router::{Batch, Inbox};
+use crate::server::{Shared, Slot, Takeover, lock};
+use crate::session::Session;
+use crate::state::WillRecord;
+use crate::topic;
+
+/// Why a connection ends.
+pub(crate) enum End {
+    /// The client sent DISCONNECT (publish the will only for reason 0x04).
+    Client { will: bool },
+    /// The socket closed or failed without DISCONNECT.
+    Closed,
+    /// The server closes it with this v5 reason code.
+    Server(DisconnectReasonCode, String),
+    /// Another connection took the session over.
+    Takeover(Takeover),
+    /// The server is stopping.
+    Shutdown,
+}
+
+impl End {
+    pub(crate) fn protocol(reason: impl Into<String>) -> End {
+        End::Server(DisconnectReasonCode::ProtocolError, reason.into())
+    }
+}
+
+pub(crate) struct Conn<B> {
+    pub shared: Arc<Shared<B>>,
+    pub version: Version,
+    pub peer: SocketAddr,
+    pub conn_id: u64,
+    pub session: Box<Session>,
+    pub out: BytesMut,
+    wtx: mpsc::Sender<Bytes>,
+    /// The client's Receive Maximum (outgoing window) and Maximum Packet Size.
+    pub client_receive_max: usize,
+    pub client_max_packet: usize,
+    pub client_alias_max: u16,
+    pub problem_info: bool,
+    pub aliases_in: HashMap<u16, String>,
+    pub aliases_out: HashMap<String, u16>,
+    pub ready: VecDeque<Ready>,
+    pub pending: BTreeSet<(Arc<str>, u32)>,
+    pub joined: HashSet<Arc<str>>,
+    pub inbox: Inbox,
+    pub pop_tx: mpsc::Sender<(Arc<str>, rocketgate_core::broker::Popped)>,
+    pub share_tasks: HashMap<(Arc<str>, String), JoinHandle<()>>,
+    pub to_ack: Vec<String>,
+    pub committed: HashMap<(Arc<str>, u32), u64>,
+    pub(crate) pubs: Vec<crate::inbound::PendingPub>,
+}
+
+pub(crate) async fn run<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
+where
+    B: MessagingApi + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let mut inbuf = BytesMut::with_capacity(8 * 1024);
+    let max = shared.settings.max_packet_size as usize;
+    let first = tokio::time::timeout(
+        shared.settings.connect_timeout,
+        read_connect(&mut rd, &mut inbuf, max),
+    )
+    .await;
+    let (version, connect) = match first {
+        Ok(Ok(c)) => c,
+        Ok(Err(Some(reply))) => {
+            let _ = wr.write_all(&reply).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+        Ok(Err(None)) | Err(_) => return,
+    };
+    let (wtx, wrx) = mpsc::channel::<Bytes>(64);
+    let writer = tokio::spawn(write_loop(wr, wrx));
+    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Arc<Batch>>(64);
+    let lagged = Arc::new(Notify::new());
+    let (pop_tx, mut pop_rx) = mpsc::channel(64);
+    let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
+    let conn_id = shared.next_id();
+    let mut conn = Conn {
+        shared: shared.clone(),
+        version,
+        peer,
+        conn_id,
+        session: Box::new(Session::new("", 0)),
+        out: BytesMut::with_capacity(16 * 1024),
+        wtx,
+        client_receive_max: usize::from(shared.settings.max_inflight.max(1)),
+        client_max_packet: usize::MAX,
+        client_alias_max: 0,
+        problem_info: true,
+        aliases_in: HashMap::new(),
+        aliases_out: HashMap::new(),
+        ready: VecDeque::new(),
+        pending: BTreeSet::new(),
+        joined: HashSet::new(),
+        inbox: Inbox {
+            id: conn_id,
+            tx: inbox_tx,
+            lagged: lagged.clone(),
+        },
+        pop_tx,
+        share_tasks: HashMap::new(),
+        to_ack: Vec::new(),
+        committed: HashMap::new(),
+        pubs: Vec::new(),
+    };
+    let keep_alive = match conn.accept(connect, tk_tx).await {
+        Some(k) => k,
+        None => {
+            conn.flush().await;
+            drop(conn);
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+            return;
+        }
+    };
+    // Packets that came in the same read as CONNECT.
+    let mut early = if inbuf.is_empty() {
+        None
+    } else {
+        conn.on_bytes(&mut inbuf).await
+    };
+    let mut topics_rx = shared.router.topic_list();
+    let mut shutdown = shared.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_seen = Instant::now();
+    let end = loop {
+        if let Some(end) = early.take() {
+            break end;
+        }
+        conn.fill_ready().await;
+        conn.pump();
+        conn.settle_acks().await;
+        conn.flush().await;
+        let deadline = keep_alive.map(|k| last_seen + k);
+        let room = conn.ready.len() < crate::deliver::READY_HIGH;
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break End::Shutdown,
+            Some(t) = tk_rx.recv() => break End::Takeover(t),
+            r = rd.read_buf(&mut inbuf) => match r {
+                Ok(0) | Err(_) => break End::Closed,
+                Ok(_) => {
+                    last_seen = Instant::now();
+                    if let Some(end) = conn.on_bytes(&mut inbuf).await {
+                        break end;
+                    }
+                }
+            },
+            Some(b) = inbox_rx.recv(), if room => {
+                conn.on_batch(b);
+                while let Ok(b) = inbox_rx.try_recv() {
+                    conn.on_batch(b);
+                }
+            }
+            _ = lagged.notified() => conn.recheck().await,
+            Some((raw, p)) = pop_rx.recv(), if room => conn.on_popped(&raw, p),
+            Ok(()) = topics_rx.changed() => {
+                let list = topics_rx.borrow_and_update().clone();
+                conn.on_topics(&list).await;
+            }
+            _ = sleep_until(deadline) => break End::Server(
+                DisconnectReasonCode::KeepAliveTimeout,
+                "no packet within 1.5 times the keep-alive".into(),
+            ),
+            _ = tick.tick() => conn.commit().await,
+        }
+    };
+    conn.finish(end, &mut tk_rx).await;
+    drop(conn);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<Bytes>) {
+    while let Some(b) = rx.recv().await {
+        if w.write_all(&b).await.is_err() {
+            return;
+        }
+        while let Ok(b) = rx.try_recv() {
+            if w.write_all(&b).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
+async fn read_connect<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<(Version, Connect), Option<Bytes>> {
+    loop {
+        match codec::peek_connect_level(buf) {
+            Ok(Some(level)) => {
+                let version = match level {
+                    4 => Version::V4,
+                    5 => Version::V5,
+                    3 => {
+                        let mut out = BytesMut::new();
+                        let ack =
+                            ConnAck::new(ConnectReturnCode::UnsupportedProtocolVersion, false);
+                        let _ = codec::write(Version::V4, &Packet::ConnAck(ack), &mut out);
+                        return Err(Some(out.freeze()));
+                    }
+                    _ => {
+                        let mut out = BytesMut::new();
+                        let ack =
+                            ConnAck::new(ConnectReturnCode::UnsupportedProtocolVersion, false);
+                        let _ = codec::write(Version::V5, &Packet::ConnAck(ack), &mut out);
+                        return Err(Some(out.freeze()));
+                    }
+                };
+                match codec::read(version, buf, max) {
+                    Ok(Some(Packet::Connect(c))) => return Ok((version, c)),
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Err(None),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "bad CONNECT");
+                        let code = match (&e, version) {
+                            (_, Version::V4) => return Err(None),
+                            (CodecError::TooLarge { .. }, _) => ConnectReturnCode::PacketTooLarge,
+                            (CodecError::Malformed(_), _) => ConnectReturnCode::MalformedPacket,
+                            (CodecError::Protocol(_), _) => ConnectReturnCode::ProtocolError,
+                        };
+                        let mut out = BytesMut::new();
+                        let _ = codec::write(
+                            version,
+                            &Packet::ConnAck(ConnAck::new(code, false)),
+                            &mut out,
+                        );
+                        return Err(Some(out.freeze()));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "connection refused before CONNECT");
+                return Err(None);
+            }
+        }
+        match rd.read_buf(buf).await {
+            Ok(0) | Err(_) => return Err(None),
+            Ok(_) => {
+                if buf.len() > max + 8 {
+                    return Err(None);
+                }
+            }
+        }
+    }
+}
+
+impl<B: MessagingApi + 'static> Conn<B> {
+    pub fn send(&mut self, p: &Packet) {
+        if let Err(e) = codec::write(self.version, p, &mut self.out) {
+            tracing::warn!(error = %e, "encoding a packet failed");
+        }
+    }
+
+    pub async fn flush(&mut self) {
+        if !self.out.is_empty() {
+            let chunk = self.out.split().freeze();
+            let _ = self.wtx.send(chunk).await;
+        }
+    }
+
+    pub fn reason(&self, s: String) -> Option<String> {
+        (self.version == Version::V5 && self.problem_info).then_some(s)
+    }
+
+    /// Handles CONNECT: session take-over or resumption, CONNACK. The keep-alive
+    /// deadline span, or `None` when the connection is refused.
+    async fn accept(
+        &mut self,
+        c: Connect,
+        takeover: mpsc::Sender<Takeover>,
+    ) -> Option<Option<Duration>> {
+        let s = self.shared.settings.clone();
+        let v5 = self.version == Version::V5;
+        let props = c.properties.as_ref();
+        let refuse = |this: &mut Self, code: ConnectReturnCode, why: &str| {
+            tracing::debug!(peer = %this.peer, why, "CONNECT refused");
+            let mut ack = ConnAck::new(code, false);
+            if v5 {
+                let mut p = ConnAckProperties::new();
+                p.reason_string = Some(why.to_owned());
+                ack.properties = Some(p);
+            }
+            this.send(&Packet::ConnAck(ack));
+            None
+        };
+        let mut client_id = c.client_id.clone();
+        let mut assigned = None;
+        if client_id.is_empty() {
+            if !v5 && !c.clean_session {
+                return refuse(
+                    self,
+                    ConnectReturnCode::ClientIdentifierNotValid,
+                    "an empty client id needs a clean session",
+                );
+            }
+            client_id = format!("rg-{:016x}", rand::random::<u64>());
+            assigned = v5.then(|| client_id.clone());
+        }
+        if let Some(p) = props {
+            if p.receive_maximum == Some(0) {
+                return refuse(self, ConnectReturnCode::ProtocolError, "receive maximum 0");
+            }
+            if p.max_packet_size == Some(0) {
+                return refuse(
+                    self,
+                    ConnectReturnCode::ProtocolError,
+                    "maximum packet size 0",
+                );
+            }
+            if p.authentication_method.is_some() {
+                return refuse(
+                    self,
+                    ConnectReturnCode::BadAuthenticationMethod,
+                    "enhanced authentication is not supported",
+                );
+            }
+            self.client_receive_max = usize::from(p.receive_maximum.unwrap_or(u16::MAX))
+                .min(usize::from(s.max_inflight.max(1)));
+            self.client_max_packet = p.max_packet_size.map(|m| m as usize).unwrap_or(usize::MAX);
+            self.client_alias_max = p.topic_alias_max.unwrap_or(0);
+            self.problem_info = p.request_problem_info != Some(0);
+        }
+        let will = match &c.last_will {
+            Some(w) => {
+                if let Err(e) = topic::check_name(&w.topic) {
+                    let code = if v5 {
+                        ConnectReturnCode::TopicNameInvalid
+                    } else {
+                        ConnectReturnCode::ServerUnavailable
+                    };
+                    return refuse(self, code, &format!("will topic: {e}"));
+                }
+                Some(WillRecord::from_last_will(w))
+            }
+            None => None,
+        };
+        let asked_expiry = if v5 {
+            props.and_then(|p| p.session_expiry_interval).unwrap_or(0)
+        } else if c.clean_session {
+            0
+        } else {
+            u32::MAX
+        };
+        let expiry = asked_expiry.min(s.max_session_expiry);
+        let mut keep_alive = c.keep_alive;
+        let mut server_keep_alive = None;
+        if s.max_keep_alive > 0 && (keep_alive == 0 || keep_alive > s.max_keep_alive) {
+            keep_alive = s.max_keep_alive;
+            server_keep_alive = Some(keep_alive);
+        }
+
+        // Take the session: from the registry, or from the connection holding it.
+        let previous = lock(&self.shared.sessions).insert(
+            client_id.clone(),
+            Slot::Online {
+                conn_id: self.conn_id,
+                takeover,
+            },
+        );
+        let mut old = match previous {
+            Some(Slot::Offline { session, .. }) => Some(session),
+            Some(Slot::Online { takeover, .. }) => {
+                let (tx, rx) = oneshot::channel();
+                if takeover.send(tx).await.is_ok() {
+                    tokio::time::timeout(Duration::from_secs(5), rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        if c.clean_session
+            && let Some(mut o) = old.take()
+        {
+            // A clean start ends the old session; its pending will goes out now.
+            if let Some(w) = o.will.take() {
+                self.shared.fire_will(&o.client_id, w.to_publish()).await;
+            }
+            self.shared.files.remove_session(&o.client_id);
+        }
+        let session_present = old.is_some();
+        let mut session = old.unwrap_or_else(|| Box::new(Session::new(&client_id, expiry)));
+        session.expiry = expiry;
+        session.will = will;
+        self.session = session;
+        self.shared.save_if_kept(&self.session);
+
+        let mut ack = ConnAck::new(ConnectReturnCode::Success, session_present);
+        if v5 {
+            let mut p = ConnAckProperties::new();
+            if expiry != asked_expiry {
+                p.session_expiry_interval = Some(expiry);
+            }
+            p.receive_max = Some(s.receive_maximum);
+            p.max_packet_size = Some(s.max_packet_size);
+            p.assigned_client_identifier = assigned;
+            p.topic_alias_max = Some(s.topic_alias_maximum);
+            p.server_keep_alive = server_keep_alive;
+            p.retain_available = Some(1);
+            p.wildcard_subscription_available = Some(1);
+            p.subscription_identifiers_available = Some(1);
+            p.shared_subscription_available = Some(1);
+            ack.properties = Some(p);
+        }
+        self.send(&Packet::ConnAck(ack));
+        tracing::debug!(client = %client_id, peer = %self.peer, ?self.version, session_present, "connected");
+        self.resume().await;
+        Some((keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500)))
+    }
+
+    /// Reads every whole packet in `buf`; `Some(end)` ends the connection.
+    async fn on_bytes(&mut self, buf: &mut BytesMut) -> Option<End> {
+        let max = self.shared.settings.max_packet_size as usize;
+        loop {
+            let packet = match codec::read(self.version, buf, max) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => {
+                    self.flush_publishes().await;
+                    let code = match e {
+                        CodecError::TooLarge { .. } => DisconnectReasonCode::PacketTooLarge,
+                        CodecError::Malformed(_) => DisconnectReasonCode::MalformedPacket,
+                        CodecError::Protocol(_) => DisconnectReasonCode::ProtocolError,
+                    };
+                    return Some(End::Server(code, e.to_string()));
+                }
+            };
+            let end = match packet {
+                Packet::Publish(p) => self.on_publish(p).await,
+                other => {
+                    self.flush_publishes().await;
+                    self.on_packet(other).await
+                }
+            };
+            if end.is_some() {
+                self.flush_publishes().await;
+                return end;
+            }
+        }
+        self.flush_publishes().await;
+        None
+    }
+
+    async fn on_packet(&mut self, packet: Packet) -> Option<End> {
+        match packet {
+            Packet::PubRel(r) => {
+                let mut c = PubComp::new(r.pkid);
+                if !self.session.qos2_in.remove(&r.pkid) {
+                    c.reason = PubCompReason::PacketIdentifierNotFound;
+                }
+                self.send(&Packet::PubComp(c));
+            }
+            Packet::PubAck(a) => self.on_ack(a.pkid, false),
+            Packet::PubRec(r) => {
+                let failed = (r.reason as u8) >= 0x80;
+                if failed {
+                    self.on_ack(r.pkid, false);
+                } else if let Some(f) = self.session.inflight.get_mut(&r.pkid) {
+                    f.released = true;
+                    self.send(&Packet::PubRel(PubRel::new(r.pkid)));
+                } else {
+                    let mut rel = PubRel::new(r.pkid);
+                    rel.reason = mqttbytes::v5::PubRelReason::PacketIdentifierNotFound;
+                    self.send(&Packet::PubRel(rel));
+                }
+            }
+            Packet::PubComp(c) => self.on_ack(c.pkid, true),
+            Packet::Subscribe(s) => return self.on_subscribe(s).await,
+            Packet::Unsubscribe(u) if u.filters.is_empty() => {
+                return Some(End::protocol("UNSUBSCRIBE without a topic filter"));
+            }
+            Packet::Unsubscribe(u) => self.on_unsubscribe(u).await,
+            Packet::PingReq => self.send(&Packet::PingResp),
+            Packet::Disconnect(d) => {
+                if let Some(e) = d
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.session_expiry_interval)
+                {
+                    if self.session.expiry == 0 && e != 0 {
+                        return Some(End::protocol(
+                            "session expiry set on DISCONNECT after connecting with 0",
+                        ));
+                    }
+                    self.session.expiry = e.min(self.shared.settings.max_session_expiry);
+                }
+                return Some(End::Client {
+                    will: d.reason_code == DisconnectReasonCode::DisconnectWithWillMessage,
+                });
+            }
+            Packet::Connect(_) => return Some(End::protocol("a second CONNECT")),
+            other => return Some(End::protocol(format!("a client does not send {other:?}"))),
+        }
+        None
+    }
+
+    /// Ends the connection: DISCONNECT where due, offsets committed, session
+    /// handed over or put offline, will published or scheduled.
+    async fn finish(&mut self, end: End, tk_rx: &mut mpsc::Receiver<Takeover>) {
+        let client_id = self.session.client_id.clone();
+        let disconnect = match &end {
+            End::Server(code, why) => Some((*code, why.clone())),
+            End::Takeover(_) => Some((
+                DisconnectReasonCode::SessionTakenOver,
+                "another connection took the session over".to_string(),
+            )),
+            End::Shutdown => Some((
+                DisconnectReasonCode::ServerShuttingDown,
+                "the server is shutting down".to_string(),
+            )),
+            _ => None,
+        };
+        if let Some((code, why)) = disconnect {
+            tracing::debug!(client = %client_id, ?code, why, "server closes the connection");
+            if self.version == Version::V5 {
+                let mut d = Disconnect::new();
+                d.reason_code = code;
+                d.properties = self.reason(why).map(|s| DisconnectProperties {
+                    session_expiry_interval: None,
+                    reason_string: Some(s),
+                    user_properties: Vec::new(),
+                    server_reference: None,
+                });
+                self.send(&Packet::Disconnect(d));
+            }
+        }
+        self.flush().await;
+        self.detach().await;
+        let publish_will = !matches!(end, End::Client { will: false } | End::Shutdown);
+        let session = std::mem::replace(&mut self.session, Box::new(Session::new("", 0)));
+        match end {
+            End::Takeover(t) => self.hand_over(session, t).await,
+            End::Shutdown => {
+                self.shared.save_if_kept(&session);
+                lock(&self.shared.sessions).remove(&client_id);
+            }
+            _ => {
+                let ours = matches!(lock(&self.shared.sessions).get(&client_id), Some(Slot::Online { conn_id, .. }) if *conn_id == self.conn_id);
+                if ours {
+                    self.shared.session_offline(session, publish_will).await;
+                } else if let Ok(Some(t)) =
+                    tokio::time::timeout(Duration::from_secs(5), tk_rx.recv()).await
+                {
+                    // Taken over while ending: the new connection waits for the session.
+                    self.hand_over(session, t).await;
+                }
+            }
+        }
+    }
+
+    async fn hand_over(&mut self, mut session: Box<Session>, t: Takeover) {
+        if let Some(w) = session.will.take()
+            && w.delay == 0
+        {
+            self.shared
+                .fire_will(&session.client_id, w.to_publish())
+                .await;
+        }
+        let _ = t.send(session);
+    }
+}

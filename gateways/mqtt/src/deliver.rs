@@ -1,0 +1,744 @@
+//! Outgoing messages of a connection: subscriptions, following core topics
+//! through the router, catching up by pulling from the session's cursors, shared
+//! subscriptions through POP, the in-flight window and acknowledgements.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mqttbytes::QoS;
+use mqttbytes::v5::{
+    Packet, PubRel, Publish, RetainForwardRule, SubAck, SubAckProperties, Subscribe,
+    SubscribeReasonCode, UnsubAck, UnsubAckReason, Unsubscribe,
+};
+use rocketgate_core::broker::{
+    Delivered, MessagingApi, PopRequest, Popped, PullRequest, PullStatus, filter::Filter,
+};
+use rocketgate_core::store::RecordView;
+
+use crate::codec::Version;
+use crate::conn::{Conn, End};
+use crate::message::{self, empty_props};
+use crate::router::{Batch, READER_GROUP, queue_end};
+use crate::session::{Inflight, Source, Sub};
+use crate::state::share_group;
+use crate::topic::{self, TopicFilter};
+
+/// Stop taking router batches above this many messages waiting for the window.
+pub const READY_HIGH: usize = 1024;
+/// Catch up by pulling while fewer than this many are waiting.
+const READY_LOW: usize = 256;
+const PULL_BATCH: usize = 128;
+
+/// A message ready to go out once the window allows.
+pub struct Ready {
+    pub publish: Publish,
+    pub source: Source,
+}
+
+/// How a topic's cursors start when it is followed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// At the end of the log (a new subscription).
+    End,
+    /// Where the session was (in memory, or the core's committed offset), else at 0
+    /// (the topic appeared after the subscription).
+    Resume,
+}
+
+impl<B: MessagingApi + 'static> Conn<B> {
+    /// After CONNECT: follow the session's topics again, restart shared
+    /// subscriptions, resend what is in flight.
+    pub(crate) async fn resume(&mut self) {
+        let topics = self.current_topics().await;
+        self.sync_following(&topics, Start::Resume).await;
+        self.session.restore_cursors = false;
+        let inflight: Vec<(u16, bool, Publish)> = self
+            .session
+            .inflight
+            .iter()
+            .map(|(id, f)| (*id, f.released, f.publish.clone()))
+            .collect();
+        for (id, released, mut p) in inflight {
+            if released {
+                self.send(&Packet::PubRel(PubRel::new(id)));
+            } else {
+                p.dup = true;
+                self.send(&Packet::Publish(p));
+            }
+        }
+    }
+
+    async fn current_topics(&self) -> Vec<String> {
+        match self
+            .shared
+            .api
+            .topics(rocketgate_core::broker::TopicKind::User)
+            .await
+        {
+            Ok(t) => t.into_iter().map(|t| t.name).collect(),
+            Err(_) => self.shared.router.topic_list().borrow().to_vec(),
+        }
+    }
+
+    /// Follows (and POPs for) every topic the subscriptions cover, starting
+    /// not-yet-followed ones per `start`.
+    async fn sync_following(&mut self, topics: &[String], start: Start) {
+        let mut wanted: Vec<String> = Vec::new();
+        let mut shares: Vec<(Arc<str>, String)> = Vec::new();
+        for sub in &self.session.subs {
+            let covered: Vec<String> = match sub.filter.core_topic() {
+                Some(t) => vec![t.to_owned()],
+                None => topics.to_vec(),
+            };
+            for t in covered {
+                if sub.filter.share.is_some() {
+                    shares.push((Arc::from(sub.filter.raw.as_str()), t));
+                } else if !wanted.contains(&t) {
+                    wanted.push(t);
+                }
+            }
+        }
+        for t in wanted {
+            if !self.joined.contains(t.as_str()) {
+                self.follow(&t, start).await;
+            }
+        }
+        for (raw, t) in shares {
+            self.start_share(raw, t);
+        }
+    }
+
+    async fn follow(&mut self, topic: &str, start: Start) {
+        let name: Arc<str> = Arc::from(topic);
+        if let Ok(config) = self.shared.api.topic(topic).await {
+            for q in 0..config.read_queues {
+                let key = (name.clone(), q);
+                let at = match start {
+                    Start::End => queue_end(&*self.shared.api, topic, q).await,
+                    Start::Resume if self.session.cursors.contains_key(&key) => None,
+                    Start::Resume => Some(
+                        self.shared
+                            .api
+                            .query_offset(&self.session.group, "", topic, q)
+                            .await
+                            .ok()
+                            .flatten()
+                            .unwrap_or(0),
+                    ),
+                };
+                if let Some(at) = at {
+                    self.session.cursors.insert(key.clone(), at);
+                }
+                self.pending.insert(key);
+            }
+        }
+        self.shared.router.join(topic, self.inbox.clone());
+        self.joined.insert(name);
+    }
+
+    fn start_share(&mut self, raw: Arc<str>, topic: String) {
+        let key = (raw.clone(), topic.clone());
+        if self.share_tasks.contains_key(&key) {
+            return;
+        }
+        let Some(sub) = self.session.subs.iter().find(|s| *s.filter.raw == *raw) else {
+            return;
+        };
+        let share = sub.filter.share.clone().unwrap_or_default();
+        let group = share_group(&share, &sub.filter.filter);
+        let api = self.shared.api.clone();
+        let tx = self.pop_tx.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let r = api
+                    .pop(PopRequest {
+                        group: group.clone(),
+                        topic: topic.clone(),
+                        filter: Filter::all(),
+                        max_messages: 64,
+                        invisible: Duration::from_secs(60),
+                        wait: Duration::from_secs(10),
+                    })
+                    .await;
+                match r {
+                    Ok(popped) => {
+                        for p in popped {
+                            if tx.send((raw.clone(), p)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+        });
+        self.share_tasks.insert(key, task);
+    }
+
+    /// The topic list changed: follow new topics wildcard subscriptions cover.
+    pub(crate) async fn on_topics(&mut self, list: &[String]) {
+        if self
+            .session
+            .subs
+            .iter()
+            .any(|s| s.filter.core_topic().is_none())
+        {
+            self.sync_following(list, Start::Resume).await;
+        }
+    }
+
+    /// Told by the router that batches were missed (or a reader started): every
+    /// followed queue catches up by pulling; topics that had no queues yet get
+    /// their cursors now.
+    pub(crate) async fn recheck(&mut self) {
+        let joined: Vec<Arc<str>> = self.joined.iter().cloned().collect();
+        for t in joined {
+            if !self.session.cursors.keys().any(|(ct, _)| *ct == t) {
+                self.joined.remove(&t);
+                self.follow(&t, Start::Resume).await;
+            }
+        }
+        let keys: Vec<_> = self.session.cursors.keys().cloned().collect();
+        for k in keys {
+            if self.joined.contains(&k.0) {
+                self.pending.insert(k);
+            }
+        }
+    }
+
+    pub(crate) fn on_batch(&mut self, b: Arc<Batch>) {
+        let key = (b.topic.clone(), b.queue);
+        if !self.joined.contains(&b.topic) || self.pending.contains(&key) {
+            return;
+        }
+        let Some(&cur) = self.session.cursors.get(&key) else {
+            // A queue first seen now: its messages are all new to the session.
+            self.session.cursors.insert(key.clone(), 0);
+            self.pending.insert(key);
+            return;
+        };
+        if b.next <= cur {
+            return;
+        }
+        if b.from > cur || self.ready.len() >= READY_HIGH {
+            self.pending.insert(key);
+            return;
+        }
+        for m in &b.messages {
+            if m.queue_offset >= cur {
+                self.match_message(&b.topic, b.queue, m);
+            }
+        }
+        self.session.cursors.insert(key, b.next);
+    }
+
+    /// Catches lagging cursors up by pulling, while there is room.
+    pub(crate) async fn fill_ready(&mut self) {
+        while self.ready.len() < READY_LOW {
+            let Some(key) = self.pending.iter().next().cloned() else {
+                return;
+            };
+            let cur = self.session.cursors.get(&key).copied().unwrap_or(0);
+            let r = self
+                .shared
+                .api
+                .pull(PullRequest {
+                    group: READER_GROUP.into(),
+                    member: String::new(),
+                    topic: key.0.to_string(),
+                    queue_id: key.1,
+                    offset: cur,
+                    max_messages: PULL_BATCH,
+                    filter: Filter::all(),
+                    wait: Duration::ZERO,
+                })
+                .await;
+            match r {
+                Ok(r) => {
+                    for m in &r.messages {
+                        if m.queue_offset >= cur {
+                            self.match_message(&key.0, key.1, m);
+                        }
+                    }
+                    self.session.cursors.insert(key.clone(), r.next_offset);
+                    let done =
+                        r.status == PullStatus::NoNewMessage || r.next_offset >= r.max_offset;
+                    if done || r.next_offset == cur && r.status != PullStatus::Found {
+                        self.pending.remove(&key);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %key.0, queue = key.1, error = %e, "catch-up pull failed");
+                    self.pending.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Queues a message of the log for every plain subscription it matches: once,
+    /// at the highest granted QoS, with every subscription identifier.
+    fn match_message(&mut self, core_topic: &Arc<str>, queue: u32, d: &Delivered) {
+        let Ok(view) = RecordView::parse(&d.record) else {
+            return;
+        };
+        let mut name = String::with_capacity(core_topic.len() + 16);
+        topic::join_into(&mut name, view.topic(), view.tags());
+        let mut granted: Option<QoS> = None;
+        let mut ids = Vec::new();
+        let mut rap = false;
+        let mut no_local = false;
+        for s in &self.session.subs {
+            if s.filter.share.is_some() || !s.filter.matches(&name) {
+                continue;
+            }
+            if s.no_local {
+                no_local = true;
+                // Decided below, once the origin is known; skip only this sub.
+            }
+            granted = Some(match granted {
+                Some(q) if q >= s.qos => q,
+                _ => s.qos,
+            });
+            if let Some(id) = s.id {
+                ids.push(id);
+            }
+            rap |= s.retain_as_published;
+        }
+        if granted.is_none() {
+            return;
+        }
+        let v5 = self.version == Version::V5;
+        let mut props = empty_props();
+        let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
+        if no_local && meta.origin.as_deref() == Some(self.session.client_id.as_str()) {
+            // Recompute without the no-local subscriptions.
+            granted = None;
+            ids.clear();
+            rap = false;
+            for s in &self.session.subs {
+                if s.filter.share.is_some() || s.no_local || !s.filter.matches(&name) {
+                    continue;
+                }
+                granted = Some(match granted {
+                    Some(q) if q >= s.qos => q,
+                    _ => s.qos,
+                });
+                if let Some(id) = s.id {
+                    ids.push(id);
+                }
+                rap |= s.retain_as_published;
+            }
+        }
+        let Some(granted) = granted else { return };
+        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, message::now_ms()) else {
+            return;
+        };
+        let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));
+        props.message_expiry_interval = expiry;
+        props.subscription_identifiers = ids;
+        let publish = Publish {
+            dup: false,
+            qos,
+            retain: rap && meta.retain,
+            topic: name,
+            pkid: 0,
+            payload: d.record.slice_ref(view.body()),
+            properties: v5.then_some(props),
+        };
+        self.ready.push_back(Ready {
+            publish,
+            source: Source::Log {
+                topic: core_topic.clone(),
+                queue,
+                offset: d.queue_offset,
+            },
+        });
+    }
+
+    pub(crate) fn on_popped(&mut self, raw: &str, p: Popped) {
+        let receipt = p.receipt.to_string();
+        let Some(sub) = self
+            .session
+            .subs
+            .iter()
+            .find(|s| *s.filter.raw == *raw)
+            .cloned()
+        else {
+            return; // unsubscribed: it reappears for the group's other members
+        };
+        let Ok(view) = RecordView::parse(&p.message.record) else {
+            self.to_ack.push(receipt);
+            return;
+        };
+        let mut name = String::new();
+        topic::join_into(&mut name, view.topic(), view.tags());
+        if !sub.filter.matches(&name) {
+            self.to_ack.push(receipt); // not for this shared subscription
+            return;
+        }
+        let v5 = self.version == Version::V5;
+        let mut props = empty_props();
+        let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
+        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, message::now_ms()) else {
+            self.to_ack.push(receipt);
+            return;
+        };
+        props.message_expiry_interval = expiry;
+        props.subscription_identifiers = sub.id.into_iter().collect();
+        let publish = Publish {
+            dup: false,
+            qos: min_qos(sub.qos, meta.qos.unwrap_or(QoS::ExactlyOnce)),
+            retain: false,
+            topic: name,
+            pkid: 0,
+            payload: p.message.record.slice_ref(view.body()),
+            properties: v5.then_some(props),
+        };
+        self.ready.push_back(Ready {
+            publish,
+            source: Source::Pop(receipt),
+        });
+    }
+
+    /// Writes ready messages while the client's window has room.
+    pub(crate) fn pump(&mut self) {
+        let window = self.client_receive_max;
+        while let Some(front) = self.ready.front() {
+            if front.publish.qos != QoS::AtMostOnce && self.session.inflight.len() >= window {
+                break;
+            }
+            let Some(mut r) = self.ready.pop_front() else {
+                break;
+            };
+            if r.publish.qos != QoS::AtMostOnce {
+                match self.session.alloc_pkid() {
+                    Some(id) => r.publish.pkid = id,
+                    None => {
+                        self.ready.push_front(r);
+                        break;
+                    }
+                }
+            }
+            if r.publish.len() + 5 > self.client_max_packet {
+                // Larger than the client accepts: discarded for this client (MQTT 5 §3.1.2.11.4).
+                self.settle(r.source);
+                continue;
+            }
+            let alias = self.outgoing_alias(&r.publish.topic);
+            match alias {
+                Some((alias, known)) => {
+                    let mut wire = r.publish.clone();
+                    if known {
+                        wire.topic.clear();
+                    }
+                    if let Some(p) = wire.properties.as_mut() {
+                        p.topic_alias = Some(alias);
+                    }
+                    self.send(&Packet::Publish(wire));
+                }
+                None => {
+                    if let Err(e) =
+                        crate::codec::write_publish(self.version, &r.publish, &mut self.out)
+                    {
+                        tracing::warn!(error = %e, "encoding a publish failed");
+                    }
+                }
+            }
+            if r.publish.qos == QoS::AtMostOnce {
+                self.settle(r.source);
+            } else {
+                self.session.inflight.insert(
+                    r.publish.pkid,
+                    Inflight {
+                        publish: r.publish,
+                        released: false,
+                        source: r.source,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The alias for a topic towards the client: `(alias, already known to it)`.
+    fn outgoing_alias(&mut self, topic: &str) -> Option<(u16, bool)> {
+        if self.client_alias_max == 0 || self.version != Version::V5 {
+            return None;
+        }
+        if let Some(a) = self.aliases_out.get(topic) {
+            return Some((*a, true));
+        }
+        let next = self.aliases_out.len() + 1;
+        if next > usize::from(self.client_alias_max) {
+            return None;
+        }
+        let a = next as u16;
+        self.aliases_out.insert(topic.to_owned(), a);
+        Some((a, false))
+    }
+
+    fn settle(&mut self, source: Source) {
+        if let Source::Pop(r) = source {
+            self.to_ack.push(r);
+        }
+    }
+
+    pub(crate) fn on_ack(&mut self, pkid: u16, comp: bool) {
+        let matches = match self.session.inflight.get(&pkid) {
+            Some(f) => f.released == comp || !comp,
+            None => false,
+        };
+        if matches && let Some(f) = self.session.inflight.remove(&pkid) {
+            self.settle(f.source);
+        }
+    }
+
+    pub(crate) async fn settle_acks(&mut self) {
+        for r in std::mem::take(&mut self.to_ack) {
+            if let Err(e) = self.shared.api.ack(&r).await {
+                tracing::debug!(error = %e, "acking a shared-subscription message failed");
+            }
+        }
+    }
+
+    pub(crate) async fn on_subscribe(&mut self, s: Subscribe) -> Option<End> {
+        let v5 = self.version == Version::V5;
+        if s.filters.is_empty() {
+            return Some(End::protocol("SUBSCRIBE without a topic filter"));
+        }
+        let id = s.properties.as_ref().and_then(|p| p.id);
+        if id == Some(0) {
+            return Some(End::protocol("subscription identifier 0"));
+        }
+        let mut codes = Vec::with_capacity(s.filters.len());
+        let mut reasons = Vec::new();
+        let mut added = Vec::new();
+        for f in s.filters {
+            let filter = match TopicFilter::parse(&f.path) {
+                Ok(t) => t,
+                Err(e) => {
+                    codes.push(SubscribeReasonCode::TopicFilterInvalid);
+                    reasons.push(e.to_string());
+                    continue;
+                }
+            };
+            if filter.share.is_some() && f.nolocal {
+                return Some(End::protocol("no-local on a shared subscription"));
+            }
+            let retain_handling = match f.retain_forward_rule {
+                RetainForwardRule::OnEverySubscribe => 0,
+                RetainForwardRule::OnNewSubscribe => 1,
+                RetainForwardRule::Never => 2,
+            };
+            let sub = Sub {
+                filter,
+                qos: f.qos,
+                no_local: v5 && f.nolocal,
+                retain_as_published: v5 && f.preserve_retain,
+                retain_handling,
+                id,
+            };
+            let existed = match self
+                .session
+                .subs
+                .iter_mut()
+                .find(|x| x.filter.raw == sub.filter.raw)
+            {
+                Some(x) => {
+                    *x = sub.clone();
+                    true
+                }
+                None => {
+                    self.session.subs.push(sub.clone());
+                    false
+                }
+            };
+            codes.push(match f.qos {
+                QoS::AtMostOnce => SubscribeReasonCode::QoS0,
+                QoS::AtLeastOnce => SubscribeReasonCode::QoS1,
+                QoS::ExactlyOnce => SubscribeReasonCode::QoS2,
+            });
+            added.push((sub, existed));
+        }
+        let mut ack = SubAck::new(s.pkid, codes);
+        if !reasons.is_empty() {
+            ack.properties = self.reason(reasons.join("; ")).map(|r| SubAckProperties {
+                reason_string: Some(r),
+                user_properties: Vec::new(),
+            });
+        }
+        self.send(&Packet::SubAck(ack));
+        if !added.is_empty() {
+            let topics = self.current_topics().await;
+            self.sync_following(&topics, Start::End).await;
+            for (sub, existed) in &added {
+                let send = sub.filter.share.is_none()
+                    && (sub.retain_handling == 0 || (sub.retain_handling == 1 && !*existed));
+                if send {
+                    self.queue_retained(sub);
+                }
+            }
+            self.save_session();
+        }
+        None
+    }
+
+    fn queue_retained(&mut self, sub: &Sub) {
+        let now = message::now_ms();
+        let v5 = self.version == Version::V5;
+        let matching: Vec<(String, crate::state::Retained)> = {
+            let r = crate::server::lock(&self.shared.retained);
+            r.iter()
+                .filter(|(t, _)| sub.filter.matches(t))
+                .map(|(t, m)| (t.clone(), m.clone()))
+                .collect()
+        };
+        for (name, m) in matching {
+            let mut props = empty_props();
+            let meta = message::read_meta(
+                m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                v5.then_some(&mut props),
+            );
+            let Ok(expiry) = message::remaining_expiry(meta.expiry_at, now) else {
+                continue;
+            };
+            props.message_expiry_interval = expiry;
+            props.subscription_identifiers = sub.id.into_iter().collect();
+            self.ready.push_back(Ready {
+                publish: Publish {
+                    dup: false,
+                    qos: min_qos(sub.qos, m.qos),
+                    retain: true,
+                    topic: name,
+                    pkid: 0,
+                    payload: m.payload.clone(),
+                    properties: v5.then_some(props),
+                },
+                source: Source::Retained,
+            });
+        }
+    }
+
+    pub(crate) async fn on_unsubscribe(&mut self, u: Unsubscribe) {
+        let mut ack = UnsubAck::new(u.pkid);
+        for f in &u.filters {
+            let before = self.session.subs.len();
+            self.session.subs.retain(|s| s.filter.raw != *f);
+            ack.reasons.push(if self.session.subs.len() < before {
+                UnsubAckReason::Success
+            } else {
+                UnsubAckReason::NoSubscriptionExisted
+            });
+            let keys: Vec<_> = self
+                .share_tasks
+                .keys()
+                .filter(|(raw, _)| **raw == **f)
+                .cloned()
+                .collect();
+            for k in keys {
+                if let Some(t) = self.share_tasks.remove(&k) {
+                    t.abort();
+                }
+            }
+        }
+        // Stop following topics no plain subscription covers any more.
+        let joined: Vec<Arc<str>> = self.joined.iter().cloned().collect();
+        for t in joined {
+            if !self.session.follows(&t) {
+                self.shared.router.leave(&t, self.inbox.id);
+                self.joined.remove(&t);
+                self.pending.retain(|(pt, _)| *pt != t);
+                self.session.cursors.retain(|(ct, _), _| *ct != t);
+            }
+        }
+        self.send(&Packet::UnsubAck(ack));
+        self.save_session();
+    }
+
+    fn save_session(&self) {
+        self.shared.save_if_kept(&self.session);
+    }
+
+    /// Where each followed queue is settled up to: the cursor, or the oldest
+    /// message of it still waiting or in flight.
+    fn positions(&self) -> HashMap<(Arc<str>, u32), u64> {
+        let mut pos = self.session.cursors.clone();
+        let sources = self
+            .session
+            .inflight
+            .values()
+            .map(|f| &f.source)
+            .chain(self.ready.iter().map(|r| &r.source));
+        for s in sources {
+            if let Source::Log {
+                topic,
+                queue,
+                offset,
+            } = s
+            {
+                let e = pos.entry((topic.clone(), *queue)).or_insert(*offset);
+                *e = (*e).min(*offset);
+            }
+        }
+        pos
+    }
+
+    /// Commits the settled positions as the session group's core offsets.
+    pub(crate) async fn commit(&mut self) {
+        if self.session.expiry == 0 {
+            return;
+        }
+        for ((topic, q), offset) in self.positions() {
+            if self.committed.get(&(topic.clone(), q)) == Some(&offset) {
+                continue;
+            }
+            match self
+                .shared
+                .api
+                .commit_offset(&self.session.group, "", &topic, q, offset)
+                .await
+            {
+                Ok(()) => {
+                    self.committed.insert((topic, q), offset);
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %topic, queue = q, error = %e, "committing an offset failed")
+                }
+            }
+        }
+    }
+
+    /// Leaves the router and stops shared-subscription POPs; messages not yet
+    /// sent go back to the cursors (they are read again on resumption).
+    pub(crate) async fn detach(&mut self) {
+        self.commit().await;
+        for r in std::mem::take(&mut self.ready) {
+            if let Source::Log {
+                topic,
+                queue,
+                offset,
+            } = r.source
+            {
+                let c = self.session.cursors.entry((topic, queue)).or_insert(offset);
+                *c = (*c).min(offset);
+            }
+        }
+        // In-flight log messages stay in the session (resent on resumption); the
+        // cursors above already point past them, so they are not read twice.
+        // POPped messages in flight reappear for the group after their invisibility.
+        self.session
+            .inflight
+            .retain(|_, f| !matches!(f.source, Source::Pop(_)));
+        for t in self.joined.drain() {
+            self.shared.router.leave(&t, self.inbox.id);
+        }
+        for (_, t) in self.share_tasks.drain() {
+            t.abort();
+        }
+        self.settle_acks().await;
+    }
+}
+
+fn min_qos(a: QoS, b: QoS) -> QoS {
+    if (a as u8) <= (b as u8) { a } else { b }
+}

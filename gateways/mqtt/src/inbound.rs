@@ -1,0 +1,232 @@
+//! Incoming PUBLISHes: topic aliases, checks, the mapping to core messages, and
+//! storing everything read in one go with one core `send_batch` per run of the
+//! same core topic, acknowledged (PUBACK / PUBREC) only after it returns.
+
+use bytes::Bytes;
+use mqttbytes::QoS;
+use mqttbytes::v5::{
+    DisconnectReasonCode, Packet, PubAck, PubAckProperties, PubAckReason, PubRec, PubRecProperties,
+    PubRecReason, Publish,
+};
+use rocketgate_core::broker::{MessagingApi, QueueChoice};
+use rocketgate_core::store::Message;
+
+use crate::codec::Version;
+use crate::conn::{Conn, End};
+use crate::message::{self, Refused};
+use crate::topic;
+
+/// A PUBLISH read and waiting for its core send (or for its ack only).
+pub(crate) struct PendingPub {
+    message: Option<Message>,
+    /// Its message went into the core batch.
+    stored: bool,
+    qos: QoS,
+    pkid: u16,
+    retain: Option<(String, Bytes)>,
+    refused: Option<Refused>,
+}
+
+const MAX_PUB_BATCH: usize = 128;
+fn refused_reason(code: u8) -> PubAckReason {
+    match code {
+        0x90 => PubAckReason::TopicNameInvalid,
+        0x97 => PubAckReason::QuotaExceeded,
+        0x99 => PubAckReason::PayloadFormatInvalid,
+        0x87 => PubAckReason::NotAuthorized,
+        _ => PubAckReason::UnspecifiedError,
+    }
+}
+
+fn rec_reason(code: u8) -> PubRecReason {
+    match code {
+        0x90 => PubRecReason::TopicNameInvalid,
+        0x97 => PubRecReason::QuotaExceeded,
+        0x99 => PubRecReason::PayloadFormatInvalid,
+        0x87 => PubRecReason::NotAuthorized,
+        _ => PubRecReason::UnspecifiedError,
+    }
+}
+
+impl<B: MessagingApi + 'static> Conn<B> {
+    pub(crate) async fn on_publish(&mut self, mut p: Publish) -> Option<End> {
+        let v5 = self.version == Version::V5;
+        // Topic alias (v5).
+        if let Some(alias) = p.properties.as_mut().and_then(|pr| pr.topic_alias.take()) {
+            if alias == 0 || alias > self.shared.settings.topic_alias_maximum {
+                return Some(End::Server(
+                    DisconnectReasonCode::TopicAliasInvalid,
+                    format!("topic alias {alias}"),
+                ));
+            }
+            if p.topic.is_empty() {
+                match self.aliases_in.get(&alias) {
+                    Some(t) => p.topic = t.clone(),
+                    None => return Some(End::protocol(format!("unknown topic alias {alias}"))),
+                }
+            } else {
+                self.aliases_in.insert(alias, p.topic.clone());
+            }
+        }
+        if let Err(e) = topic::check_name(&p.topic) {
+            return Some(End::Server(
+                DisconnectReasonCode::TopicNameInvalid,
+                e.to_string(),
+            ));
+        }
+        if p.qos == QoS::ExactlyOnce {
+            if self.session.qos2_in.contains(&p.pkid) {
+                // A retransmission of a message already stored: acknowledge only.
+                self.push_pub(PendingPub {
+                    message: None,
+                    stored: false,
+                    qos: p.qos,
+                    pkid: p.pkid,
+                    retain: None,
+                    refused: None,
+                })
+                .await;
+                return None;
+            }
+            let unfinished = self.session.qos2_in.len()
+                + self
+                    .pubs
+                    .iter()
+                    .filter(|x| x.qos == QoS::ExactlyOnce)
+                    .count();
+            if unfinished >= usize::from(self.shared.settings.receive_maximum) {
+                return Some(End::Server(
+                    DisconnectReasonCode::ReceiveMaximumExceeded,
+                    "too many unfinished QoS 2 publishes".into(),
+                ));
+            }
+        }
+        let pending = match message::to_core(
+            &p.topic,
+            &p,
+            &self.session.client_id,
+            self.peer,
+            message::now_ms(),
+        ) {
+            Ok(m) => PendingPub {
+                retain: p.retain.then(|| (p.topic.clone(), p.payload.clone())),
+                message: Some(m),
+                stored: false,
+                qos: p.qos,
+                pkid: p.pkid,
+                refused: None,
+            },
+            Err(r) => {
+                tracing::debug!(topic = %p.topic, reason = %r.reason, "publish refused");
+                if !v5 && p.qos != QoS::AtMostOnce {
+                    // 3.1.1 has no negative acknowledgement: close.
+                    return Some(End::Server(
+                        DisconnectReasonCode::TopicNameInvalid,
+                        r.reason,
+                    ));
+                }
+                PendingPub {
+                    message: None,
+                    stored: false,
+                    qos: p.qos,
+                    pkid: p.pkid,
+                    retain: None,
+                    refused: Some(r),
+                }
+            }
+        };
+        self.push_pub(pending).await;
+        None
+    }
+
+    async fn push_pub(&mut self, p: PendingPub) {
+        let same_topic = match (
+            self.pubs.iter().rev().find_map(|x| x.message.as_ref()),
+            &p.message,
+        ) {
+            (Some(a), Some(b)) => a.topic == b.topic,
+            _ => true,
+        };
+        if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
+            self.flush_publishes().await;
+        }
+        self.pubs.push(p);
+    }
+
+    /// Stores the pending publishes (one core batch), then acknowledges them in order.
+    pub(crate) async fn flush_publishes(&mut self) {
+        if self.pubs.is_empty() {
+            return;
+        }
+        let mut pubs = std::mem::take(&mut self.pubs);
+        // Retained publishes keep their mapped properties for the retained store.
+        let mut retained_props: Vec<Vec<(String, String)>> = Vec::new();
+        let mut messages: Vec<Message> = Vec::with_capacity(pubs.len());
+        for p in &mut pubs {
+            if let Some(m) = p.message.take() {
+                if p.retain.is_some() {
+                    retained_props.push(m.properties.clone());
+                }
+                messages.push(m);
+                p.stored = true;
+            }
+        }
+        let mut failure = None;
+        if !messages.is_empty() {
+            let key = QueueChoice::ShardingKey(self.session.client_id.clone());
+            match self.shared.api.send_batch(messages, key).await {
+                Ok(_) => {
+                    let mut props = retained_props.into_iter();
+                    let mut any = false;
+                    for p in &pubs {
+                        if let Some((name, payload)) = &p.retain {
+                            let pr = props.next().unwrap_or_default();
+                            self.shared.set_retained(name, p.qos, payload.clone(), pr);
+                            any = true;
+                        }
+                    }
+                    if any {
+                        // Retained state is on disk before the acknowledgement.
+                        self.shared.persist_retained().await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
+                    failure = Some(Refused {
+                        code: 0x80,
+                        reason: format!("not stored: {e}"),
+                    });
+                }
+            }
+        }
+        for p in pubs {
+            let refused = if p.stored { failure.clone() } else { p.refused };
+            match (p.qos, refused) {
+                (QoS::AtMostOnce, _) => {}
+                (QoS::AtLeastOnce, None) => self.send(&Packet::PubAck(PubAck::new(p.pkid))),
+                (QoS::AtLeastOnce, Some(r)) => {
+                    let mut a = PubAck::new(p.pkid);
+                    a.reason = refused_reason(r.code);
+                    a.properties = self.reason(r.reason).map(|s| PubAckProperties {
+                        reason_string: Some(s),
+                        user_properties: Vec::new(),
+                    });
+                    self.send(&Packet::PubAck(a));
+                }
+                (QoS::ExactlyOnce, None) => {
+                    self.session.qos2_in.insert(p.pkid);
+                    self.send(&Packet::PubRec(PubRec::new(p.pkid)));
+                }
+                (QoS::ExactlyOnce, Some(r)) => {
+                    let mut a = PubRec::new(p.pkid);
+                    a.reason = rec_reason(r.code);
+                    a.properties = self.reason(r.reason).map(|s| PubRecProperties {
+                        reason_string: Some(s),
+                        user_properties: Vec::new(),
+                    });
+                    self.send(&Packet::PubRec(a));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! MQTT PUBLISH <-> core message, per the one mapping (DESIGN.md): topic `T/rest`
+//! is core topic `T` + tag `rest`; user properties travel as message properties
+//! under their own names (reserved names are dropped); MQTT fields travel as
+//! `mqtt.*` properties.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use mqttbytes::QoS;
+use mqttbytes::v5::{Publish, PublishProperties};
+use rocketgate_core::store::Message;
+
+use crate::topic;
+
+pub const P_QOS: &str = "mqtt.qos";
+pub const P_CLIENT: &str = "mqtt.client";
+pub const P_RETAIN: &str = "mqtt.retain";
+pub const P_CONTENT_TYPE: &str = "mqtt.content_type";
+pub const P_RESPONSE_TOPIC: &str = "mqtt.response_topic";
+pub const P_CORRELATION: &str = "mqtt.correlation_data";
+pub const P_PAYLOAD_FORMAT: &str = "mqtt.payload_format";
+pub const P_EXPIRY_AT: &str = "mqtt.expiry_at";
+
+/// True for property names a user may not set: RocketMQ's system properties
+/// (all-uppercase names such as `TAGS`, `KEYS`, `UNIQ_KEY`, `__STARTDELIVERTIME`)
+/// and the `mqtt.` namespace.
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with("mqtt.")
+        || (name.chars().any(|c| c.is_ascii_uppercase()) && !name.chars().any(char::is_lowercase))
+}
+
+fn storable(s: &str) -> bool {
+    !s.contains(['\u{1}', '\u{2}'])
+}
+
+/// A publish the core cannot take, and the v5 reason for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// MQTT 5 reason code (PUBACK / PUBREC).
+    pub code: u8,
+    pub reason: String,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The core message of a PUBLISH whose topic is resolved (`name`).
+pub fn to_core(
+    name: &str,
+    p: &Publish,
+    client_id: &str,
+    peer: std::net::SocketAddr,
+    now: i64,
+) -> Result<Message, Refused> {
+    let (core_topic, tag) = topic::split(name);
+    if rocketgate_core::broker::schedule::validate_user_topic(core_topic).is_err() {
+        return Err(Refused {
+            code: 0x90,
+            reason: format!(
+                "the first level {core_topic:?} is not a usable topic: letters, digits, '%', '|', '_' and '-' only"
+            ),
+        });
+    }
+    let mut m = Message::new(core_topic, 0, p.payload.clone());
+    m.born_timestamp = now;
+    m.born_host = peer;
+    if let Some(tag) = tag {
+        if !storable(tag) {
+            return Err(Refused {
+                code: 0x90,
+                reason: "topic contains control characters 0x01/0x02".into(),
+            });
+        }
+        m = m.with_tags(tag);
+    }
+    m.insert_property(P_QOS, (p.qos as u8).to_string());
+    if storable(client_id) {
+        m.insert_property(P_CLIENT, client_id);
+    }
+    if p.retain {
+        m.insert_property(P_RETAIN, "1");
+    }
+    if let Some(props) = &p.properties {
+        if props.payload_format_indicator == Some(1) {
+            if std::str::from_utf8(&p.payload).is_err() {
+                return Err(Refused {
+                    code: 0x99,
+                    reason: "payload format indicator says UTF-8 but the payload is not".into(),
+                });
+            }
+            m.insert_property(P_PAYLOAD_FORMAT, "1");
+        }
+        if let Some(secs) = props.message_expiry_interval {
+            m.insert_property(P_EXPIRY_AT, (now + i64::from(secs) * 1000).to_string());
+        }
+        if let Some(ct) = props.content_type.as_deref().filter(|s| storable(s)) {
+            m.insert_property(P_CONTENT_TYPE, ct);
+        }
+        if let Some(rt) = props.response_topic.as_deref() {
+            if topic::check_name(rt).is_err() {
+                return Err(Refused {
+                    code: 0x82,
+                    reason: format!("response topic {rt:?} is not a topic name"),
+                });
+            }
+            if storable(rt) {
+                m.insert_property(P_RESPONSE_TOPIC, rt);
+            }
+        }
+        if let Some(cd) = &props.correlation_data {
+            m.insert_property(P_CORRELATION, B64.encode(cd));
+        }
+        for (k, v) in &props.user_properties {
+            if is_reserved(k) || k.is_empty() || !storable(k) || !storable(v) {
+                tracing::debug!(name = %k, "dropping a user property with a reserved or unstorable name");
+                continue;
+            }
+            m.insert_property(k.clone(), v.clone());
+        }
+    }
+    Ok(m)
+}
+
+/// What the gateway reads from a stored message's properties.
+#[derive(Debug, Default)]
+pub struct Meta {
+    /// The QoS it was published with (none: it came from another door).
+    pub qos: Option<QoS>,
+    /// The MQTT client that published it.
+    pub origin: Option<String>,
+    /// Published with the retain flag.
+    pub retain: bool,
+    pub expiry_at: Option<i64>,
+}
+
+/// Reads the mqtt properties; with `props_out`, also builds the v5 PUBLISH
+/// properties (user properties = every non-reserved property).
+pub fn read_meta<'a>(
+    props: impl Iterator<Item = (&'a str, &'a str)>,
+    mut props_out: Option<&mut PublishProperties>,
+) -> Meta {
+    let mut meta = Meta::default();
+    for (k, v) in props {
+        match k {
+            P_QOS => {
+                meta.qos = match v {
+                    "0" => Some(QoS::AtMostOnce),
+                    "1" => Some(QoS::AtLeastOnce),
+                    "2" => Some(QoS::ExactlyOnce),
+                    _ => None,
+                }
+            }
+            P_CLIENT => meta.origin = Some(v.to_owned()),
+            P_RETAIN => meta.retain = v == "1",
+            P_EXPIRY_AT => meta.expiry_at = v.parse().ok(),
+            _ => {
+                let Some(out) = props_out.as_deref_mut() else {
+                    continue;
+                };
+                match k {
+                    P_CONTENT_TYPE => out.content_type = Some(v.to_owned()),
+                    P_RESPONSE_TOPIC => out.response_topic = Some(v.to_owned()),
+                    P_CORRELATION => out.correlation_data = B64.decode(v).ok().map(Bytes::from),
+                    P_PAYLOAD_FORMAT => out.payload_format_indicator = v.parse().ok(),
+                    _ if is_reserved(k) => {}
+                    _ => out.user_properties.push((k.to_owned(), v.to_owned())),
+                }
+            }
+        }
+    }
+    meta
+}
+
+/// Empty v5 publish properties.
+pub fn empty_props() -> PublishProperties {
+    PublishProperties {
+        payload_format_indicator: None,
+        message_expiry_interval: None,
+        topic_alias: None,
+        response_topic: None,
+        correlation_data: None,
+        user_properties: Vec::new(),
+        subscription_identifiers: Vec::new(),
+        content_type: None,
+    }
+}
+
+/// Seconds left until `expiry_at` (None: no expiry); `Err(())` when expired.
+pub fn remaining_expiry(expiry_at: Option<i64>, now: i64) -> Result<Option<u32>, ()> {
+    match expiry_at {
+        None => Ok(None),
+        Some(at) if at <= now => Err(()),
+        Some(at) => Ok(Some(
+            ((at - now + 999) / 1000).min(i64::from(u32::MAX)) as u32
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_names() {
+        for n in [
+            "TAGS",
+            "KEYS",
+            "UNIQ_KEY",
+            "__STARTDELIVERTIME",
+            "__CRC32#",
+            "TIMER_X",
+            "mqtt.qos",
+        ] {
+            assert!(is_reserved(n), "{n}");
+        }
+        for n in ["color", "Color", "x-Trace", "a1"] {
+            assert!(!is_reserved(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn round_trip_of_v5_fields() {
+        let mut p = Publish::new("sensors/room1/temp", QoS::AtLeastOnce, "21.5");
+        let mut props = empty_props();
+        props.content_type = Some("text/plain".into());
+        props.response_topic = Some("replies/1".into());
+        props.correlation_data = Some(Bytes::from_static(b"\x00\x01id"));
+        props.payload_format_indicator = Some(1);
+        props.message_expiry_interval = Some(60);
+        props.user_properties = vec![("color".into(), "red".into()), ("TAGS".into(), "x".into())];
+        p.properties = Some(props);
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let m = to_core("sensors/room1/temp", &p, "c1", peer, 1000).unwrap();
+        assert_eq!(m.topic, "sensors");
+        assert_eq!(m.tags(), Some("room1/temp"));
+        assert_eq!(m.property("color"), Some("red"));
+        assert_eq!(m.property(P_EXPIRY_AT), Some("61000"));
+        let mut out = empty_props();
+        let meta = read_meta(
+            m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            Some(&mut out),
+        );
+        assert_eq!(meta.qos, Some(QoS::AtLeastOnce));
+        assert_eq!(meta.origin.as_deref(), Some("c1"));
+        assert_eq!(out.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(out.correlation_data.as_deref(), Some(&b"\x00\x01id"[..]));
+        assert_eq!(
+            out.user_properties,
+            vec![("color".to_string(), "red".to_string())]
+        );
+        assert_eq!(remaining_expiry(meta.expiry_at, 31_000), Ok(Some(30)));
+        assert!(remaining_expiry(meta.expiry_at, 61_000).is_err());
+    }
+
+    #[test]
+    fn bad_first_level_is_refused() {
+        let p = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
+        let e = to_core("bad topic/x", &p, "c", "127.0.0.1:1".parse().unwrap(), 0).unwrap_err();
+        assert_eq!(e.code, 0x90);
+    }
+}

@@ -1,0 +1,233 @@
+//! One reader per (core topic, queue), fanning each batch it reads out to every
+//! connected session that follows the topic (rumqttd's router idea), instead of
+//! every session long-polling the same queue.
+//!
+//! A batch carries the offset range it covers. A session that is exactly at the
+//! batch's start takes the messages it matches and moves on; one that is behind
+//! (it was offline, was slow and had a batch dropped, or follows a topic that just
+//! appeared) catches up by pulling from its own cursor, then rejoins the shared
+//! stream. A full session channel never slows the reader: the batch is dropped for
+//! that session and it is told it lagged.
+//!
+//! The router also watches the topic list, so subscriptions whose first level is a
+//! wildcard see new core topics as they appear.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rocketgate_core::broker::{
+    Delivered, MessagingApi, PullRequest, PullStatus, TopicKind, filter::Filter,
+};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Messages read from one queue: offsets `from..next` (some may be absent from
+/// `messages` only if the core skipped them).
+#[derive(Debug)]
+pub struct Batch {
+    pub topic: Arc<str>,
+    pub queue: u32,
+    pub from: u64,
+    pub next: u64,
+    pub messages: Vec<Delivered>,
+}
+
+/// A session's inbox at the router.
+#[derive(Clone)]
+pub struct Inbox {
+    pub id: u64,
+    pub tx: mpsc::Sender<Arc<Batch>>,
+    pub lagged: Arc<Notify>,
+}
+
+type Inboxes = Arc<RwLock<Vec<Inbox>>>;
+
+struct TopicEntry {
+    inboxes: Inboxes,
+    task: JoinHandle<()>,
+}
+
+pub struct Router<B> {
+    api: Arc<B>,
+    topics: Mutex<HashMap<Arc<str>, TopicEntry>>,
+    list: watch::Sender<Arc<Vec<String>>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+const READ_BATCH: usize = 256;
+const WAIT: Duration = Duration::from_secs(10);
+pub const READER_GROUP: &str = "mqtt%router";
+
+impl<B: MessagingApi + 'static> Router<B> {
+    pub fn new(api: Arc<B>, topic_poll: Duration) -> Arc<Router<B>> {
+        let (list, _) = watch::channel(Arc::new(Vec::new()));
+        let router = Arc::new(Router {
+            api,
+            topics: Mutex::new(HashMap::new()),
+            list,
+            watcher: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&router);
+        let task = tokio::spawn(async move {
+            loop {
+                let Some(r) = weak.upgrade() else { return };
+                match r.api.topics(TopicKind::User).await {
+                    Ok(topics) => {
+                        let mut names: Vec<String> = topics.into_iter().map(|t| t.name).collect();
+                        names.sort();
+                        if **r.list.borrow() != names {
+                            r.list.send_replace(Arc::new(names));
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "listing topics failed"),
+                }
+                drop(r);
+                tokio::time::sleep(topic_poll).await;
+            }
+        });
+        *lock(&router.watcher) = Some(task);
+        router
+    }
+
+    /// The user topics, refreshed every poll interval.
+    pub fn topic_list(&self) -> watch::Receiver<Arc<Vec<String>>> {
+        self.list.subscribe()
+    }
+
+    pub fn join(&self, topic: &str, inbox: Inbox) {
+        let mut topics = lock(&self.topics);
+        if let Some(entry) = topics.get(topic) {
+            let mut v = entry.inboxes.write().unwrap_or_else(|p| p.into_inner());
+            v.retain(|i| i.id != inbox.id);
+            v.push(inbox);
+            return;
+        }
+        let name: Arc<str> = Arc::from(topic);
+        let inboxes: Inboxes = Arc::new(RwLock::new(vec![inbox]));
+        let task = tokio::spawn(run_topic(self.api.clone(), name.clone(), inboxes.clone()));
+        topics.insert(name, TopicEntry { inboxes, task });
+    }
+
+    pub fn leave(&self, topic: &str, id: u64) {
+        let mut topics = lock(&self.topics);
+        let empty = match topics.get(topic) {
+            Some(entry) => {
+                let mut v = entry.inboxes.write().unwrap_or_else(|p| p.into_inner());
+                v.retain(|i| i.id != id);
+                v.is_empty()
+            }
+            None => false,
+        };
+        if empty && let Some(entry) = topics.remove(topic) {
+            entry.task.abort();
+        }
+    }
+
+    /// Stops every reader and the topic watcher.
+    pub fn stop(&self) {
+        for (_, entry) in lock(&self.topics).drain() {
+            entry.task.abort();
+        }
+        if let Some(w) = lock(&self.watcher).take() {
+            w.abort();
+        }
+    }
+}
+
+impl<B> Drop for Router<B> {
+    fn drop(&mut self) {
+        for (_, entry) in lock(&self.topics).drain() {
+            entry.task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits for the topic to exist, then reads each of its queues.
+async fn run_topic<B: MessagingApi + 'static>(api: Arc<B>, topic: Arc<str>, inboxes: Inboxes) {
+    let queues = loop {
+        match api.topic(&topic).await {
+            Ok(c) => break c.read_queues,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for q in 0..queues {
+        set.spawn(read_queue(api.clone(), topic.clone(), q, inboxes.clone()));
+    }
+    // Lives until aborted (dropping the set aborts the readers).
+    while set.join_next().await.is_some() {}
+}
+
+/// The end of a queue (where a reader or a new subscription starts).
+pub async fn queue_end<B: MessagingApi>(api: &B, topic: &str, queue: u32) -> Option<u64> {
+    let r = api
+        .pull(PullRequest {
+            group: READER_GROUP.into(),
+            member: String::new(),
+            topic: topic.to_owned(),
+            queue_id: queue,
+            offset: u64::MAX,
+            max_messages: 1,
+            filter: Filter::all(),
+            wait: Duration::ZERO,
+        })
+        .await
+        .ok()?;
+    Some(r.max_offset)
+}
+
+async fn read_queue<B: MessagingApi>(api: Arc<B>, topic: Arc<str>, queue: u32, inboxes: Inboxes) {
+    let mut offset = loop {
+        match queue_end(&*api, &topic, queue).await {
+            Some(o) => break o,
+            None => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    };
+    // Sessions that joined before this reader existed may be behind its start.
+    for inbox in inboxes.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        inbox.lagged.notify_one();
+    }
+    loop {
+        let r = api
+            .pull(PullRequest {
+                group: READER_GROUP.into(),
+                member: String::new(),
+                topic: topic.to_string(),
+                queue_id: queue,
+                offset,
+                max_messages: READ_BATCH,
+                filter: Filter::all(),
+                wait: WAIT,
+            })
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(topic = %topic, queue, error = %e, "router pull failed");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        if r.status == PullStatus::Found {
+            let batch = Arc::new(Batch {
+                topic: topic.clone(),
+                queue,
+                from: offset,
+                next: r.next_offset,
+                messages: r.messages,
+            });
+            let v = inboxes.read().unwrap_or_else(|p| p.into_inner());
+            for inbox in v.iter() {
+                if let Err(mpsc::error::TrySendError::Full(_)) = inbox.tx.try_send(batch.clone()) {
+                    inbox.lagged.notify_one();
+                }
+            }
+        }
+        offset = r.next_offset;
+    }
+}

@@ -1,0 +1,198 @@
+"""Scenarios for the MQTT gateway driven by Eclipse Paho (paho-mqtt 2.x).
+
+Usage: paho_check.py HOST PORT SCENARIO
+Exits 0 when the scenario behaved as MQTT says, 1 (with a message) otherwise.
+Run by gateways/mqtt/tests/paho.rs against a server it started.
+"""
+
+import queue
+import socket
+import sys
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+HOST, PORT, SCENARIO = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+WAIT = 20
+
+
+def fail(msg):
+    print(f"FAIL [{SCENARIO}]: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+class Client:
+    """A paho client whose callbacks feed queues the scenario waits on."""
+
+    def __init__(self, client_id, v5, **kw):
+        proto = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+        self.v5 = v5
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto, **kw)
+        self.messages = queue.Queue()
+        self.events = queue.Queue()
+        self.c.on_connect = lambda c, u, flags, rc, props: self.events.put(("connack", rc, flags))
+        self.c.on_subscribe = lambda c, u, mid, rcs, props: self.events.put(("suback", mid, rcs))
+        self.c.on_publish = lambda c, u, mid, rc, props: self.events.put(("puback", mid, rc))
+        self.c.on_message = lambda c, u, msg: self.messages.put(msg)
+
+    def connect(self, clean=True, props=None):
+        if self.v5:
+            self.c.connect(HOST, PORT, keepalive=30, clean_start=clean, properties=props)
+        else:
+            self.c.connect(HOST, PORT, keepalive=30)
+        self.c.loop_start()
+        self.wait("connack")
+        return self
+
+    def wait(self, kind):
+        deadline = time.time() + WAIT
+        while time.time() < deadline:
+            try:
+                ev = self.events.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                break
+            if ev[0] == kind:
+                return ev
+        fail(f"no {kind} in time")
+
+    def subscribe(self, topic, qos):
+        self.c.subscribe(topic, qos)
+        self.wait("suback")
+
+    def publish(self, topic, payload, qos, props=None, retain=False):
+        info = self.c.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        if qos > 0:
+            info.wait_for_publish(timeout=WAIT)
+            if not info.is_published():
+                fail(f"publish to {topic} not acknowledged")
+
+    def message(self):
+        try:
+            return self.messages.get(timeout=WAIT)
+        except queue.Empty:
+            fail("no message in time")
+
+    def stop(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def every_qos(v5):
+    tag = "v5" if v5 else "v311"
+    sub = Client(f"paho-sub-{tag}", v5).connect()
+    sub.subscribe("py/+/reading", 2)
+    pub = Client(f"paho-pub-{tag}", v5).connect()
+    for qos in (0, 1, 2):
+        pub.publish("py/s1/reading", f"{tag}-{qos}".encode(), qos)
+        m = sub.message()
+        if m.topic != "py/s1/reading" or m.payload != f"{tag}-{qos}".encode() or m.qos != qos:
+            fail(f"got {m.topic} {m.payload!r} qos {m.qos} for qos {qos}")
+    pub.stop()
+    sub.stop()
+
+
+def request_response():
+    requester = Client("paho-requester", True).connect()
+    requester.subscribe("py/replies/requester", 1)
+    responder = Client("paho-responder", True).connect()
+    responder.subscribe("py/requests", 1)
+
+    props = Properties(PacketTypes.PUBLISH)
+    props.ResponseTopic = "py/replies/requester"
+    props.CorrelationData = b"\x00corr-42"
+    props.UserProperty = [("op", "add"), ("n", "2")]
+    props.ContentType = "text/plain"
+    props.MessageExpiryInterval = 120
+    requester.publish("py/requests", b"1+1", 1, props)
+
+    req = responder.message()
+    p = req.properties
+    if p.ResponseTopic != "py/replies/requester" or p.CorrelationData != b"\x00corr-42":
+        fail(f"request properties lost: {p}")
+    if ("op", "add") not in p.UserProperty or p.ContentType != "text/plain":
+        fail(f"user properties/content type lost: {p}")
+    if not (0 < p.MessageExpiryInterval <= 120):
+        fail(f"message expiry lost: {p}")
+    reply = Properties(PacketTypes.PUBLISH)
+    reply.CorrelationData = p.CorrelationData
+    responder.publish(p.ResponseTopic, b"2", 1, reply)
+
+    resp = requester.message()
+    if resp.payload != b"2" or resp.properties.CorrelationData != b"\x00corr-42":
+        fail(f"bad response {resp.payload!r} {resp.properties}")
+    requester.stop()
+    responder.stop()
+
+
+def topic_alias():
+    sub = Client("paho-alias-sub", True).connect()
+    sub.subscribe("py/alias/#", 1)
+    pub = Client("paho-alias-pub", True).connect()
+    first = Properties(PacketTypes.PUBLISH)
+    first.TopicAlias = 1
+    pub.publish("py/alias/a/very/long/topic", b"one", 1, first)
+    again = Properties(PacketTypes.PUBLISH)
+    again.TopicAlias = 1
+    pub.publish("", b"two", 1, again)
+    for want in (b"one", b"two"):
+        m = sub.message()
+        if m.topic != "py/alias/a/very/long/topic" or m.payload != want:
+            fail(f"got {m.topic} {m.payload!r}, want {want!r}")
+    pub.stop()
+    sub.stop()
+
+
+def will():
+    watcher = Client("paho-will-watcher", False).connect()
+    watcher.subscribe("py/wills/#", 1)
+    dying = Client("paho-dying", False)
+    dying.c.will_set("py/wills/dying", b"lost", qos=1)
+    dying.connect()
+    # Drop the socket without DISCONNECT.
+    dying.c.loop_stop()
+    dying.c.socket().shutdown(socket.SHUT_RDWR)
+    dying.c.socket().close()
+    m = watcher.message()
+    if m.topic != "py/wills/dying" or m.payload != b"lost":
+        fail(f"got {m.topic} {m.payload!r}")
+    watcher.stop()
+
+
+def shared():
+    members = [Client(f"paho-share-{i}", True).connect() for i in range(2)]
+    for m in members:
+        m.subscribe("$share/py/py/work/#", 1)
+    pub = Client("paho-share-pub", True).connect()
+    n = 30
+    for i in range(n):
+        pub.publish("py/work/item", str(i).encode(), 1)
+    seen = []
+    deadline = time.time() + WAIT
+    while len(seen) < n and time.time() < deadline:
+        for m in members:
+            try:
+                seen.append(m.messages.get(timeout=0.05).payload)
+            except queue.Empty:
+                pass
+    if sorted(seen) != sorted(str(i).encode() for i in range(n)):
+        fail(f"each message once to one member; got {len(seen)} ({len(set(seen))} distinct)")
+    for m in members:
+        m.stop()
+    pub.stop()
+
+
+SCENARIOS = {
+    "qos-v311": lambda: every_qos(False),
+    "qos-v5": lambda: every_qos(True),
+    "request-response": request_response,
+    "topic-alias": topic_alias,
+    "will": will,
+    "shared": shared,
+}
+
+if __name__ == "__main__":
+    SCENARIOS[SCENARIO]()
+    print(f"ok {SCENARIO}")

@@ -1,0 +1,71 @@
+//! The authentication seam. The security issue plugs a real check in here; the
+//! default lets everyone in.
+//!
+//! A client presents a token in the query string (`/v1/ws?token=…`, also for
+//! `/mqtt`) or, on `/v1/ws`, in its first frame (`{"op":"auth","token":"…"}`),
+//! for browsers that would rather not put it in a URL. The [`Authenticator`] is
+//! asked at the upgrade with the query token (or `None`):
+//! - [`AuthDecision::Allow`]: the connection is open for business;
+//! - [`AuthDecision::Deny`]: the upgrade is refused with `401` and a JSON body;
+//! - [`AuthDecision::TokenRequired`]: on `/v1/ws` the socket opens but the first
+//!   frame must be `auth` (asked again with that token; anything else closes with
+//!   1008 "policy violation"); on `/mqtt` the connection proceeds, since MQTT
+//!   authenticates in its own CONNECT packet.
+//!
+//! It is called on the connection's task, so it must not block.
+
+use std::net::SocketAddr;
+
+/// Which door a client is knocking on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// `/v1/ws`, the JSON protocol.
+    Json,
+    /// `/mqtt`, MQTT over WebSocket.
+    Mqtt,
+}
+
+/// One authentication attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthAttempt<'a> {
+    pub door: Door,
+    pub peer: SocketAddr,
+    /// The token presented, if any.
+    pub token: Option<&'a str>,
+    /// True when the token came in the first frame rather than the query string.
+    pub first_frame: bool,
+}
+
+/// What an [`Authenticator`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthDecision {
+    Allow,
+    /// Refused, with a reason the client sees.
+    Deny(String),
+    /// No (valid) token yet: ask for one in the first frame.
+    TokenRequired,
+}
+
+/// Decides who may connect. Any `Fn(&AuthAttempt) -> AuthDecision` closure is one.
+pub trait Authenticator: Send + Sync + 'static {
+    fn authenticate(&self, attempt: &AuthAttempt<'_>) -> AuthDecision;
+}
+
+impl<F> Authenticator for F
+where
+    F: Fn(&AuthAttempt<'_>) -> AuthDecision + Send + Sync + 'static,
+{
+    fn authenticate(&self, attempt: &AuthAttempt<'_>) -> AuthDecision {
+        self(attempt)
+    }
+}
+
+/// The default: everyone is let in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authenticator for AllowAll {
+    fn authenticate(&self, _: &AuthAttempt<'_>) -> AuthDecision {
+        AuthDecision::Allow
+    }
+}

@@ -1,0 +1,536 @@
+//! One `/v1/ws` connection. Its task owns the socket and `select!`s over client
+//! frames, the outbound buffer its subscriptions fill, pings and shutdown.
+//! Requests are handled in arrival order, so a `pong` confirms that every
+//! earlier request of the connection was processed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rocketgate_core::broker::filter::Filter;
+use rocketgate_core::broker::{
+    ConsumeMode, Heartbeat, MessagingApi, OffsetReset, QueueChoice, ReceiptHandle, Subscription,
+};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use crate::auth::{AuthAttempt, AuthDecision, Authenticator, Door};
+use crate::protocol::{self, AckTarget, Envelope, Request, Start, Subscribe};
+use crate::settings::Settings;
+use crate::subscription::{Feed, Outbox, Shared, parse_broadcast_receipt};
+
+/// Frames the outbound buffer holds at most, whatever their size.
+const OUTBOUND_FRAMES: usize = 1024;
+/// Frames written to the socket before one flush.
+const WRITE_BATCH: usize = 64;
+
+/// What the server shares with every connection.
+pub(crate) struct Context<B> {
+    pub broker: Arc<B>,
+    pub settings: Arc<Settings>,
+    pub auth: Arc<dyn Authenticator>,
+}
+
+/// An error frame's code and message for a core error.
+pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
+    use rocketgate_core::Error as E;
+    let code = match e {
+        E::TopicNotFound { .. } => "topic_not_found",
+        E::NoPermission { .. } => "forbidden",
+        E::InvalidFilter(_) => "invalid_filter",
+        E::InvalidName(_)
+        | E::InvalidTopicName { .. }
+        | E::InvalidArgument(_)
+        | E::InvalidMessage(_) => "bad_request",
+        E::MessageTooLarge { .. } => "message_too_large",
+        E::InvalidReceiptHandle { .. } => "invalid_receipt",
+        E::StaleReceiptHandle { .. } => "stale_receipt",
+        E::GroupModeConflict { .. } => "group_mode_conflict",
+        E::QueueNotFound { .. } => "queue_not_found",
+        E::DiskFull { .. } | E::FlushTimeout { .. } | E::ShutDown => "unavailable",
+        _ => "internal",
+    };
+    (code, e.to_string())
+}
+
+struct Sub {
+    spec: Subscribe,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Sub {
+    async fn end(self) {
+        self.shared
+            .unsubscribed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
+/// A request's failure: error code and message.
+type Failure = (&'static str, String);
+
+struct Conn<B> {
+    ctx: Arc<Context<B>>,
+    peer: SocketAddr,
+    subs: HashMap<String, Sub>,
+    outbox: Outbox,
+}
+
+fn close(code: CloseCode, reason: &str) -> Option<CloseFrame> {
+    Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    })
+}
+
+/// Serves one upgraded `/v1/ws` socket until either side closes it.
+pub(crate) async fn serve<B: MessagingApi + 'static>(
+    mut ws: WebSocketStream<TcpStream>,
+    ctx: Arc<Context<B>>,
+    peer: SocketAddr,
+    token_required: bool,
+    mut closing: watch::Receiver<bool>,
+) {
+    let settings = ctx.settings.clone();
+    let (outbox, mut outbound, budget) = Outbox::new(settings.outbound_buffer, OUTBOUND_FRAMES);
+    let mut conn = Conn {
+        ctx,
+        peer,
+        subs: HashMap::new(),
+        outbox,
+    };
+    let mut authed = !token_required;
+    let auth_deadline = Instant::now() + settings.handshake_timeout;
+    let mut last_heard = Instant::now();
+    let mut ping = tokio::time::interval_at(
+        Instant::now() + settings.ping_interval,
+        settings.ping_interval,
+    );
+    let max = settings.max_message_size;
+
+    let close_with: Option<CloseFrame> = loop {
+        tokio::select! {
+            _ = stopped(&mut closing) => break close(CloseCode::Away, "server shutting down"),
+            msg = ws.next() => {
+                last_heard = Instant::now();
+                let text = match msg {
+                    None => break None,
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Binary(_))) => {
+                        let f = protocol::error_frame(&None, "unsupported_data",
+                            "binary frames are not part of /v1/ws: send JSON text frames", None);
+                        if ws.send(Message::text(f)).await.is_err() { break None; }
+                        continue;
+                    }
+                    Some(Ok(Message::Close(_))) => break None,
+                    Some(Ok(_)) => continue, // ping/pong: answered by tungstenite
+                    Some(Err(WsError::Capacity(CapacityError::MessageTooLong { size, .. }))) => {
+                        tracing::debug!(%peer, size, "frame over the limit");
+                        break close(CloseCode::Size, &format!("message too big: the limit is {max} bytes"));
+                    }
+                    Some(Err(WsError::Capacity(_))) => {
+                        break close(CloseCode::Size, &format!("message too big: the limit is {max} bytes"));
+                    }
+                    Some(Err(WsError::Utf8(_))) => break close(CloseCode::Invalid, "text frame is not UTF-8"),
+                    Some(Err(WsError::Protocol(e))) => {
+                        break close(CloseCode::Protocol, &format!("protocol error: {e}"));
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "read failed");
+                        break None;
+                    }
+                };
+                if !authed {
+                    match conn.authenticate(&text) {
+                        Ok(reply) => {
+                            authed = true;
+                            if ws.send(Message::text(reply)).await.is_err() { break None; }
+                            continue;
+                        }
+                        Err(reason) => break close(CloseCode::Policy, &reason),
+                    }
+                }
+                let replies = conn.handle(&text).await;
+                let mut failed = false;
+                for r in replies {
+                    if ws.feed(Message::text(r)).await.is_err() { failed = true; break; }
+                }
+                if failed || ws.flush().await.is_err() { break None; }
+            }
+            Some(out) = outbound.recv() => {
+                let mut failed = out.wanted() && ws.feed(Message::text(out.text)).await.is_err();
+                let mut n = 1;
+                while !failed && n < WRITE_BATCH {
+                    match outbound.try_recv() {
+                        Ok(out) => failed = out.wanted() && ws.feed(Message::text(out.text)).await.is_err(),
+                        Err(_) => break,
+                    }
+                    n += 1;
+                }
+                if failed || ws.flush().await.is_err() { break None; }
+            }
+            _ = ping.tick() => {
+                if last_heard.elapsed() > settings.ping_interval * 2 {
+                    break close(CloseCode::Away, "no answer to pings");
+                }
+                if ws.send(Message::Ping(Default::default())).await.is_err() { break None; }
+            }
+            _ = tokio::time::sleep_until(auth_deadline), if !authed => {
+                break close(CloseCode::Policy, "authentication required: send {\"op\":\"auth\",\"token\":...} first");
+            }
+        }
+    };
+    // Let the subscriptions finish (commit, give leases back) without the socket.
+    budget.close();
+    drop(outbound);
+    for (_, sub) in conn.subs.drain() {
+        sub.end().await;
+    }
+    if let Some(frame) = &close_with {
+        tracing::debug!(%peer, code = %frame.code, reason = %frame.reason, "closing");
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), ws.close(close_with)).await;
+}
+
+impl<B: MessagingApi + 'static> Conn<B> {
+    /// The first frame when the authenticator asked for a token.
+    fn authenticate(&self, text: &str) -> Result<String, String> {
+        let Ok(Envelope {
+            req,
+            request: Request::Auth { token },
+        }) = protocol::parse(text)
+        else {
+            return Err(
+                "authentication required: the first frame must be {\"op\":\"auth\",\"token\":...}"
+                    .into(),
+            );
+        };
+        match self.ctx.auth.authenticate(&AuthAttempt {
+            door: Door::Json,
+            peer: self.peer,
+            token: Some(&token),
+            first_frame: true,
+        }) {
+            AuthDecision::Allow => Ok(protocol::authenticated_frame(&req)),
+            AuthDecision::Deny(reason) => Err(reason),
+            AuthDecision::TokenRequired => Err("the token was not accepted".into()),
+        }
+    }
+
+    /// Handles one text frame; returns the frames to answer with.
+    async fn handle(&mut self, text: &str) -> Vec<String> {
+        let Envelope { req, request } = match protocol::parse(text) {
+            Ok(e) => e,
+            Err(bad) => {
+                return vec![protocol::error_frame(
+                    &bad.req,
+                    bad.code,
+                    &bad.message,
+                    None,
+                )];
+            }
+        };
+        let result: Result<Option<String>, Failure> = match request {
+            Request::Ping => Ok(Some(protocol::pong_frame(&req))),
+            Request::Auth { .. } => Ok(Some(protocol::authenticated_frame(&req))),
+            Request::Publish(p) => {
+                let choice = p
+                    .sharding_key
+                    .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
+                self.ctx
+                    .broker
+                    .send(p.message, choice)
+                    .await
+                    .map(|sent| Some(protocol::send_result_frame(&req, &sent)))
+                    .map_err(|e| error_code(&e))
+            }
+            Request::Subscribe(s) => self.subscribe(s, &req).await.map(Some),
+            Request::Unsubscribe { id } => match self.subs.remove(&id) {
+                Some(sub) => {
+                    sub.end().await;
+                    Ok(Some(protocol::unsubscribed_frame(&req, &id)))
+                }
+                None => Err(unknown(&id)),
+            },
+            Request::Credit { id, n } => match self.subs.get(&id) {
+                Some(sub) => {
+                    sub.shared.add_credit(n);
+                    Ok(None)
+                }
+                None => Err(unknown(&id)),
+            },
+            Request::Ack(target) => self.settle(target, None).await.map(|_| None),
+            Request::Nack { target, delay_ms } => self
+                .settle(target, Some(Duration::from_millis(delay_ms)))
+                .await
+                .map(|_| None),
+        };
+        match result {
+            Ok(reply) => reply.into_iter().collect(),
+            Err((code, message)) => vec![protocol::error_frame(&req, code, &message, None)],
+        }
+    }
+
+    async fn subscribe(&mut self, s: Subscribe, req: &Option<Value>) -> Result<String, Failure> {
+        if let Some(old) = self.subs.get(&s.id) {
+            if !old.shared.lock().ended {
+                return Err((
+                    "duplicate_subscription",
+                    format!(
+                        "subscription {:?} exists on this connection; unsubscribe first",
+                        s.id
+                    ),
+                ));
+            }
+            if let Some(old) = self.subs.remove(&s.id) {
+                old.end().await;
+            }
+        }
+        if self.subs.len() >= self.ctx.settings.max_subscriptions {
+            return Err((
+                "too_many_subscriptions",
+                format!(
+                    "a connection holds at most {} subscriptions",
+                    self.ctx.settings.max_subscriptions
+                ),
+            ));
+        }
+        let core = |e: rocketgate_core::Error| error_code(&e);
+        let filter = Filter::parse(s.filter_type, &s.filter)
+            .map_err(|e| ("invalid_filter", e.to_string()))?;
+        let broker = &self.ctx.broker;
+        let queues = broker.topic(&s.topic).await.map_err(core)?.read_queues;
+        let member = match s.mode {
+            ConsumeMode::Clustering => String::new(),
+            ConsumeMode::Broadcasting => {
+                broker
+                    .heartbeat(Heartbeat {
+                        group: s.group.clone(),
+                        member: s.id.clone(),
+                        mode: ConsumeMode::Broadcasting,
+                        subscriptions: vec![Subscription {
+                            topic: s.topic.clone(),
+                            filter_type: s.filter_type,
+                            expression: s.filter.clone(),
+                        }],
+                    })
+                    .await
+                    .map_err(core)?;
+                s.id.clone()
+            }
+        };
+        let positions = async {
+            let mut next = vec![0u64; queues as usize];
+            let mut resumed = false;
+            for q in 0..queues {
+                if let Some(o) = broker.query_offset(&s.group, &member, &s.topic, q).await? {
+                    next[q as usize] = o;
+                    resumed = true;
+                }
+            }
+            if !resumed {
+                let reset = match s.start {
+                    Start::Latest => Some(OffsetReset::Latest),
+                    Start::Earliest => Some(OffsetReset::Earliest),
+                    Start::Timestamp(t) => Some(OffsetReset::Timestamp(t)),
+                    Start::Offset(_) => None,
+                };
+                if let Some(to) = reset {
+                    for (q, o) in broker.reset_offset(&s.group, &member, &s.topic, to).await? {
+                        if let Some(slot) = next.get_mut(q as usize) {
+                            *slot = o;
+                        }
+                    }
+                } else if let Start::Offset(o) = s.start {
+                    for q in 0..queues {
+                        broker
+                            .commit_offset(&s.group, &member, &s.topic, q, o)
+                            .await?;
+                        next[q as usize] = o;
+                    }
+                }
+            }
+            Ok::<_, rocketgate_core::Error>((next, resumed))
+        }
+        .await;
+        let (next, resumed) = match positions {
+            Ok(p) => p,
+            Err(e) => {
+                if s.mode == ConsumeMode::Broadcasting {
+                    let _ = broker.unregister(&s.group, &member).await;
+                }
+                return Err(core(e));
+            }
+        };
+        let next = if s.mode == ConsumeMode::Broadcasting {
+            next
+        } else {
+            Vec::new()
+        };
+        let shared = Arc::new(Shared::new(s.credit, next));
+        let (stop, stopped) = watch::channel(false);
+        let feed = Feed {
+            broker: broker.clone(),
+            spec: s.clone(),
+            filter,
+            shared: shared.clone(),
+            outbox: self.outbox.clone(),
+            settings: self.ctx.settings.clone(),
+            stop: stopped,
+        };
+        let task = tokio::spawn(feed.run());
+        let reply = protocol::subscribed_frame(req, &s.id, s.credit, resumed);
+        self.subs.insert(
+            s.id.clone(),
+            Sub {
+                spec: s,
+                shared,
+                stop,
+                task,
+            },
+        );
+        Ok(reply)
+    }
+
+    /// Ack (`nack` = None) or nack (after `delay`) what `target` names.
+    async fn settle(&mut self, target: AckTarget, nack: Option<Duration>) -> Result<(), Failure> {
+        let broker = self.ctx.broker.clone();
+        match target {
+            AckTarget::Receipt(r) => {
+                if let Some((id, q, o)) = parse_broadcast_receipt(&r) {
+                    let sub = self.subs.get(id).ok_or_else(|| unknown(id))?;
+                    let found = {
+                        let mut st = sub.shared.lock();
+                        match nack {
+                            None => st.in_flight.remove(&(q, o)).is_some(),
+                            Some(d) => st
+                                .in_flight
+                                .get_mut(&(q, o))
+                                .map(|l| l.redeliver_at = Some(Instant::now() + d))
+                                .is_some(),
+                        }
+                    };
+                    if !found {
+                        return Err(("stale_receipt", format!("{r:?} names no un-acked delivery")));
+                    }
+                    sub.shared.wake.notify_one();
+                    if nack.is_none() {
+                        commit(&*broker, sub, q).await?;
+                    }
+                    return Ok(());
+                }
+                let handle: ReceiptHandle = r
+                    .parse()
+                    .map_err(|e: rocketgate_core::Error| error_code(&e))?;
+                let result = match nack {
+                    None => broker.ack(&r).await,
+                    Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                };
+                for sub in self.subs.values() {
+                    let s = &sub.spec;
+                    if s.mode == ConsumeMode::Clustering
+                        && s.group == handle.group
+                        && s.topic == handle.topic
+                    {
+                        let mut st = sub.shared.lock();
+                        let key = (handle.queue_id, handle.queue_offset);
+                        if st.in_flight.get(&key).is_some_and(|l| l.receipt == r) {
+                            st.in_flight.remove(&key);
+                            drop(st);
+                            sub.shared.wake.notify_one();
+                        }
+                    }
+                }
+                result.map_err(|e| error_code(&e))
+            }
+            AckTarget::UpTo {
+                id,
+                queue_id,
+                offset,
+            } => {
+                let sub = self.subs.get(&id).ok_or_else(|| unknown(&id))?;
+                let taken: Vec<String> = {
+                    let mut st = sub.shared.lock();
+                    let keys: Vec<(u32, u64)> = st
+                        .in_flight
+                        .range((queue_id, 0)..=(queue_id, offset))
+                        .map(|(k, _)| *k)
+                        .collect();
+                    match (sub.spec.mode, nack) {
+                        (ConsumeMode::Broadcasting, Some(d)) => {
+                            for k in &keys {
+                                if let Some(l) = st.in_flight.get_mut(k) {
+                                    l.redeliver_at = Some(Instant::now() + d);
+                                }
+                            }
+                            Vec::new()
+                        }
+                        _ => keys
+                            .iter()
+                            .filter_map(|k| st.in_flight.remove(k))
+                            .map(|l| l.receipt)
+                            .collect(),
+                    }
+                };
+                sub.shared.wake.notify_one();
+                match sub.spec.mode {
+                    ConsumeMode::Broadcasting => {
+                        if nack.is_none() {
+                            commit(&*broker, sub, queue_id).await?;
+                        }
+                    }
+                    ConsumeMode::Clustering => {
+                        for r in taken {
+                            // A stale one was redelivered elsewhere: not ours to settle.
+                            let _ = match nack {
+                                None => broker.ack(&r).await,
+                                Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                            };
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Broadcasting: commits a queue's lowest un-acked offset.
+async fn commit<B: MessagingApi>(broker: &B, sub: &Sub, queue: u32) -> Result<(), Failure> {
+    let low = sub.shared.lock().low_water(queue);
+    if let Some(o) = low {
+        let s = &sub.spec;
+        broker
+            .commit_offset(&s.group, &s.id, &s.topic, queue, o)
+            .await
+            .map_err(|e| error_code(&e))?;
+    }
+    Ok(())
+}
+
+/// Completes when the flag turns true (or its sender is gone); returns nothing,
+/// so no watch guard lives across an await in a `select!`.
+pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|c| *c).await;
+}
+
+fn unknown(id: &str) -> Failure {
+    (
+        "unknown_subscription",
+        format!("no subscription {id:?} on this connection"),
+    )
+}

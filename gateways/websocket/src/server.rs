@@ -1,0 +1,179 @@
+//! The listener: accepts TCP connections, performs the upgrade and hands each
+//! socket to its door (`/v1/ws` JSON connections run here, `/mqtt` streams go to
+//! the [`StreamHandler`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketgate_core::broker::MessagingApi;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tracing::{debug, info, warn};
+
+use crate::Error;
+use crate::auth::{AllowAll, Authenticator, Door};
+use crate::connection::{self, Context};
+use crate::handshake::{self, Refusal};
+use crate::settings::Settings;
+use crate::stream::{StreamHandler, WsByteStream};
+
+/// What the binary plugs into the door.
+#[derive(Clone)]
+pub struct Hooks {
+    /// Who may connect (default: everyone).
+    pub auth: Arc<dyn Authenticator>,
+    /// Serves `/mqtt`; without one, `/mqtt` answers `501 Not Implemented`.
+    pub mqtt: Option<Arc<dyn StreamHandler>>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Hooks {
+            auth: Arc::new(AllowAll),
+            mqtt: None,
+        }
+    }
+}
+
+/// A bound, not yet running WebSocket door.
+pub struct Server<B> {
+    listener: TcpListener,
+    ctx: Arc<Context<B>>,
+    mqtt: Option<Arc<dyn StreamHandler>>,
+}
+
+/// Controls a spawned [`Server`]. Dropping it stops the server too (in the
+/// background); [`Handle::stop`] also waits for the connections to close.
+pub struct Handle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Stops accepting, closes every connection (1001 "going away"; `/mqtt`
+    /// streams read end of stream), and returns when the JSON connections are done.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
+impl<B: MessagingApi + 'static> Server<B> {
+    /// Binds `addr` (port 0 = any free port) and returns the address bound.
+    pub async fn bind(
+        addr: SocketAddr,
+        broker: Arc<B>,
+        settings: Settings,
+        hooks: Hooks,
+    ) -> Result<(Server<B>, SocketAddr), Error> {
+        settings.check()?;
+        let bind_err = |source| Error::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+        let local = listener.local_addr().map_err(bind_err)?;
+        let ctx = Arc::new(Context {
+            broker,
+            settings: Arc::new(settings),
+            auth: hooks.auth,
+        });
+        Ok((
+            Server {
+                listener,
+                ctx,
+                mqtt: hooks.mqtt,
+            },
+            local,
+        ))
+    }
+
+    /// Runs the server on its own task.
+    pub fn spawn(self) -> Handle {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(self.run(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        Handle { stop, task }
+    }
+
+    /// Serves until `shutdown` completes, then closes every connection.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let local = self.listener.local_addr().ok();
+        info!(addr = ?local, "WebSocket door listening");
+        let (closing, _) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let ctx = self.ctx.clone();
+                        let mqtt = self.mqtt.clone();
+                        conns.spawn(accept(stream, peer, ctx, mqtt, closing.subscribe()));
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = conns.join_next() => {}
+                _ = &mut shutdown => break,
+            }
+        }
+        drop(self.listener);
+        closing.send_replace(true);
+        while conns.join_next().await.is_some() {}
+        info!(addr = ?local, "WebSocket door stopped");
+    }
+}
+
+async fn accept<B: MessagingApi + 'static>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Context<B>>,
+    mqtt: Option<Arc<dyn StreamHandler>>,
+    closing: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let head = match tokio::time::timeout(
+        ctx.settings.handshake_timeout,
+        handshake::read_head(&mut stream),
+    )
+    .await
+    {
+        Ok(Ok(head)) => head,
+        Ok(Err(refusal)) => return handshake::refuse(&mut stream, &refusal).await,
+        Err(_) => {
+            let r = Refusal::timeout();
+            return handshake::refuse(&mut stream, &r).await;
+        }
+    };
+    let (upgrade, answer) = match handshake::accept(&head, peer, &*ctx.auth, mqtt.is_some()) {
+        Ok(ok) => ok,
+        Err(refusal) => {
+            debug!(%peer, ?refusal, "upgrade refused");
+            return handshake::refuse(&mut stream, &refusal).await;
+        }
+    };
+    if stream.write_all(&answer).await.is_err() {
+        return;
+    }
+    let max = ctx.settings.max_message_size;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
+    let ws = WebSocketStream::from_partially_read(stream, upgrade.rest, Role::Server, Some(config))
+        .await;
+    debug!(%peer, door = ?upgrade.door, protocol = ?upgrade.protocol, "upgraded");
+    match upgrade.door {
+        Door::Json => connection::serve(ws, ctx, peer, upgrade.token_required, closing).await,
+        Door::Mqtt => {
+            if let Some(handler) = mqtt {
+                handler.serve(WsByteStream::new(ws, closing), peer);
+            }
+        }
+    }
+}
