@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use common::{Conn, Node, Options};
+use common::{Node, Options};
 use rocketgate_core::broker::{MessagingApi, Perm, PullRequest, TopicConfig, filter::Filter};
 use rocketgate_native::ServerSettings;
 use rocketgate_native::body::{
@@ -504,9 +504,6 @@ async fn a_malformed_heartbeat_is_answered_not_dropped() {
     };
     assert_eq!(c.ask(sql).await.code, response::SUBSCRIPTION_PARSE_FAILED);
 }
-
-#[allow(dead_code)]
-fn _conn_is_used(_: Conn) {}
 
 #[tokio::test]
 async fn offsets_lookups_and_stats() {
