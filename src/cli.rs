@@ -101,6 +101,8 @@ pub enum BenchCommand {
     Mqtt(crate::bench::mqtt::MqttBenchArgs),
     /// A trivial in-memory MQTT forwarder: the load generator's own ceiling.
     MqttSink(crate::bench::mqtt::sink::SinkArgs),
+    /// Producers and a push consumer on the Rust client through the native door.
+    Native(crate::bench::native::NativeBenchArgs),
     /// Fan-out through the WebSocket door: 1 publisher -> N subscribers.
     Ws(crate::bench::ws::WsBenchArgs),
 }

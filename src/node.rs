@@ -10,8 +10,12 @@ use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle};
+use rocketgate_native::{
+    BrokerIdentity, Registrar, RegistrarHandle, Server as NativeServer, ServerHandle,
+    ServerSettings,
+};
 use rocketgate_websocket as ws;
+use tokio::net::TcpListener;
 
 /// Store options from the config.
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -238,28 +242,62 @@ async fn close_broker(broker: Arc<Broker>) -> anyhow::Result<()> {
     .context("joining the close")?
 }
 
-const MISSING_DOORS: &str = "the native (issue #5) door \
-    are not built yet; the broker registers its native address with the NameServer already";
+/// Binds the native port before the store opens, so a port-0 address is known and
+/// becomes the store host and the address the registrar advertises.
+async fn bind_native(config: &mut Config) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(config.listen.native)
+        .await
+        .with_context(|| format!("starting the native door on {}", config.listen.native))?;
+    config.listen.native = listener.local_addr().context("native listener address")?;
+    Ok(listener)
+}
+
+/// Serves RocketMQ clients on the native port; routes are re-registered when a
+/// request creates a topic.
+fn start_native(
+    config: &Config,
+    listener: TcpListener,
+    broker: &Arc<Broker>,
+    registrar: &RegistrarHandle,
+) -> anyhow::Result<ServerHandle> {
+    let n = &config.native;
+    let settings = ServerSettings {
+        broker_name: config.broker.name.clone(),
+        store_host: config.listen.native,
+        max_frame_len: n.max_frame_len.0 as usize,
+        max_suspend: n.max_suspend,
+        max_inflight_sends: n.max_inflight_sends,
+        ..ServerSettings::default()
+    };
+    let (server, addr) = NativeServer::from_listener(listener, broker.clone(), settings)
+        .context("starting the native door")?;
+    announce("native", addr);
+    Ok(server
+        .on_topics_changed(Arc::new(registrar.trigger()))
+        .spawn())
+}
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
-pub async fn standalone(config: Config) -> anyhow::Result<()> {
-    // Before any door announces itself: a harness may signal right after that line.
+pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
+    // Before any door announces itself: a harness may signal as soon as it reads one.
     let shutdown = shutdown_signal()?;
+    let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let (ns, ns_addr) = start_namesrv(&config).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
+    let native = start_native(&config, native, &broker, &registrar)?;
     let http = start_http(&config, &broker, namesrvs).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
-    tracing::warn!("{MISSING_DOORS}");
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
     );
     shutdown.await;
     tracing::info!("shutting down");
+    native.stop().await;
     ws.stop().await;
     http.stop().await;
     mqtt.stop().await;
@@ -279,7 +317,7 @@ pub async fn namesrv(config: Config) -> anyhow::Result<()> {
 }
 
 /// `rocketgate broker`: a broker that registers with the configured NameServers.
-pub async fn broker(config: Config) -> anyhow::Result<()> {
+pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     if config.broker.namesrv_addrs.is_empty() {
         anyhow::bail!(
             "a broker needs NameServers to register with: --namesrv HOST:PORT;HOST:PORT \
@@ -287,18 +325,20 @@ pub async fn broker(config: Config) -> anyhow::Result<()> {
         );
     }
     let shutdown = shutdown_signal()?;
+    let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
+    let native = start_native(&config, native, &broker, &registrar)?;
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
-    tracing::warn!("{MISSING_DOORS}");
     println!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,
         config.data_dir.display()
     );
     shutdown.await;
+    native.stop().await;
     ws.stop().await;
     http.stop().await;
     mqtt.stop().await;

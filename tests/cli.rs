@@ -240,6 +240,48 @@ fn standalone_embeds_a_namesrv_with_its_broker_registered() {
 }
 
 #[test]
+fn standalone_serves_the_native_door() {
+    use rocketgate_native::RemotingCommand;
+    use rocketgate_native::code::{request, response};
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, addr, _lines) = start(
+        &[
+            "--data-dir",
+            data,
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ],
+        "native",
+    );
+    let sent = ask(
+        &addr,
+        RemotingCommand::request(request::SEND_MESSAGE, 1)
+            .with_field("producerGroup", "cli")
+            .with_field("topic", "CliTopic")
+            .with_field("queueId", 0)
+            .with_field("properties", "TAGS\u{1}t\u{2}")
+            .with_body(&b"hello"[..]),
+    );
+    assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+    // The offset id names the announced address: the store host is the real port.
+    let (host, _) =
+        rocketgate_core::store::record::decode_msg_id(sent.field("msgId").unwrap()).unwrap();
+    assert_eq!(host.to_string(), addr);
+    let unknown = ask(&addr, RemotingCommand::request(9999, 2));
+    assert_eq!(unknown.code, response::REQUEST_CODE_NOT_SUPPORTED);
+    sigterm(&mut node);
+}
+
+#[test]
 fn a_broker_without_namesrvs_is_a_clear_error() {
     let d = tempfile::tempdir().unwrap();
     let out = bin()

@@ -57,6 +57,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub broker: BrokerConfig,
     pub namesrv: NamesrvConfig,
+    pub native: NativeConfig,
     pub ws: WsConfig,
     pub http: HttpConfig,
     pub mqtt: MqttConfig,
@@ -160,6 +161,29 @@ pub struct NamesrvConfig {
     /// A broker silent for this long is dropped from every route.
     #[serde(with = "units::duration")]
     pub broker_expiry: Duration,
+}
+
+/// The native door (RocketMQ remoting clients on `listen.native`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NativeConfig {
+    /// The longest a pull is held waiting for messages, whatever the client asks.
+    #[serde(with = "units::duration")]
+    pub max_suspend: Duration,
+    /// Sends processed at once; beyond it a send is answered SYSTEM_BUSY.
+    pub max_inflight_sends: usize,
+    /// Largest remoting frame accepted.
+    pub max_frame_len: ByteSize,
+}
+
+impl Default for NativeConfig {
+    fn default() -> Self {
+        NativeConfig {
+            max_suspend: Duration::from_secs(30),
+            max_inflight_sends: 10_000,
+            max_frame_len: ByteSize(16 << 20),
+        }
+    }
 }
 
 /// WebSocket door limits (`[ws]`); see `docs/websocket.md`.
@@ -272,6 +296,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             broker: BrokerConfig::default(),
             namesrv: NamesrvConfig::default(),
+            native: NativeConfig::default(),
             ws: WsConfig::default(),
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
@@ -485,6 +510,7 @@ impl Config {
             ),
             ("namesrv.scan_interval", self.namesrv.scan_interval),
             ("namesrv.broker_expiry", self.namesrv.broker_expiry),
+            ("native.max_suspend", self.native.max_suspend),
             ("ws.invisible_time", self.ws.invisible_time),
             ("ws.ping_interval", self.ws.ping_interval),
         ] {

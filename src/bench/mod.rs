@@ -3,6 +3,7 @@
 
 pub mod consume;
 pub mod mqtt;
+pub mod native;
 mod stats;
 pub mod store;
 pub mod ws;
@@ -14,6 +15,7 @@ pub fn run(cmd: crate::cli::BenchCommand) -> anyhow::Result<()> {
         crate::cli::BenchCommand::Consume(args) => consume::run(args),
         crate::cli::BenchCommand::Mqtt(args) => mqtt::run(args),
         crate::cli::BenchCommand::MqttSink(args) => mqtt::sink::run(args),
+        crate::cli::BenchCommand::Native(args) => native::run(args),
         crate::cli::BenchCommand::Ws(args) => ws::run(args),
     }
 }

@@ -54,6 +54,8 @@ pub mod request {
     pub const BROKER_HEARTBEAT: i32 = 904;
 
     // Broker: newer sends, consumer management, POP.
+    pub const GET_TOPIC_STATS_INFO: i32 = 202;
+    pub const GET_CONSUME_STATS: i32 = 208;
     pub const GET_CONSUMER_RUNNING_INFO: i32 = 307;
     pub const CONSUME_MESSAGE_DIRECTLY: i32 = 309;
     pub const SEND_MESSAGE_V2: i32 = 310;

@@ -93,6 +93,15 @@ impl RegistrarHandle {
         self.kick.send_replace(());
     }
 
+    /// [`RegistrarHandle::register_now`] as a callable that does not borrow the handle
+    /// (e.g. for [`crate::Server::on_topics_changed`]).
+    pub fn trigger(&self) -> impl Fn() + Send + Sync + 'static {
+        let kick = self.kick.clone();
+        move || {
+            kick.send_replace(());
+        }
+    }
+
     /// Clean stop: unregisters from every reachable NameServer, then returns.
     pub async fn stop(mut self) {
         self.stop.send_replace(Phase::Stopping);

@@ -1,0 +1,316 @@
+//! What both consumers ask brokers: pulls, offsets, member lists, send-back and queue
+//! locks, each addressed to the master of the queue's broker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::session::Session;
+use crate::Error;
+use crate::body::{
+    ConsumerList, LockBatchRequest, LockBatchResponse, MessageQueue, field, pull_flag,
+};
+use crate::code::{request, response};
+use crate::codec::RemotingCommand;
+use crate::message::ReceivedMessage;
+use crate::protocol::{from_json, to_json};
+
+/// A subscription expression: `TAG` (`*`, `a || b`) or `SQL92`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Expression {
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl Expression {
+    pub fn tag(text: impl Into<String>) -> Self {
+        Expression {
+            kind: crate::body::expression::TAG,
+            text: text.into(),
+        }
+    }
+}
+
+/// What one pull found.
+#[derive(Debug)]
+pub(crate) enum Pulled {
+    Found {
+        messages: Vec<ReceivedMessage>,
+        next: u64,
+    },
+    /// Nothing (new or matching); continue from `next`.
+    Nothing { next: u64 },
+    /// The offset was out of range; continue from `next`.
+    Moved { next: u64 },
+}
+
+#[derive(Clone)]
+pub(crate) struct Broker {
+    pub session: Arc<Session>,
+    pub group: String,
+}
+
+impl Broker {
+    fn addr(&self, mq: &MessageQueue) -> Result<String, Error> {
+        self.session
+            .broker_addr(&mq.broker_name)
+            .ok_or_else(|| Error::NoRoute {
+                topic: mq.topic.clone(),
+            })
+    }
+
+    fn bad(addr: &str, what: String) -> Error {
+        Error::Protocol {
+            addr: addr.to_owned(),
+            what,
+        }
+    }
+
+    pub async fn pull(
+        &self,
+        mq: &MessageQueue,
+        offset: u64,
+        max: u32,
+        expression: &Expression,
+        suspend: Option<Duration>,
+        commit: Option<u64>,
+    ) -> Result<Pulled, Error> {
+        let addr = self.addr(mq)?;
+        let mut flags = pull_flag::SUBSCRIPTION;
+        if suspend.is_some() {
+            flags |= pull_flag::SUSPEND;
+        }
+        if commit.is_some() {
+            flags |= pull_flag::COMMIT_OFFSET;
+        }
+        let suspend = suspend.unwrap_or_default();
+        let cmd = RemotingCommand::request(request::PULL_MESSAGE, 0)
+            .with_field(field::CONSUMER_GROUP, &self.group)
+            .with_field(field::TOPIC, &mq.topic)
+            .with_field(field::QUEUE_ID, mq.queue_id)
+            .with_field(field::QUEUE_OFFSET, offset)
+            .with_field(field::MAX_MSG_NUMS, max)
+            .with_field(field::SYS_FLAG, flags)
+            .with_field(field::COMMIT_OFFSET, commit.unwrap_or(0))
+            .with_field(field::SUSPEND_TIMEOUT_MILLIS, suspend.as_millis() as u64)
+            .with_field(field::SUBSCRIPTION, &expression.text)
+            .with_field(field::SUB_VERSION, 0)
+            .with_field(field::EXPRESSION_TYPE, expression.kind);
+        let timeout = suspend + self.session.timeout();
+        let resp = self.session.links.request(&addr, cmd, timeout).await?;
+        let next = resp
+            .field(field::NEXT_BEGIN_OFFSET)
+            .and_then(|v| v.parse::<u64>().ok());
+        let need_next =
+            || next.ok_or_else(|| Self::bad(&addr, "pull response without nextBeginOffset".into()));
+        match resp.code {
+            response::SUCCESS => {
+                let messages = ReceivedMessage::decode_all(&resp.body)
+                    .map_err(|e| Self::bad(&addr, format!("pulled records: {e}")))?;
+                Ok(Pulled::Found {
+                    messages,
+                    next: need_next()?,
+                })
+            }
+            response::PULL_NOT_FOUND | response::PULL_RETRY_IMMEDIATELY => {
+                Ok(Pulled::Nothing { next: need_next()? })
+            }
+            response::PULL_OFFSET_MOVED => Ok(Pulled::Moved { next: need_next()? }),
+            _ => Err(super::link::refused(&addr, &resp)),
+        }
+    }
+
+    /// The group's committed offset of `mq`; `None` if never committed.
+    pub async fn query_offset(&self, mq: &MessageQueue) -> Result<Option<u64>, Error> {
+        let addr = self.addr(mq)?;
+        let cmd = RemotingCommand::request(request::QUERY_CONSUMER_OFFSET, 0)
+            .with_field(field::CONSUMER_GROUP, &self.group)
+            .with_field(field::TOPIC, &mq.topic)
+            .with_field(field::QUEUE_ID, mq.queue_id);
+        let resp = self
+            .session
+            .links
+            .request(&addr, cmd, self.session.timeout())
+            .await?;
+        match resp.code {
+            response::SUCCESS => resp
+                .field(field::OFFSET)
+                .and_then(|o| o.parse().ok())
+                .map(Some)
+                .ok_or_else(|| Self::bad(&addr, "offset response without offset".into())),
+            response::QUERY_NOT_FOUND => Ok(None),
+            _ => Err(super::link::refused(&addr, &resp)),
+        }
+    }
+
+    pub async fn commit_offset(&self, mq: &MessageQueue, offset: u64) -> Result<(), Error> {
+        let addr = self.addr(mq)?;
+        let cmd = RemotingCommand::request(request::UPDATE_CONSUMER_OFFSET, 0)
+            .with_field(field::CONSUMER_GROUP, &self.group)
+            .with_field(field::TOPIC, &mq.topic)
+            .with_field(field::QUEUE_ID, mq.queue_id)
+            .with_field(field::COMMIT_OFFSET, offset);
+        self.session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await
+            .map(drop)
+    }
+
+    async fn offset_request(
+        &self,
+        code: i32,
+        mq: &MessageQueue,
+        ts: Option<i64>,
+    ) -> Result<u64, Error> {
+        let addr = self.addr(mq)?;
+        let mut cmd = RemotingCommand::request(code, 0)
+            .with_field(field::TOPIC, &mq.topic)
+            .with_field(field::QUEUE_ID, mq.queue_id);
+        if let Some(ts) = ts {
+            cmd = cmd.with_field(field::TIMESTAMP, ts);
+        }
+        let resp = self
+            .session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await?;
+        resp.field(field::OFFSET)
+            .and_then(|o| o.parse().ok())
+            .ok_or_else(|| Self::bad(&addr, "offset response without offset".into()))
+    }
+
+    pub async fn max_offset(&self, mq: &MessageQueue) -> Result<u64, Error> {
+        self.offset_request(request::GET_MAX_OFFSET, mq, None).await
+    }
+
+    pub async fn min_offset(&self, mq: &MessageQueue) -> Result<u64, Error> {
+        self.offset_request(request::GET_MIN_OFFSET, mq, None).await
+    }
+
+    pub async fn offset_by_time(&self, mq: &MessageQueue, ts_ms: i64) -> Result<u64, Error> {
+        self.offset_request(request::SEARCH_OFFSET_BY_TIMESTAMP, mq, Some(ts_ms))
+            .await
+    }
+
+    /// Client ids of the group's members, as the broker of `mq` knows them.
+    pub async fn members(&self, mq: &MessageQueue) -> Result<Vec<String>, Error> {
+        let addr = self.addr(mq)?;
+        let cmd = RemotingCommand::request(request::GET_CONSUMER_LIST_BY_GROUP, 0)
+            .with_field(field::CONSUMER_GROUP, &self.group);
+        let resp = self
+            .session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await?;
+        let list: ConsumerList =
+            from_json(&resp.body).map_err(|e| Self::bad(&addr, format!("consumer list: {e}")))?;
+        let mut ids = list.consumer_id_list;
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Hands a message whose consumption failed back to its broker for a retry.
+    pub async fn send_back(&self, msg: &ReceivedMessage, delay_level: i32) -> Result<(), Error> {
+        // The broker that stored it: its address is the record's store host, when the
+        // routes agree; else any master of the topic.
+        let host = msg.store_host.to_string();
+        let route = self.session.route(&msg.topic).await?;
+        let addr = route
+            .brokers
+            .values()
+            .find(|a| **a == host)
+            .or_else(|| route.brokers.values().next())
+            .cloned()
+            .ok_or_else(|| Error::NoRoute {
+                topic: msg.topic.clone(),
+            })?;
+        let cmd = RemotingCommand::request(request::CONSUMER_SEND_MSG_BACK, 0)
+            .with_field(field::OFFSET, msg.commit_log_offset)
+            .with_field(field::GROUP, &self.group)
+            .with_field(field::DELAY_LEVEL, delay_level)
+            .with_field(field::ORIGIN_MSG_ID, &msg.msg_id)
+            .with_field(field::ORIGIN_TOPIC, msg.origin_topic())
+            .with_field(field::UNIT_MODE, false)
+            .with_field(field::MAX_RECONSUME_TIMES, 16);
+        self.session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await
+            .map(drop)
+    }
+
+    /// Locks queues of one broker for orderly consumption; returns those now held.
+    pub async fn lock(&self, mqs: &[MessageQueue]) -> Result<Vec<MessageQueue>, Error> {
+        let Some(first) = mqs.first() else {
+            return Ok(Vec::new());
+        };
+        let addr = self.addr(first)?;
+        let body = LockBatchRequest {
+            client_id: self.session.client_id().to_owned(),
+            consumer_group: self.group.clone(),
+            mq_set: mqs.to_vec(),
+            only_this_broker: true,
+        };
+        let cmd = RemotingCommand::request(request::LOCK_BATCH_MQ, 0).with_body(to_json(&body));
+        let resp = self
+            .session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await?;
+        let locked: LockBatchResponse =
+            from_json(&resp.body).map_err(|e| Self::bad(&addr, format!("lock response: {e}")))?;
+        Ok(locked.lock_ok_mq_set)
+    }
+
+    pub async fn unlock(&self, mqs: &[MessageQueue]) -> Result<(), Error> {
+        let Some(first) = mqs.first() else {
+            return Ok(());
+        };
+        let addr = self.addr(first)?;
+        let body = LockBatchRequest {
+            client_id: self.session.client_id().to_owned(),
+            consumer_group: self.group.clone(),
+            mq_set: mqs.to_vec(),
+            only_this_broker: true,
+        };
+        let cmd = RemotingCommand::request(request::UNLOCK_BATCH_MQ, 0).with_body(to_json(&body));
+        self.session
+            .links
+            .call(&addr, cmd, self.session.timeout())
+            .await
+            .map(drop)
+    }
+
+    /// Leaves the group on every broker of the cluster.
+    pub async fn unregister(&self) {
+        let s = &self.session;
+        if let Ok(brokers) = s.brokers().await {
+            for (_, addr) in brokers {
+                let cmd = RemotingCommand::request(request::UNREGISTER_CLIENT, 0)
+                    .with_field(field::CLIENT_ID, s.client_id())
+                    .with_field(field::CONSUMER_GROUP, &self.group);
+                let _ = s.links.call(&addr, cmd, s.timeout()).await;
+            }
+        }
+    }
+}
+
+/// This member's share of `queues` (RocketMQ's average allocation over the sorted
+/// member list), computed with the core's pure allocator.
+pub(crate) fn allocate(me: &str, members: &[String], queues: &[MessageQueue]) -> Vec<MessageQueue> {
+    use rocketgate_core::broker::allocate::{self as alloc, AllocateStrategy};
+    let mut members = members.to_vec();
+    if !members.iter().any(|m| m == me) {
+        // The broker has not seen our heartbeat yet: count ourselves in.
+        members.push(me.to_owned());
+        members.sort();
+    }
+    let core_queues: Vec<alloc::MessageQueue> = queues
+        .iter()
+        .map(|q| alloc::MessageQueue::new(&q.topic, &q.broker_name, q.queue_id))
+        .collect();
+    alloc::allocate(&AllocateStrategy::Average, me, &members, &core_queues)
+        .into_iter()
+        .map(|q| MessageQueue::new(q.topic, q.broker_name, q.queue_id))
+        .collect()
+}

@@ -1,0 +1,118 @@
+//! The message a producer builds, and what a send returns.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rocketgate_core::store::record::property;
+
+use crate::body::MessageQueue;
+use crate::message::encode_properties;
+
+/// A message to send. Tag and keys travel as the `TAGS` and `KEYS` properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub topic: String,
+    pub body: Bytes,
+    pub tag: Option<String>,
+    pub keys: Vec<String>,
+    /// User properties (names must not contain the bytes 0x01/0x02).
+    pub properties: BTreeMap<String, String>,
+    /// RocketMQ's user flag, stored with the message.
+    pub flag: i32,
+}
+
+impl Message {
+    pub fn new(topic: impl Into<String>, body: impl Into<Bytes>) -> Message {
+        Message {
+            topic: topic.into(),
+            body: body.into(),
+            tag: None,
+            keys: Vec::new(),
+            properties: BTreeMap::new(),
+            flag: 0,
+        }
+    }
+
+    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    pub fn with_keys<I, S>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.keys = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// Delivered after RocketMQ delay level `level` (1 = 1 s, 2 = 5 s, 3 = 10 s, ...).
+    pub fn with_delay_level(self, level: u8) -> Self {
+        self.with_property(property::DELAY_TIME_LEVEL, level.to_string())
+    }
+
+    /// The `properties` header string, with the unique id `uniq`.
+    pub(crate) fn properties_string(&self, uniq: &str) -> String {
+        let keys = self.keys.join(property::KEY_SEPARATOR);
+        let mut props: Vec<(&str, &str)> = self
+            .properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if let Some(tag) = &self.tag {
+            props.push((property::TAGS, tag));
+        }
+        if !self.keys.is_empty() {
+            props.push((property::KEYS, &keys));
+        }
+        props.push((property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq));
+        props.push((property::WAIT_STORE_MSG_OK, "true"));
+        encode_properties(props)
+    }
+}
+
+/// Where a sent message was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendResult {
+    /// The producer-side unique id (`UNIQ_KEY`), what consumers see as `msg_id`.
+    pub msg_id: String,
+    /// The broker's id: store host + commit-log offset.
+    pub offset_msg_id: String,
+    pub queue: MessageQueue,
+    pub queue_offset: u64,
+    /// Set for a transactional half message.
+    pub transaction_id: Option<String>,
+}
+
+/// A unique message id in Java's 32-hex-digit shape: ip, pid, time and a counter.
+pub(crate) fn unique_id() -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    let pid = std::process::id();
+    format!(
+        "7F000001{:04X}{:04X}{:012X}{:04X}",
+        pid & 0xFFFF,
+        (pid >> 16) & 0xFFFF,
+        now & 0xFFFF_FFFF_FFFF,
+        n & 0xFFFF
+    )
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

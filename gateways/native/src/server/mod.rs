@@ -1,0 +1,224 @@
+//! The broker side of the native door: RocketMQ clients connect here to send, pull,
+//! heartbeat and manage offsets. Mirrors the NameServer's shape: [`Server::bind`], then
+//! [`Server::spawn`], then [`ServerHandle::stop`].
+//!
+//! One task per connection owns its socket (`conn.rs`); each request runs in its own task
+//! (a long-polling pull must not hold up the sends multiplexed on the same connection)
+//! and hands its response back through the connection's outbound channel. Who is
+//! connected, and which consumer and producer groups each connection speaks for, is in
+//! `clients.rs`; the request handlers are in `handle.rs` and the modules it dispatches to.
+//! Every business failure becomes a RocketMQ response code with a remark; only a frame
+//! that cannot be decoded closes a connection.
+
+mod admin;
+mod clients;
+mod conn;
+mod consumer;
+mod handle;
+mod pull;
+mod send;
+mod txn;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rocketgate_core::broker::MessagingApi;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{info, warn};
+
+use crate::Error;
+use crate::codec::{DEFAULT_MAX_FRAME_LEN, FrameCodec};
+use clients::Clients;
+
+/// Settings of the broker server (`[native]` in the config, plus the broker's identity).
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// The broker name clients see in routes (`broker.name`).
+    pub broker_name: String,
+    /// The store host written into records (the advertised native address); offset
+    /// message ids name it.
+    pub store_host: SocketAddr,
+    /// Upper bound on a frame's length prefix.
+    pub max_frame_len: usize,
+    /// The longest a pull is suspended waiting for messages, whatever it asks for.
+    pub max_suspend: Duration,
+    /// Sends being processed at once, over all connections; beyond it a send is
+    /// answered `SYSTEM_BUSY` at once.
+    pub max_inflight_sends: usize,
+    /// A peer that does not take its responses within this long is dropped.
+    pub write_timeout: Duration,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            broker_name: "broker-a".into(),
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            max_frame_len: DEFAULT_MAX_FRAME_LEN,
+            max_suspend: Duration::from_secs(30),
+            max_inflight_sends: 10_000,
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Called after a request created or changed a topic, so routes can be re-registered.
+pub type TopicsChanged = Arc<dyn Fn() + Send + Sync>;
+
+/// What every request handler shares. Immutable but for [`Clients`] (one short std lock,
+/// see there) and the send permits.
+pub(crate) struct Ctx<B> {
+    pub broker: Arc<B>,
+    pub settings: ServerSettings,
+    pub clients: Arc<Clients>,
+    pub inflight: Semaphore,
+    pub topics_changed: TopicsChanged,
+    /// Topics sent to so far; a send to a new one may have auto-created it. Std lock,
+    /// held for one set lookup.
+    known_topics: Mutex<HashSet<String>>,
+}
+
+impl<B> Ctx<B> {
+    /// A send to `topic` succeeded: re-register routes if it is new to this server.
+    pub fn note_topic(&self, topic: &str) {
+        let new = {
+            let mut known = self.known_topics.lock().unwrap_or_else(|e| e.into_inner());
+            !known.contains(topic) && known.insert(topic.to_owned())
+        };
+        if new {
+            (self.topics_changed)();
+        }
+    }
+}
+
+/// A bound, not yet running broker server.
+pub struct Server<B> {
+    listener: TcpListener,
+    ctx: Arc<Ctx<B>>,
+    codec: FrameCodec,
+}
+
+/// Controls a spawned [`Server`]. Dropping it stops the server in the background;
+/// [`ServerHandle::stop`] also waits for every connection to close.
+pub struct ServerHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Stops accepting, closes every connection, and returns when done.
+    pub async fn stop(mut self) {
+        self.stop.send_replace(true);
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+impl<B: MessagingApi + 'static> Server<B> {
+    /// Binds `addr` (port 0 = any free port) and returns the address actually bound.
+    pub async fn bind(
+        addr: SocketAddr,
+        broker: Arc<B>,
+        settings: ServerSettings,
+    ) -> Result<(Server<B>, SocketAddr), Error> {
+        let bind_err = |source| Error::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+        Self::from_listener(listener, broker, settings)
+    }
+
+    /// Serves on a listener bound already (to learn a port-0 address before the broker
+    /// is opened, so the store host is the real address).
+    pub fn from_listener(
+        listener: TcpListener,
+        broker: Arc<B>,
+        settings: ServerSettings,
+    ) -> Result<(Server<B>, SocketAddr), Error> {
+        let local = listener.local_addr().map_err(|source| Error::Bind {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let codec = FrameCodec::new(settings.max_frame_len);
+        let ctx = Arc::new(Ctx {
+            broker,
+            inflight: Semaphore::new(settings.max_inflight_sends),
+            settings,
+            clients: Arc::default(),
+            topics_changed: Arc::new(|| {}),
+            known_topics: Mutex::new(HashSet::new()),
+        });
+        Ok((
+            Server {
+                listener,
+                ctx,
+                codec,
+            },
+            local,
+        ))
+    }
+
+    /// Calls `hook` whenever a request creates or changes a topic (e.g.
+    /// [`crate::RegistrarHandle::register_now`], so the NameServers learn the route).
+    pub fn on_topics_changed(mut self, hook: TopicsChanged) -> Self {
+        if let Some(ctx) = Arc::get_mut(&mut self.ctx) {
+            ctx.topics_changed = hook;
+        }
+        self
+    }
+
+    /// Runs on the current tokio runtime until [`ServerHandle::stop`].
+    pub fn spawn(self) -> ServerHandle {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(self.run(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        ServerHandle { stop, task }
+    }
+
+    /// Serves until `shutdown` completes, then closes every connection.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server {
+            listener,
+            ctx,
+            codec,
+        } = self;
+        let local = listener.local_addr().ok();
+        info!(addr = ?local, "native broker server listening");
+        let (closing, _) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        let mut next_id: u64 = 1;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let _ = stream.set_nodelay(true);
+                        let id = next_id;
+                        next_id += 1;
+                        let c = conn::Connection::new(id, peer, stream, codec, ctx.clone());
+                        conns.spawn(c.serve(closing.subscribe()));
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = conns.join_next() => {}
+                _ = &mut shutdown => break,
+            }
+        }
+        drop(listener);
+        closing.send_replace(true);
+        while conns.join_next().await.is_some() {}
+        info!(addr = ?local, "native broker server stopped");
+    }
+}
