@@ -277,6 +277,33 @@ fn start_native(
         .spawn())
 }
 
+/// Re-registers with the NameServers as soon as the topic table changes, whichever door
+/// changed it (HTTP admin, auto-create on a first MQTT/HTTP/WebSocket publish), so a
+/// native client can route to a new topic at once instead of after the next periodic
+/// registration (RocketMQ's broker does the same on topic creation).
+fn watch_topics(broker: &Arc<Broker>, registrar: &RegistrarHandle) -> tokio::task::JoinHandle<()> {
+    let broker = broker.clone();
+    let trigger = registrar.trigger();
+    tokio::spawn(async move {
+        let fingerprint = |b: &Broker| -> Vec<(String, u32, u32, u8)> {
+            b.topic_snapshot(TopicKind::All)
+                .into_iter()
+                .map(|t| (t.name, t.read_queues, t.write_queues, t.perm.0))
+                .collect()
+        };
+        let mut last = fingerprint(&broker);
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+        loop {
+            tick.tick().await;
+            let now = fingerprint(&broker);
+            if now != last {
+                trigger();
+                last = now;
+            }
+        }
+    })
+}
+
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     // Before any door announces itself: a harness may signal as soon as it reads one.
@@ -288,6 +315,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
     let native = start_native(&config, native, &broker, &registrar)?;
+    let topic_watch = watch_topics(&broker, &registrar);
     let http = start_http(&config, &broker, namesrvs).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
@@ -301,6 +329,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     ws.stop().await;
     http.stop().await;
     mqtt.stop().await;
+    topic_watch.abort();
     registrar.stop().await;
     ns.stop().await;
     close_broker(broker).await
@@ -329,6 +358,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
     let native = start_native(&config, native, &broker, &registrar)?;
+    let topic_watch = watch_topics(&broker, &registrar);
     let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
     let mqtt = start_mqtt(&config, &broker).await?;
     let ws = start_ws(&config, &broker, mqtt.streams()).await?;
@@ -342,6 +372,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     ws.stop().await;
     http.stop().await;
     mqtt.stop().await;
+    topic_watch.abort();
     registrar.stop().await;
     close_broker(broker).await
 }

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub mod doors;
+
 /// The doors a standalone node announces (`rocketgate: <door> listening on <addr>`).
 pub const DOORS: [&str; 5] = ["namesrv", "native", "mqtt", "http", "ws"];
 
