@@ -358,12 +358,18 @@ pub struct MqttSub {
 
 impl MqttSub {
     fn start(node: &Node, topic: &str) -> anyhow::Result<MqttSub> {
+        Self::start_filter(node, topic, &format!("{topic}/#"))
+    }
+
+    /// `mosquitto_sub` on any MQTT filter whose first level is `topic`
+    /// (e.g. `sensors/+/temp`), ready (SUBACK seen) when this returns.
+    pub fn start_filter(node: &Node, topic: &str, filter: &str) -> anyhow::Result<MqttSub> {
         let addr = node.addr("mqtt");
         // Line-buffered: a piped mosquitto_sub would hold its output in a block buffer.
         let mut child = Command::new("stdbuf")
             .args(["-oL", "mosquitto_sub"])
             .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-            .args(["-V", "mqttv5", "-q", "1", "-d", "-t", &format!("{topic}/#")])
+            .args(["-V", "mqttv5", "-q", "1", "-d", "-t", filter])
             .args(["-F", "MSG|%t|%x|%P"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -395,7 +401,8 @@ impl MqttSub {
         }
     }
 
-    fn next(&mut self, timeout: Duration) -> anyhow::Result<Got> {
+    /// The next message delivered to the subscription.
+    pub fn next(&mut self, timeout: Duration) -> anyhow::Result<Got> {
         loop {
             let line = tokio::task::block_in_place(|| self.lines.recv_timeout(timeout))
                 .context("no MQTT message in time")?;

@@ -358,7 +358,10 @@ async fn disk_full_is_service_not_available_and_overload_is_system_busy() {
         }
         assert_eq!(r.code, response::SUCCESS, "{r:?}");
     }
-    assert!(timed_out, "a zero sync-flush wait answers FLUSH_DISK_TIMEOUT");
+    assert!(
+        timed_out,
+        "a zero sync-flush wait answers FLUSH_DISK_TIMEOUT"
+    );
 
     let busy = Node::start_with(Options {
         settings: ServerSettings {
