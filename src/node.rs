@@ -282,24 +282,11 @@ fn start_native(
 /// native client can route to a new topic at once instead of after the next periodic
 /// registration (RocketMQ's broker does the same on topic creation).
 fn watch_topics(broker: &Arc<Broker>, registrar: &RegistrarHandle) -> tokio::task::JoinHandle<()> {
-    let broker = broker.clone();
+    let mut changes = broker.watch_topics();
     let trigger = registrar.trigger();
     tokio::spawn(async move {
-        let fingerprint = |b: &Broker| -> Vec<(String, u32, u32, u8)> {
-            b.topic_snapshot(TopicKind::All)
-                .into_iter()
-                .map(|t| (t.name, t.read_queues, t.write_queues, t.perm.0))
-                .collect()
-        };
-        let mut last = fingerprint(&broker);
-        let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
-        loop {
-            tick.tick().await;
-            let now = fingerprint(&broker);
-            if now != last {
-                trigger();
-                last = now;
-            }
+        while changes.changed().await.is_ok() {
+            trigger();
         }
     })
 }

@@ -283,3 +283,27 @@ async fn groups_and_their_progress_also_after_a_restart() {
     );
     env.close();
 }
+
+/// Every change of the topic table shows on `watch_topics` (the node re-registers
+/// with the NameServers on it); a send to an existing topic does not.
+#[tokio::test]
+async fn topic_changes_are_watchable() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    let mut w = b.watch_topics();
+    b.create_topic(TopicConfig::new("w1", 2)).await.unwrap();
+    assert!(w.has_changed().unwrap(), "create");
+    w.mark_unchanged();
+    b.send(Message::new("w1", 0, "x"), QueueChoice::RoundRobin)
+        .await
+        .unwrap();
+    assert!(!w.has_changed().unwrap(), "a send to an existing topic");
+    b.send(Message::new("w2", 0, "x"), QueueChoice::RoundRobin)
+        .await
+        .unwrap();
+    assert!(w.has_changed().unwrap(), "auto-create on first send");
+    w.mark_unchanged();
+    b.delete_topic("w1").await.unwrap();
+    assert!(w.has_changed().unwrap(), "delete");
+}

@@ -108,6 +108,9 @@ pub struct Broker {
     pub(super) opts: BrokerOptions,
     pub(super) clock: Arc<dyn Clock>,
     topics: RwLock<TopicTable>,
+    /// Bumped after every change of the topic table (any door, auto-create included),
+    /// so the node can re-register with the NameServers at once.
+    topics_changed: tokio::sync::watch::Sender<u64>,
     pub(super) offsets: Arc<Offsets>,
     /// POP cursors and leases of every group; its own short lock (see [`PopState`]).
     pub(super) pop: Arc<PopState>,
@@ -183,6 +186,7 @@ impl Broker {
             opts,
             clock,
             topics: RwLock::new(topics),
+            topics_changed: tokio::sync::watch::channel(0).0,
             offsets,
             pop,
             delay,
@@ -317,8 +321,20 @@ impl Broker {
                 topic: topic.to_owned(),
             });
         };
+        drop(table);
         tracing::info!(topic, queues = created.write_queues, "auto-created topic");
+        self.note_topics_changed();
         Ok(created)
+    }
+
+    fn note_topics_changed(&self) {
+        self.topics_changed.send_modify(|v| *v += 1);
+    }
+
+    /// Changes whenever the topic table changes (created, updated, deleted,
+    /// auto-created), whichever door caused it.
+    pub fn watch_topics(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.topics_changed.subscribe()
     }
 
     pub(super) fn choose_queue(&self, config: &TopicConfig, choice: &QueueChoice) -> Result<u32> {
@@ -403,15 +419,20 @@ impl Drop for Broker {
 
 impl MessagingApi for Broker {
     async fn create_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
-        self.topics_write().create(config)
+        let created = self.topics_write().create(config)?;
+        self.note_topics_changed();
+        Ok(created)
     }
 
     async fn update_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
-        self.topics_write().update(config)
+        let updated = self.topics_write().update(config)?;
+        self.note_topics_changed();
+        Ok(updated)
     }
 
     async fn delete_topic(&self, topic: &str) -> Result<()> {
         self.topics_write().delete(topic)?;
+        self.note_topics_changed();
         self.offsets.table().remove_topic(topic);
         self.pop.table().remove_topic(topic);
         lock(&self.round_robin).remove(topic);
