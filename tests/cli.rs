@@ -88,6 +88,24 @@ fn standalone_starts_and_stops_cleanly_on_sigterm() {
     assert!(dir.path().join("checkpoint").exists());
 }
 
+/// `standalone` flags for a node in `data` with every door on a free port.
+fn standalone_on_free_ports(data: &str) -> [&str; 12] {
+    [
+        "--data-dir",
+        data,
+        "--namesrv",
+        "0",
+        "--native",
+        "0",
+        "--mqtt",
+        "0",
+        "--http",
+        "0",
+        "--ws",
+        "0",
+    ]
+}
+
 /// Starts the binary with `args`, returns it and the address it announced for `door`.
 fn start(
     args: &[&str],
@@ -204,23 +222,7 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
 fn standalone_embeds_a_namesrv_with_its_broker_registered() {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
-    let (mut node, addr, _lines) = start(
-        &[
-            "--data-dir",
-            data,
-            "--namesrv",
-            "0",
-            "--native",
-            "0",
-            "--mqtt",
-            "0",
-            "--http",
-            "0",
-            "--ws",
-            "0",
-        ],
-        "namesrv",
-    );
+    let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "namesrv");
     wait_for("the embedded broker to register", || {
         cluster_info(&addr).contains("broker-a")
     });
@@ -245,23 +247,7 @@ fn standalone_serves_the_native_door() {
     use rocketgate_native::code::{request, response};
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
-    let (mut node, addr, _lines) = start(
-        &[
-            "--data-dir",
-            data,
-            "--namesrv",
-            "0",
-            "--native",
-            "0",
-            "--mqtt",
-            "0",
-            "--http",
-            "0",
-            "--ws",
-            "0",
-        ],
-        "native",
-    );
+    let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "native");
     let sent = ask(
         &addr,
         RemotingCommand::request(request::SEND_MESSAGE, 1)
@@ -361,23 +347,7 @@ fn curl(args: &[&str]) -> (u16, String) {
 fn standalone_serves_http_publish_receive_ack_and_its_cluster_view() {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
-    let (mut node, addr, _lines) = start(
-        &[
-            "--data-dir",
-            data,
-            "--namesrv",
-            "0",
-            "--native",
-            "0",
-            "--mqtt",
-            "0",
-            "--http",
-            "0",
-            "--ws",
-            "0",
-        ],
-        "http",
-    );
+    let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "http");
     let base = format!("http://{addr}");
     let (status, body) = curl(&[
         "--data-binary",
@@ -417,23 +387,7 @@ fn standalone_serves_mqtt() {
     use std::io::{Read, Write};
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
-    let (mut node, addr, _lines) = start(
-        &[
-            "--data-dir",
-            data,
-            "--namesrv",
-            "0",
-            "--native",
-            "0",
-            "--mqtt",
-            "0",
-            "--http",
-            "0",
-            "--ws",
-            "0",
-        ],
-        "mqtt",
-    );
+    let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "mqtt");
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // MQTT 3.1.1 CONNECT, clean session, keep-alive 60, client id "cli".
@@ -457,23 +411,7 @@ fn standalone_serves_mqtt_over_websocket() {
 
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
-    let (mut node, addr, _lines) = start(
-        &[
-            "--data-dir",
-            data,
-            "--namesrv",
-            "0",
-            "--native",
-            "0",
-            "--mqtt",
-            "0",
-            "--http",
-            "0",
-            "--ws",
-            "0",
-        ],
-        "ws",
-    );
+    let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "ws");
     let mut request = format!("ws://{addr}/mqtt").into_client_request().unwrap();
     request
         .headers_mut()
