@@ -9,6 +9,12 @@ mod run;
 
 use clap::Parser;
 
+/// Every door allocates per message (request structs, headers, JSON); glibc's
+/// malloc/free were ~14 % of an HTTP publish's CPU, mimalloc's thread-local free
+/// lists cut most of that.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
