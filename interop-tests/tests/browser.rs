@@ -337,6 +337,41 @@ async fn a_v1_ws_page_gets_curl_and_mosquitto_pub_messages_acks_and_publishes() 
     let got = out.next(Duration::from_secs(30)).unwrap();
     assert_eq!(got.tag.as_deref(), Some("page"));
     assert_eq!(got.body, b"hello from chromium");
+
+    // The page's acks reached the broker (frames are handled in order, so they were
+    // processed before its publish was answered): with the browser gone, the same
+    // durable subscriber resumes after the three, and the next message is the first
+    // it gets.
+    drop(browser);
+    let url = format!("ws://{}/v1/ws", node.addr("ws"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let subscribe = json!({"op": "subscribe", "id": "page", "topic": "browser",
+        "group": "chromium", "mode": "broadcasting", "start": "earliest", "credit": 10});
+    ws.send(Message::text(subscribe.to_string())).await.unwrap();
+    let mut next_frame = async || loop {
+        let frame = tokio::time::timeout(PAGE_WAIT, ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("the socket open")
+            .unwrap();
+        if let Message::Text(t) = frame {
+            return serde_json::from_str::<Value>(&t).unwrap();
+        }
+    };
+    let subscribed = next_frame().await;
+    assert_eq!(subscribed["type"], "subscribed", "{subscribed}");
+    assert_eq!(subscribed["resumed"], true, "{subscribed}");
+    let fourth = outgoing("e", &[], "curl", "after the page left");
+    Door::Http.publish(&node, &fourth).await.unwrap();
+    let first = next_frame().await;
+    assert_eq!(first["type"], "message", "{first}");
+    assert_eq!(
+        first["body"], "after the page left",
+        "acked messages came again: {first}"
+    );
+    assert_eq!(first["queue_offset"], 3, "{first}");
 }
 
 /// The ```html block under "### MQTT.js in a browser" in docs/websocket.md, and the
