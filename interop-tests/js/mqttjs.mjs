@@ -2,6 +2,7 @@
 // (`mqtt://host:port`) or WebSocket (`ws://host:port/mqtt`).
 //
 //   node mqttjs.mjs --url mqtt://127.0.0.1:1883 --version 5 --prefix js5tcp
+//   node mqttjs.mjs --url ws://127.0.0.1:8083/mqtt --only sessionAway --session ID
 //
 // Runs every scenario one after the other and prints ONE JSON object on stdout:
 // `{"ok": true, "results": {<scenario>: <what MQTT.js observed>}}`. It reports what
@@ -35,6 +36,9 @@ setTimeout(
   Number(args.timeout ?? 120) * 1000,
 );
 
+for (const event of ["uncaughtException", "unhandledRejection"])
+  process.on(event, (e) => finish({ ok: false, error: `${event}: ${e?.stack ?? e}`, scenario: current, results }, 1));
+
 /** What a delivered PUBLISH looked like, in JSON-friendly form. */
 function seen(topic, payload, packet) {
   const p = packet.properties ?? {};
@@ -64,6 +68,9 @@ function connect(clientId, options = {}) {
   clients.push(client);
   client.inbox = [];
   client.waiters = [];
+  client.errors = [];
+  // Errors after CONNACK are kept (an unhandled "error" event would crash node).
+  client.on("error", (e) => client.errors.push(e.message));
   client.on("message", (topic, payload, packet) => {
     client.inbox.push(seen(topic, payload, packet));
     client.waiters = client.waiters.filter((w) => !w());
@@ -99,6 +106,10 @@ const has = (topic) => (inbox) => inbox.some((m) => m.topic === topic);
 
 /** Ends a client cleanly (DISCONNECT) and waits until its socket is closed. */
 const end = (client) => client.endAsync();
+
+/** Connect options of a persistent session. */
+const persistent = () =>
+  VERSION === 5 ? { clean: false, properties: { sessionExpiryInterval: 600 } } : { clean: false };
 
 /** SUBSCRIBE, resolving with the granted QoS / reason codes. */
 async function subscribe(client, filters, opts) {
@@ -174,26 +185,29 @@ const scenarios = {
   // expiry) gets, on reconnect, what was published while it was away.
   async session() {
     const id = `${P}-persistent-${process.pid}`;
-    const persistent = VERSION === 5
-      ? { clean: false, properties: { sessionExpiryInterval: 600 } }
-      : { clean: false };
-    const before = await connect(id, persistent);
+    const away = await scenarios.sessionAway(id);
+    return { ...away, ...(await scenarios.sessionBack(id)) };
+  },
+
+  // The first half: subscribe with a persistent session, leave, 3 messages published.
+  // (`--only sessionAway --session ID`, then restart the broker, then `sessionBack`.)
+  async sessionAway(id = args.session) {
+    const before = await connect(id, persistent());
     const granted = await subscribe(before, `${P}s/#`, { qos: 1 });
     await end(before);
     const pub = await connect(`${P}-sess-pub`);
     for (const n of [1, 2, 3]) await pub.publishAsync(`${P}s/offline`, `offline ${n}`, { qos: 1 });
-    const after = await connect(id, persistent);
+    await end(pub);
+    return { granted, firstSessionPresent: before.connack.sessionPresent };
+  },
+
+  // The second half: come back and get the 3 offline messages; then drop the session.
+  async sessionBack(id = args.session) {
+    const after = await connect(id, persistent());
     const got = await until(after, "3 offline messages", count(3));
-    // Leave nothing behind: a clean start drops the session.
     await end(after);
     await end(await connect(id, { clean: true }));
-    await end(pub);
-    return {
-      granted,
-      firstSessionPresent: before.connack.sessionPresent,
-      sessionPresent: after.connack.sessionPresent,
-      received: got,
-    };
+    return { sessionPresent: after.connack.sessionPresent, received: got };
   },
 
   // MQTT 5 request/response: user properties, response topic, correlation data.
@@ -261,13 +275,18 @@ const scenarios = {
   },
 };
 
-const only = args.only ? args.only.split(",") : Object.keys(scenarios);
+const halves = ["sessionAway", "sessionBack"];
+const only = args.only ? args.only.split(",") : Object.keys(scenarios).filter((s) => !halves.includes(s));
 try {
   for (const name of only) {
     current = name;
     results[name] = await scenarios[name]();
   }
-  finish({ ok: true, version: VERSION, url: URL_, results }, 0);
+  // Errors a client reported after its CONNACK (none expected).
+  const clientErrors = Object.fromEntries(
+    clients.filter((c) => c.errors.length).map((c) => [c.options.clientId, c.errors]),
+  );
+  finish({ ok: true, version: VERSION, url: URL_, clientErrors, results }, 0);
 } catch (e) {
   finish({ ok: false, error: String(e?.stack ?? e), scenario: current, results }, 1);
 }

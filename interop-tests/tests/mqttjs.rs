@@ -30,15 +30,36 @@ pub fn js_dir() -> PathBuf {
     dir
 }
 
-/// Runs `node mqttjs.mjs` against `url` and returns its JSON report, failing the
+/// Runs `node mqttjs.mjs` against `url` and returns its `results`, failing the
 /// test (with the report) unless the run succeeded.
-fn run_mqttjs(url: &str, version: u8, prefix: &str) -> Value {
+fn run_mqttjs(url: &str, version: u8, prefix: &str, extra: &[&str]) -> Value {
+    let (report, status, err) = run_script(url, version, prefix, "150", extra);
+    assert_eq!(
+        report["ok"],
+        json!(true),
+        "MQTT.js failed: {report:#}\nstderr: {err}"
+    );
+    assert!(status.success(), "node exited with {status}");
+    assert_eq!(report["clientErrors"], json!({}), "{report:#}");
+    report["results"].clone()
+}
+
+/// Runs the script with its own timeout of `timeout` seconds; returns its JSON
+/// report, exit status and stderr.
+fn run_script(
+    url: &str,
+    version: u8,
+    prefix: &str,
+    timeout: &str,
+    extra: &[&str],
+) -> (Value, std::process::ExitStatus, String) {
     let dir = js_dir();
     let mut child = Command::new("node")
         .current_dir(&dir)
         .arg("mqttjs.mjs")
         .args(["--url", url, "--version", &version.to_string()])
-        .args(["--prefix", prefix, "--timeout", "150"])
+        .args(["--prefix", prefix, "--timeout", timeout])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -66,13 +87,7 @@ fn run_mqttjs(url: &str, version: u8, prefix: &str) -> Value {
     let report: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
         panic!("node printed no JSON report ({e}), exit {status}: stdout {out:?} stderr {err:?}")
     });
-    assert_eq!(
-        report["ok"],
-        json!(true),
-        "MQTT.js failed: {report:#}\nstderr: {err}"
-    );
-    assert!(status.success(), "node exited with {status}");
-    report["results"].clone()
+    (report, status, err)
 }
 
 /// `(topic, payload, qos, retain)` of each delivered message.
@@ -207,7 +222,7 @@ fn mqttjs_against(transport: &str, version: u8) {
         _ => format!("ws://{}/mqtt", node.addr("ws")),
     };
     let prefix = format!("js{version}{transport}");
-    let results = run_mqttjs(&url, version, &prefix);
+    let results = run_mqttjs(&url, version, &prefix, &[]);
     check(&results, version, &prefix);
 }
 
@@ -229,4 +244,83 @@ fn mqttjs_v311_over_websocket() {
 #[test]
 fn mqttjs_v5_over_websocket() {
     mqttjs_against("ws", 5);
+}
+
+/// A persistent session across a clean broker restart: subscribed and away before,
+/// the offline messages delivered after (MQTT.js is a new process each time).
+fn session_across_restart(transport: &str, version: u8) {
+    let mut node = Node::start().expect("start");
+    let url = |node: &Node| match transport {
+        "tcp" => format!("mqtt://{}", node.addr("mqtt")),
+        _ => format!("ws://{}/mqtt", node.addr("ws")),
+    };
+    let prefix = format!("jsr{version}{transport}");
+    let id = format!("{prefix}-restart");
+    let away = run_mqttjs(
+        &url(&node),
+        version,
+        &prefix,
+        &["--only", "sessionAway", "--session", &id],
+    );
+    assert_eq!(away["sessionAway"]["granted"], json!([1]));
+    assert_eq!(away["sessionAway"]["firstSessionPresent"], json!(false));
+
+    node.stop().expect("clean stop");
+    node.restart().expect("restart on the same data and ports");
+
+    let back = run_mqttjs(
+        &url(&node),
+        version,
+        &prefix,
+        &["--only", "sessionBack", "--session", &id],
+    );
+    let back = &back["sessionBack"];
+    assert_eq!(back["sessionPresent"], json!(true), "{back:#}");
+    assert_eq!(
+        summary(&back["received"]),
+        (1..=3)
+            .map(|n| msg(
+                format!("{prefix}s/offline"),
+                &format!("offline {n}"),
+                1,
+                false
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn mqttjs_v311_persistent_session_survives_a_restart_over_tcp() {
+    session_across_restart("tcp", 4);
+}
+
+#[test]
+fn mqttjs_v5_persistent_session_survives_a_restart_over_websocket() {
+    session_across_restart("ws", 5);
+}
+
+/// The script's own timeout: against a "broker" that accepts and never answers, the
+/// run ends with `ok: false` naming the timeout, instead of hanging the test.
+#[test]
+fn a_silent_broker_fails_the_mqttjs_run_instead_of_hanging_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Hold every accepted socket open without a byte of answer.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().map_while(Result::ok) {
+            held.push(s);
+        }
+    });
+    let (report, status, _) = run_script(&format!("mqtt://{addr}"), 5, "silent", "3", &[]);
+    assert_eq!(report["ok"], json!(false), "{report:#}");
+    assert!(!status.success());
+    assert_eq!(report["scenario"], "qos", "{report:#}");
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 3 s"),
+        "{report:#}"
+    );
 }
