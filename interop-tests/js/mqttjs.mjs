@@ -18,7 +18,7 @@ const args = Object.fromEntries(
     return pairs;
   }, []),
 );
-const URL_ = args.url;
+const URL_ = args.url ?? "mqtt://127.0.0.1:1883";
 const VERSION = Number(args.version ?? 5);
 const P = args.prefix ?? `js${VERSION}`;
 const WAIT_MS = 20_000;
