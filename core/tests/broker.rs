@@ -284,3 +284,34 @@ async fn deleting_a_topic_removes_its_queues_and_offsets() {
         Err(Error::TopicNotFound { .. })
     ));
 }
+
+/// `sync_visible` (asked by the MQTT gateway before a subscription starts at the
+/// end): every send that completed before it is counted in the queue's end, so a
+/// subscriber starting there never gets one of them as new. Checked after each of
+/// many sends, as a new subscription would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_visible_makes_every_completed_send_count_in_the_queue_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    b.create_topic(TopicConfig::new("visible", 1))
+        .await
+        .unwrap();
+    for i in 0..200u64 {
+        b.send(msg("visible", &format!("m{i}")), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+        b.sync_visible().await;
+        let end = b
+            .pull(pull_req("probe", "", "visible", 0, u64::MAX))
+            .await
+            .unwrap()
+            .max_offset;
+        assert_eq!(
+            end,
+            i + 1,
+            "send {i} completed but is not in the queue's end"
+        );
+    }
+    env.close();
+}

@@ -433,4 +433,14 @@ pub trait MessagingApi: Send + Sync {
         end_ms: i64,
         max: usize,
     ) -> impl Future<Output = Result<Vec<Delivered>>> + Send;
+
+    // ---- MQTT gateway ----
+
+    /// Waits until every message whose `send` completed before this call is visible
+    /// to `pull` (`max_offset`) and `queue_stats` — the consume queues are built
+    /// just after the append. A subscription that starts at "the end" asks this
+    /// first, so a message acknowledged to its publisher before the subscription
+    /// existed is not then delivered to it as new. Best effort: after a few seconds
+    /// of a stalled dispatcher it returns anyway.
+    fn sync_visible(&self) -> impl Future<Output = ()> + Send;
 }

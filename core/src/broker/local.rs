@@ -751,6 +751,12 @@ impl MessagingApi for Broker {
     ) -> Result<Vec<Delivered>> {
         self.lookup_time(topic, begin_ms, end_ms, max)
     }
+
+    async fn sync_visible(&self) {
+        if !self.store.visible(Duration::from_secs(5)).await {
+            tracing::warn!("consume queues lag the commit log by more than 5 s");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -569,6 +569,24 @@ impl Store {
         Ok(n)
     }
 
+    /// Waits (without blocking a thread) until every record appended before the call
+    /// — durable ones under sync flush — is dispatched, i.e. visible in the consume
+    /// queues. `false` if that took longer than `timeout`.
+    pub async fn visible(&self, timeout: Duration) -> bool {
+        let target = match self.inner.opts.flush {
+            FlushMode::Sync { .. } => self.inner.log.flushed_offset(),
+            FlushMode::Async { .. } => self.inner.log.max_offset(),
+        };
+        let mut rx = self.inner.dispatched_tx.subscribe();
+        if *rx.borrow() >= target {
+            return true;
+        }
+        self.inner.wake.notify();
+        tokio::time::timeout(timeout, rx.wait_for(|d| *d >= target))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Waits until everything appended so far is dispatched (tests and benchmarks).
     pub fn wait_dispatched(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;

@@ -163,8 +163,10 @@ async fn run_topic<B: MessagingApi + 'static>(api: Arc<B>, topic: Arc<str>, inbo
     while set.join_next().await.is_some() {}
 }
 
-/// The end of a queue (where a reader or a new subscription starts).
+/// The end of a queue (where a reader or a new subscription starts), counting every
+/// publish already acknowledged (else a new subscriber would get it as new).
 pub async fn queue_end<B: MessagingApi>(api: &B, topic: &str, queue: u32) -> Option<u64> {
+    api.sync_visible().await;
     let r = api
         .pull(PullRequest {
             group: READER_GROUP.into(),

@@ -5,7 +5,9 @@
 //! DevTools protocol over a WebSocket and reads the page's state.
 //!
 //! Chromium is required: without it this test fails (it is installed by
-//! `scripts/install-test-deps`).
+//! `scripts/install-test-deps`). The same page against the whole node, fed by
+//! `curl` and `mosquitto_pub`, and MQTT.js over `/mqtt`, are in
+//! `interop-tests/tests/browser.rs`.
 
 mod support;
 
