@@ -141,6 +141,8 @@ pub struct Ctx<B> {
     pub(crate) started: std::time::Instant,
     /// `/v1/openapi.json`, built on first request.
     pub(crate) openapi: std::sync::OnceLock<serde_json::Value>,
+    /// Cached metric handles of the per-request and publish metrics.
+    pub(crate) meters: ops::Meters,
 }
 
 impl<B> Ctx<B> {
@@ -182,6 +184,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             shutdown: rx,
             started: std::time::Instant::now(),
             openapi: std::sync::OnceLock::new(),
+            meters: ops::Meters::default(),
         });
         let server = Server {
             listener: listener::Counted::new(tcp),

@@ -6,13 +6,15 @@
 //! recorder, installed by the first HTTP server of the process; any other door
 //! that records with `metrics::counter!` etc. shows up in the same `/metrics`.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use rocketgate_core::broker::MessagingApi;
 
@@ -155,11 +157,9 @@ pub async fn track<B: MessagingApi + 'static>(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let method = req.method().as_str().to_owned();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let method = req.method().clone();
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", |m| m.as_str());
     let permit = if exempt(req.uri().path()) {
         None
     } else {
@@ -168,27 +168,100 @@ pub async fn track<B: MessagingApi + 'static>(
             Err(_) => {
                 let limit = ctx.settings.max_inflight;
                 let resp = Error::Overloaded { limit }.into_response();
-                count(&method, &route, resp.status(), started);
+                ctx.meters.request(&method, route, resp.status(), started);
                 return resp;
             }
         }
     };
     let resp = next.run(req).await;
     drop(permit);
-    count(&method, &route, resp.status(), started);
+    ctx.meters.request(&method, route, resp.status(), started);
     resp
 }
 
-fn count(method: &str, route: &str, status: StatusCode, started: Instant) {
-    let labels = [
-        ("method", method.to_owned()),
-        ("route", route.to_owned()),
-        ("status", status.as_u16().to_string()),
-    ];
-    metrics::counter!("rocketgate_http_requests_total", &labels).increment(1);
-    let labels = [("method", method.to_owned()), ("route", route.to_owned())];
-    metrics::histogram!("rocketgate_http_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
+/// One route's request meters: (method, status, requests_total, request_duration_seconds).
+type RouteMeters = Vec<(Method, u16, Counter, Histogram)>;
+
+/// Metric handles by label set. The `metrics` macros build the key (allocating
+/// each label's string) and look it up in the registry on every call; at tens of
+/// thousands of requests a second that showed in the publish profile, so the
+/// handles are looked up once per label set and kept here.
+#[derive(Default)]
+pub(crate) struct Meters {
+    /// route → (method, status, requests_total, request_duration_seconds)
+    requests: RwLock<HashMap<String, RouteMeters>>,
+    /// topic → (messages_in_total, bytes_in_total) of the HTTP door
+    topics_in: RwLock<HashMap<String, (Counter, Counter)>>,
+    publish_duration: OnceLock<Histogram>,
+}
+
+impl Meters {
+    /// `rocketgate_http_requests_total{method,route,status}` and
+    /// `rocketgate_http_request_duration_seconds{method,route}`.
+    fn request(&self, method: &Method, route: &str, status: StatusCode, started: Instant) {
+        let status = status.as_u16();
+        let elapsed = started.elapsed().as_secs_f64();
+        let found = |m: &HashMap<String, RouteMeters>| {
+            m.get(route)?
+                .iter()
+                .find(|(me, st, ..)| me == method && *st == status)
+                .map(|(_, _, c, h)| (c.clone(), h.clone()))
+        };
+        let cached = found(&self.requests.read().unwrap_or_else(|p| p.into_inner()));
+        let (counter, histogram) = cached.unwrap_or_else(|| {
+            let mut map = self.requests.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = found(&map) {
+                return h;
+            }
+            let labels = [
+                ("method", method.as_str().to_owned()),
+                ("route", route.to_owned()),
+                ("status", status.to_string()),
+            ];
+            let c = metrics::counter!("rocketgate_http_requests_total", &labels);
+            let h = metrics::histogram!("rocketgate_http_request_duration_seconds", &labels[..2]);
+            map.entry(route.to_owned()).or_default().push((
+                method.clone(),
+                status,
+                c.clone(),
+                h.clone(),
+            ));
+            (c, h)
+        });
+        counter.increment(1);
+        histogram.record(elapsed);
+    }
+
+    /// `rocketgate_messages_in_total` / `rocketgate_bytes_in_total`
+    /// `{protocol="http",topic}` and `rocketgate_publish_duration_seconds{protocol="http"}`.
+    pub(crate) fn published(&self, topic: &str, n: usize, bytes: usize, started: Instant) {
+        let cached = self
+            .topics_in
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(topic)
+            .cloned();
+        let (msgs, size) = cached.unwrap_or_else(|| {
+            let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
+            let pair = (
+                metrics::counter!("rocketgate_messages_in_total", &labels),
+                metrics::counter!("rocketgate_bytes_in_total", &labels),
+            );
+            self.topics_in
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(topic.to_owned())
+                .or_insert(pair)
+                .clone()
+        });
+        msgs.increment(n as u64);
+        size.increment(bytes as u64);
+        self.publish_duration
+            .get_or_init(|| {
+                metrics::histogram!("rocketgate_publish_duration_seconds", "protocol" => "http")
+            })
+            .record(started.elapsed().as_secs_f64());
+    }
 }
 
 /// Unknown paths: a JSON 404.

@@ -155,14 +155,6 @@ fn message(
     Ok(m)
 }
 
-fn count_in(topic: &str, n: usize, bytes: usize, started: Instant) {
-    let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
-    metrics::counter!("rocketgate_messages_in_total", &labels).increment(n as u64);
-    metrics::counter!("rocketgate_bytes_in_total", &labels).increment(bytes as u64);
-    metrics::histogram!("rocketgate_publish_duration_seconds", "protocol" => "http")
-        .record(started.elapsed().as_secs_f64());
-}
-
 /// `POST /v1/topics/{topic}/messages`
 pub async fn publish<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
@@ -199,7 +191,7 @@ pub async fn publish<B: MessagingApi + 'static>(
             ));
         }
     };
-    count_in(&topic, 1, size, started);
+    ctx.meters.published(&topic, 1, size, started);
     Ok((StatusCode::CREATED, axum::Json(published)))
 }
 
@@ -266,7 +258,7 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     let n = messages.len();
     let choice = queue_choice(q.sharding_key, q.queue)?;
     let sent = ctx.api.send_batch(messages, choice).await?;
-    count_in(&topic, n, size, started);
+    ctx.meters.published(&topic, n, size, started);
     Ok((
         StatusCode::CREATED,
         axum::Json(BatchPublished {
