@@ -246,10 +246,10 @@ fn http_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
     Ok(())
 }
 
-type WsStream =
+pub(crate) type WsStream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
+pub(crate) async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     let url = format!("ws://{}/v1/ws", node.addr("ws"));
     let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
@@ -257,13 +257,13 @@ async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     Ok(ws)
 }
 
-async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
+pub(crate) async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
     ws.send(WsMessage::Text(frame.to_string().into())).await?;
     Ok(())
 }
 
 /// The next JSON frame (pings and other control frames skipped).
-async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
+pub(crate) async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
     loop {
         let frame = tokio::time::timeout(timeout, ws.next())
             .await
@@ -295,7 +295,7 @@ async fn ws_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn native_config(node: &Node) -> ClientConfig {
+pub(crate) fn native_config(node: &Node) -> ClientConfig {
     ClientConfig::new([node.addr("namesrv").to_string()])
 }
 

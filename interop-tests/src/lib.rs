@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod doors;
+pub mod story;
 
 /// The doors a standalone node announces (`rocketgate: <door> listening on <addr>`).
 pub const DOORS: [&str; 5] = ["namesrv", "native", "mqtt", "http", "ws"];
