@@ -174,8 +174,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let mut failure = None;
         if !messages.is_empty() {
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
-            match self.shared.api.send_batch(messages, key).await {
-                Ok(_) => {
+            let stored = if messages.iter().any(is_delayed) {
+                // The core stores delayed messages one by one, never in a batch.
+                let mut result = Ok(());
+                for m in messages {
+                    if let Err(e) = self.shared.api.send(m, key.clone()).await {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                result
+            } else {
+                self.shared.api.send_batch(messages, key).await.map(drop)
+            };
+            match stored {
+                Ok(()) => {
                     let mut props = retained_props.into_iter();
                     let mut any = false;
                     for p in &pubs {
@@ -229,4 +242,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
     }
+}
+
+/// True for a message the core will hold back (`$delayed/...`, see [`message::delayed`]).
+fn is_delayed(m: &Message) -> bool {
+    m.property(rocketgate_core::store::record::property::TIMER_DELAY_MS)
+        .is_some()
 }
