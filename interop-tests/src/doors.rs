@@ -275,10 +275,10 @@ fn http_publish_with(node: &Node, m: &Outgoing, extra: &str) -> anyhow::Result<(
     Ok(())
 }
 
-pub(crate) type WsStream =
+pub type WsStream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-pub(crate) async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
+pub async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     let url = format!("ws://{}/v1/ws", node.addr("ws"));
     let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
@@ -286,13 +286,13 @@ pub(crate) async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     Ok(ws)
 }
 
-pub(crate) async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
+pub async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
     ws.send(WsMessage::Text(frame.to_string().into())).await?;
     Ok(())
 }
 
 /// The next JSON frame (pings and other control frames skipped).
-pub(crate) async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
+pub async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
     loop {
         let frame = tokio::time::timeout(timeout, ws.next())
             .await
@@ -330,7 +330,7 @@ async fn ws_publish_with(node: &Node, m: &Outgoing, extra: Value) -> anyhow::Res
     Ok(())
 }
 
-pub(crate) fn native_config(node: &Node) -> ClientConfig {
+pub fn native_config(node: &Node) -> ClientConfig {
     ClientConfig::new([node.addr("namesrv").to_string()])
 }
 
