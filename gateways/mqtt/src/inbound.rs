@@ -77,16 +77,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if p.qos == QoS::ExactlyOnce {
             if self.session.qos2_in.contains(&p.pkid) {
                 // A retransmission of a message already stored: acknowledge only.
-                self.push_pub(PendingPub {
-                    message: None,
-                    stored: false,
-                    qos: p.qos,
-                    pkid: p.pkid,
-                    retain: None,
-                    refused: None,
-                })
-                .await;
-                return None;
+                return self
+                    .push_pub(PendingPub {
+                        message: None,
+                        stored: false,
+                        qos: p.qos,
+                        pkid: p.pkid,
+                        retain: None,
+                        refused: None,
+                    })
+                    .await;
             }
             let unfinished = self.session.qos2_in.len()
                 + self
@@ -135,11 +135,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         };
-        self.push_pub(pending).await;
-        None
+        self.push_pub(pending).await
     }
 
-    async fn push_pub(&mut self, p: PendingPub) {
+    /// Queues a publish for the next core batch; `Some` ends the connection (a
+    /// 3.1.1 publish the core could not store).
+    async fn push_pub(&mut self, p: PendingPub) -> Option<End> {
         let same_topic = match (
             self.pubs.iter().rev().find_map(|x| x.message.as_ref()),
             &p.message,
@@ -147,16 +148,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
             (Some(a), Some(b)) => a.topic == b.topic,
             _ => true,
         };
-        if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
-            self.flush_publishes().await;
+        let end = if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
+            self.flush_publishes().await
+        } else {
+            None
+        };
+        if end.is_none() {
+            self.pubs.push(p);
         }
-        self.pubs.push(p);
+        end
     }
 
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
-    pub(crate) async fn flush_publishes(&mut self) {
+    /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
+    /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the
+    /// client publishes again after reconnecting, instead of believing it stored.
+    pub(crate) async fn flush_publishes(&mut self) -> Option<End> {
         if self.pubs.is_empty() {
-            return;
+            return None;
         }
         let mut pubs = std::mem::take(&mut self.pubs);
         // Retained publishes keep their mapped properties for the retained store.
@@ -212,6 +221,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         }
+        if self.version != Version::V5
+            && let Some(r) = &failure
+        {
+            // Acks of publishes before the failed batch went out already; these
+            // get none.
+            return Some(End::Server(
+                DisconnectReasonCode::UnspecifiedError,
+                r.reason.clone(),
+            ));
+        }
         for p in pubs {
             let refused = if p.stored { failure.clone() } else { p.refused };
             match (p.qos, refused) {
@@ -241,6 +260,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         }
+        None
     }
 }
 
