@@ -74,6 +74,8 @@ c = mqtt.Client(
 c.on_connect = on_connect
 c.on_subscribe = on_subscribe
 c.on_message = on_message
+gone = threading.Event()
+c.on_disconnect = lambda c, u, flags, rc, props: gone.set()
 props = Properties(PacketTypes.CONNECT)
 props.SessionExpiryInterval = 3600
 c.connect(HOST, PORT, keepalive=30, clean_start=False, properties=props)
@@ -81,11 +83,14 @@ c.loop_start()
 threading.Thread(target=watch_stdin, daemon=True).start()
 done.wait()
 # The server answers packets in order: once this SUBACK is back, it has processed
-# every PUBACK sent before, so none rides on the DISCONNECT.
+# every PUBACK sent before.
 c.subscribe(SYNC_FILTER, qos=0)
 if not synced.wait(20):
     print("no SUBACK for the sync subscription", flush=True)
 c.unsubscribe(SYNC_FILTER)
 c.disconnect()
+# loop_stop right after disconnect() may end the network loop before the queued
+# packets are written: wait until the DISCONNECT went out.
+gone.wait(20)
 c.loop_stop()
 print("BYE", flush=True)

@@ -1,5 +1,5 @@
 //! The story (issue #9), written once and run through each consuming door by
-//! `tests/story.rs`:
+//! `tests/crash_story.rs`:
 //!
 //! 1. publish 1,000 numbered messages (HTTP batches; the 700th and the 701st are
 //!    stored on either side of a timestamp `reset_ms`);
