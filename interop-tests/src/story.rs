@@ -295,7 +295,19 @@ impl StoryConsumer {
                 let consumer = PullConsumer::start(doors::native_config(node), group)
                     .await?
                     .with_batch_size(16);
-                let queues = consumer.queues(topic).await?;
+                // The broker registers a new topic (and, after a restart, all of them)
+                // with the NameServer moments later: wait for the route.
+                let deadline = Instant::now() + NEXT_TIMEOUT;
+                let queues = loop {
+                    match consumer.queues(topic).await {
+                        Ok(q) if !q.is_empty() => break q,
+                        Ok(_) | Err(_) if Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Ok(_) => bail!("no queues of {topic} in its route"),
+                        Err(e) => return Err(e.into()),
+                    }
+                };
                 consumer.assign(queues, "*").await?;
                 StoryConsumer::Native { consumer }
             }
