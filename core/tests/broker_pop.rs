@@ -288,6 +288,36 @@ async fn a_waiting_pop_wakes_on_a_new_message() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_wakes_on_a_nack() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    b.create_topic(TopicConfig::new("t", 1)).await.unwrap();
+    send_all(b, "t", names(0..1)).await;
+    env.dispatched();
+    let first = pop(b, "g", "t", 1).await.remove(0);
+
+    let mut req = pop_req("g", "t", 1);
+    req.wait = Duration::from_secs(60);
+    let started = std::time::Instant::now();
+    let popper = {
+        let broker = env.broker.clone();
+        tokio::spawn(async move { broker.pop(req).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!popper.is_finished(), "the only message is invisible");
+    // A nack: visible again now, not at the deadline the waiting POP knew.
+    b.change_invisibility(&first.receipt.to_string(), Duration::ZERO)
+        .await
+        .unwrap();
+    let got = popper.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].receipt.attempt, 2);
+    // Woken by the nack, not by the 30 s invisibility nor the 60 s wait.
+    assert!(started.elapsed() < Duration::from_secs(25));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_pop_gives_up_after_its_wait() {
     let dir = tempfile::tempdir().unwrap();

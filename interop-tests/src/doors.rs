@@ -91,6 +91,8 @@ pub struct Got {
     pub keys: Vec<String>,
     pub properties: BTreeMap<String, String>,
     pub body: Vec<u8>,
+    /// When the store wrote it (ms; MQTT does not say).
+    pub store_timestamp: Option<i64>,
 }
 
 /// Which fields a (publisher, consumer) pair can carry end to end.
@@ -132,6 +134,28 @@ impl Door {
             Door::Ws => ws_publish(node, m).await,
             Door::Native => native_publish(node, m).await,
         }
+    }
+
+    /// Publishes one message to be delivered 5 seconds later, each door its own way:
+    /// MQTT topic `$delayed/5/<topic>/<tag>`, HTTP `deliver_at=<now + 5000>`,
+    /// WebSocket `delay_ms: 5000`, native delay level 2 (5 s). Returns the time (ms,
+    /// taken just before publishing) plus the delay: no delivery may come earlier.
+    pub async fn publish_delayed_5s(self, node: &Node, m: &Outgoing) -> anyhow::Result<i64> {
+        const DELAY_MS: i64 = 5000;
+        let before = crate::story::now_ms();
+        match self {
+            Door::Mqtt => {
+                let mut delayed = m.clone();
+                delayed.topic = format!("$delayed/{}/{}", DELAY_MS / 1000, m.topic);
+                mqtt_publish(node, &delayed)?
+            }
+            Door::Http => {
+                http_publish_with(node, m, &format!("&deliver_at={}", before + DELAY_MS))?
+            }
+            Door::Ws => ws_publish_with(node, m, json!({"delay_ms": DELAY_MS})).await?,
+            Door::Native => native_publish_with(node, m, Some(2)).await?,
+        }
+        Ok(before + DELAY_MS)
     }
 
     /// Opens a receiver of `topic` for consumer group `group` (MQTT: a subscription of
@@ -223,9 +247,14 @@ fn mqtt_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
 }
 
 fn http_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
+    http_publish_with(node, m, "")
+}
+
+/// An HTTP publish with `extra` appended to the query (`&deliver_at=...`).
+fn http_publish_with(node: &Node, m: &Outgoing, extra: &str) -> anyhow::Result<()> {
     let file = temp_body(&m.body)?;
     let url = format!(
-        "http://{}/v1/topics/{}/messages?tag={}&keys={}",
+        "http://{}/v1/topics/{}/messages?tag={}&keys={}{extra}",
         node.addr("http"),
         m.topic,
         m.tag,
@@ -246,10 +275,10 @@ fn http_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
     Ok(())
 }
 
-type WsStream =
+pub type WsStream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
+pub async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     let url = format!("ws://{}/v1/ws", node.addr("ws"));
     let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
@@ -257,13 +286,13 @@ async fn ws_connect(node: &Node) -> anyhow::Result<WsStream> {
     Ok(ws)
 }
 
-async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
+pub async fn ws_send(ws: &mut WsStream, frame: Value) -> anyhow::Result<()> {
     ws.send(WsMessage::Text(frame.to_string().into())).await?;
     Ok(())
 }
 
 /// The next JSON frame (pings and other control frames skipped).
-async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
+pub async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> {
     loop {
         let frame = tokio::time::timeout(timeout, ws.next())
             .await
@@ -276,13 +305,19 @@ async fn ws_next(ws: &mut WsStream, timeout: Duration) -> anyhow::Result<Value> 
 }
 
 async fn ws_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
+    ws_publish_with(node, m, json!({})).await
+}
+
+/// A WebSocket publish with the fields of `extra` added to the frame.
+async fn ws_publish_with(node: &Node, m: &Outgoing, extra: Value) -> anyhow::Result<()> {
     let mut ws = ws_connect(node).await?;
-    ws_send(
-        &mut ws,
-        json!({"op": "publish", "req": "p", "topic": m.topic, "tag": m.tag, "keys": m.keys,
-               "properties": m.properties, "body": B64.encode(&m.body), "encoding": "base64"}),
-    )
-    .await?;
+    let mut frame = json!({"op": "publish", "req": "p", "topic": m.topic, "tag": m.tag,
+        "keys": m.keys, "properties": m.properties, "body": B64.encode(&m.body),
+        "encoding": "base64"});
+    if let (Some(f), Value::Object(x)) = (frame.as_object_mut(), extra) {
+        f.extend(x);
+    }
+    ws_send(&mut ws, frame).await?;
     loop {
         let f = ws_next(&mut ws, Duration::from_secs(30)).await?;
         match f["type"].as_str() {
@@ -295,15 +330,27 @@ async fn ws_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn native_config(node: &Node) -> ClientConfig {
+pub fn native_config(node: &Node) -> ClientConfig {
     ClientConfig::new([node.addr("namesrv").to_string()])
 }
 
 async fn native_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
+    native_publish_with(node, m, None).await
+}
+
+/// A native send, with a RocketMQ delay level when given.
+async fn native_publish_with(
+    node: &Node,
+    m: &Outgoing,
+    delay_level: Option<u8>,
+) -> anyhow::Result<()> {
     let producer = Producer::start(native_config(node), "interop-producers").await?;
     let mut msg = NativeMessage::new(m.topic.clone(), m.body.clone())
         .with_tag(m.tag.clone())
         .with_keys(m.keys.clone());
+    if let Some(level) = delay_level {
+        msg = msg.with_delay_level(level);
+    }
     for (k, v) in &m.properties {
         msg = msg.with_property(k.clone(), v.clone());
     }
@@ -438,6 +485,7 @@ impl MqttSub {
                 keys: Vec::new(),
                 properties,
                 body,
+                store_timestamp: None,
             });
         }
     }
@@ -481,6 +529,7 @@ fn got_from_json(m: &Value, encoding_field: &str) -> anyhow::Result<Got> {
             })
             .unwrap_or_default(),
         body,
+        store_timestamp: m["store_timestamp"].as_i64(),
     })
 }
 
@@ -607,5 +656,6 @@ fn got_from_native(m: &ReceivedMessage) -> Got {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         body: m.body.to_vec(),
+        store_timestamp: Some(m.store_timestamp),
     }
 }

@@ -7,6 +7,12 @@
 //! (a clean stop), [`Node::kill9`] sends SIGKILL (a crash), and [`Node::restart`] starts
 //! the binary again on the same data directory and the same ports.
 //!
+//! The tests: `tests/matrix.rs` (every publisher door × consumer door, prints the
+//! table), `tests/crash_story.rs` (1,000 messages, ack 500, `kill -9`, restart, the rest,
+//! reset to a timestamp — per consuming door, scenario helpers in [`story`]),
+//! `tests/delay.rs` (a delayed message from every door to every door, never early),
+//! `tests/dlq.rs` (three failures → `%DLQ%<group>`, listed and re-sent over HTTP).
+//!
 //! The binary is found at `$ROCKETGATE_BIN`, else next to the test executable's target
 //! directory (`target/<profile>/rocketgate`); `scripts/test` builds it first
 //! (`cargo build --workspace --bins`). A missing binary is a failing test with that hint,
@@ -23,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod doors;
+pub mod story;
 
 /// The doors a standalone node announces (`rocketgate: <door> listening on <addr>`).
 pub const DOORS: [&str; 5] = ["namesrv", "native", "mqtt", "http", "ws"];

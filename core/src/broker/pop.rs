@@ -38,8 +38,10 @@ impl Broker {
         }
         let deadline = Instant::now() + req.wait;
         let mut dispatched = self.store.watch_dispatch();
+        let mut sooner = self.pop.watch_sooner();
         loop {
             dispatched.borrow_and_update();
+            sooner.borrow_and_update();
             // Read each round: the topic may be updated or deleted while we wait.
             let config = self.topic_config(&req.topic)?;
             if !config.perm.is_readable() {
@@ -79,9 +81,16 @@ impl Broker {
                 }
                 _ => deadline,
             };
-            match tokio::time::timeout_at(wake, dispatched.changed()).await {
-                Ok(Ok(())) | Err(_) => continue,
-                Ok(Err(_)) => return Ok(out), // the store is gone
+            // Woken by a dispatch, a lease made visible sooner, or the time.
+            let woken = tokio::time::timeout_at(wake, async {
+                tokio::select! {
+                    r = dispatched.changed() => r.is_ok(),
+                    r = sooner.changed() => r.is_ok(),
+                }
+            })
+            .await;
+            if woken == Ok(false) {
+                return Ok(out); // the store is gone
             }
         }
     }
@@ -273,7 +282,11 @@ impl Broker {
         invisible: Duration,
     ) -> Result<ReceiptHandle> {
         let until = self.clock.now_ms().saturating_add(millis(invisible));
-        self.pop.table().change(handle, until)
+        let renewed = self.pop.table().change(handle, until)?;
+        // A POP waiting for the old deadline must see the new one (a nack is
+        // a renewal to now: the message is due again at once).
+        self.pop.lease_sooner();
+        Ok(renewed)
     }
 }
 

@@ -330,6 +330,10 @@ pub struct PopState {
     /// The table version `pop.json` holds. Held while the file is written, so
     /// two flushes never race and an older snapshot never replaces a newer one.
     file: Mutex<u64>,
+    /// Bumped when a lease becomes visible sooner than planned (a nack or a
+    /// shorter invisibility), so waiting POPs look again instead of sleeping
+    /// until the deadline they knew.
+    sooner: tokio::sync::watch::Sender<u64>,
 }
 
 impl PopState {
@@ -337,7 +341,18 @@ impl PopState {
         Ok(PopState {
             table: Mutex::new(PopTable::open(config_dir)?),
             file: Mutex::new(0),
+            sooner: tokio::sync::watch::channel(0).0,
         })
+    }
+
+    /// Wakes every waiting POP: some lease became visible sooner.
+    pub fn lease_sooner(&self) {
+        self.sooner.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Changes with every [`PopState::lease_sooner`].
+    pub fn watch_sooner(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.sooner.subscribe()
     }
 
     pub fn table(&self) -> MutexGuard<'_, PopTable> {

@@ -475,18 +475,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
             };
             let end = match packet {
                 Packet::Publish(p) => self.on_publish(p).await,
-                other => {
-                    self.flush_publishes().await;
-                    self.on_packet(other).await
-                }
+                other => match self.flush_publishes().await {
+                    Some(end) => Some(end),
+                    None => self.on_packet(other).await,
+                },
             };
             if end.is_some() {
                 self.flush_publishes().await;
                 return end;
             }
         }
-        self.flush_publishes().await;
-        None
+        self.flush_publishes().await
     }
 
     async fn on_packet(&mut self, packet: Packet) -> Option<End> {

@@ -77,16 +77,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if p.qos == QoS::ExactlyOnce {
             if self.session.qos2_in.contains(&p.pkid) {
                 // A retransmission of a message already stored: acknowledge only.
-                self.push_pub(PendingPub {
-                    message: None,
-                    stored: false,
-                    qos: p.qos,
-                    pkid: p.pkid,
-                    retain: None,
-                    refused: None,
-                })
-                .await;
-                return None;
+                return self
+                    .push_pub(PendingPub {
+                        message: None,
+                        stored: false,
+                        qos: p.qos,
+                        pkid: p.pkid,
+                        retain: None,
+                        refused: None,
+                    })
+                    .await;
             }
             let unfinished = self.session.qos2_in.len()
                 + self
@@ -135,11 +135,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         };
-        self.push_pub(pending).await;
-        None
+        self.push_pub(pending).await
     }
 
-    async fn push_pub(&mut self, p: PendingPub) {
+    /// Queues a publish for the next core batch; `Some` ends the connection (a
+    /// 3.1.1 publish the core could not store).
+    async fn push_pub(&mut self, p: PendingPub) -> Option<End> {
         let same_topic = match (
             self.pubs.iter().rev().find_map(|x| x.message.as_ref()),
             &p.message,
@@ -147,16 +148,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
             (Some(a), Some(b)) => a.topic == b.topic,
             _ => true,
         };
-        if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
-            self.flush_publishes().await;
+        let end = if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
+            self.flush_publishes().await
+        } else {
+            None
+        };
+        if end.is_none() {
+            self.pubs.push(p);
         }
-        self.pubs.push(p);
+        end
     }
 
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
-    pub(crate) async fn flush_publishes(&mut self) {
+    /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
+    /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the
+    /// client publishes again after reconnecting, instead of believing it stored.
+    pub(crate) async fn flush_publishes(&mut self) -> Option<End> {
         if self.pubs.is_empty() {
-            return;
+            return None;
         }
         let mut pubs = std::mem::take(&mut self.pubs);
         // Retained publishes keep their mapped properties for the retained store.
@@ -174,8 +183,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let mut failure = None;
         if !messages.is_empty() {
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
-            match self.shared.api.send_batch(messages, key).await {
-                Ok(_) => {
+            let stored = if messages.iter().any(is_delayed) {
+                // The core stores delayed messages one by one, never in a batch.
+                let mut result = Ok(());
+                for m in messages {
+                    if let Err(e) = self.shared.api.send(m, key.clone()).await {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                result
+            } else {
+                self.shared.api.send_batch(messages, key).await.map(drop)
+            };
+            match stored {
+                Ok(()) => {
                     let mut props = retained_props.into_iter();
                     let mut any = false;
                     for p in &pubs {
@@ -198,6 +220,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     });
                 }
             }
+        }
+        if self.version != Version::V5
+            && let Some(r) = &failure
+        {
+            // Acks of publishes before the failed batch went out already; these
+            // get none.
+            return Some(End::Server(
+                DisconnectReasonCode::UnspecifiedError,
+                r.reason.clone(),
+            ));
         }
         for p in pubs {
             let refused = if p.stored { failure.clone() } else { p.refused };
@@ -228,5 +260,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         }
+        None
     }
+}
+
+/// True for a message the core will hold back (`$delayed/...`, see [`message::delayed`]).
+fn is_delayed(m: &Message) -> bool {
+    m.property(rocketgate_core::store::record::property::TIMER_DELAY_MS)
+        .is_some()
 }

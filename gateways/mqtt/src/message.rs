@@ -33,6 +33,30 @@ fn storable(s: &str) -> bool {
     !s.contains(['\u{1}', '\u{2}'])
 }
 
+/// The prefix of a delayed publish: `$delayed/<seconds>/<topic name>` is stored as
+/// `<topic name>` and delivered `<seconds>` later (EMQX's convention).
+pub const DELAYED_PREFIX: &str = "$delayed/";
+
+/// Splits `$delayed/<seconds>/<name>` into the delay in seconds and the real topic
+/// name; `Ok(None)` for any other name.
+pub fn delayed(name: &str) -> Result<Option<(u32, &str)>, Refused> {
+    let Some(rest) = name.strip_prefix(DELAYED_PREFIX) else {
+        return Ok(None);
+    };
+    let bad = || Refused {
+        code: 0x90,
+        reason: format!(
+            "{name:?}: a delayed publish is $delayed/<seconds>/<topic>, seconds a whole number"
+        ),
+    };
+    let (secs, real) = rest.split_once('/').ok_or_else(bad)?;
+    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) || real.is_empty() {
+        return Err(bad());
+    }
+    let secs: u32 = secs.parse().map_err(|_| bad())?;
+    Ok(Some((secs, real)))
+}
+
 /// A publish the core cannot take, and the v5 reason for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
@@ -56,6 +80,14 @@ pub fn to_core(
     peer: std::net::SocketAddr,
     now: i64,
 ) -> Result<Message, Refused> {
+    let delay = delayed(name)?;
+    let name = delay.map_or(name, |(_, real)| real);
+    if delay.is_some() && p.retain {
+        return Err(Refused {
+            code: 0x83,
+            reason: "a delayed publish cannot be retained".into(),
+        });
+    }
     let (core_topic, tag) = topic::split(name);
     if rocketgate_core::broker::schedule::validate_user_topic(core_topic).is_err() {
         return Err(Refused {
@@ -78,6 +110,12 @@ pub fn to_core(
         m = m.with_tags(tag);
     }
     m.insert_property(P_QOS, (p.qos as u8).to_string());
+    if let Some((secs, _)) = delay.filter(|(secs, _)| *secs > 0) {
+        m.insert_property(
+            rocketgate_core::store::record::property::TIMER_DELAY_MS,
+            (u64::from(secs) * 1000).to_string(),
+        );
+    }
     if storable(client_id) {
         m.insert_property(P_CLIENT, client_id);
     }
@@ -254,6 +292,40 @@ mod tests {
         );
         assert_eq!(remaining_expiry(meta.expiry_at, 31_000), Ok(Some(30)));
         assert!(remaining_expiry(meta.expiry_at, 61_000).is_err());
+    }
+
+    #[test]
+    fn delayed_prefix_sets_the_delay_and_strips_itself() {
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let name = "$delayed/15/sensors/room1/temp";
+        let p = Publish::new(name, QoS::AtLeastOnce, "x");
+        let m = to_core(name, &p, "c", peer, 0).unwrap();
+        assert_eq!(m.topic, "sensors");
+        assert_eq!(m.tags(), Some("room1/temp"));
+        assert_eq!(m.property("TIMER_DELAY_MS"), Some("15000"));
+        let m = to_core("$delayed/0/sensors", &p, "c", peer, 0).unwrap();
+        assert_eq!((m.topic.as_str(), m.tags()), ("sensors", None));
+        assert_eq!(m.property("TIMER_DELAY_MS"), None);
+        for bad in [
+            "$delayed/x/sensors",
+            "$delayed/15",
+            "$delayed/15/",
+            "$delayed//sensors",
+            "$delayed/-1/sensors",
+            "$delayed/99999999999/sensors",
+        ] {
+            assert_eq!(
+                to_core(bad, &p, "c", peer, 0).unwrap_err().code,
+                0x90,
+                "{bad}"
+            );
+        }
+        let mut retained = Publish::new(name, QoS::AtLeastOnce, "x");
+        retained.retain = true;
+        assert_eq!(
+            to_core(name, &retained, "c", peer, 0).unwrap_err().code,
+            0x83
+        );
     }
 
     #[test]

@@ -453,3 +453,51 @@ async fn unacked_messages_are_redelivered_after_a_restart() {
     }
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_core_cannot_store_is_never_acknowledged_to_a_311_client() {
+    use rocketgate_core::broker::{MessagingApi, Perm, TopicConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut ro = TopicConfig::new("readonly", 1);
+    ro.perm = Perm::READ;
+    node.broker.create_topic(ro).await.unwrap();
+
+    // v5: a negative PUBACK says why.
+    let (mut raw, _) = Raw::connect_v5(node.addr, "v5-ro", None).await;
+    raw.send(publish("readonly/x", QoS::AtLeastOnce, 4, b"x"))
+        .await;
+    match raw.recv().await {
+        Some(Packet::PubAck(a)) => {
+            assert_eq!(a.pkid, 4);
+            assert_eq!(a.reason, v5::PubAckReason::UnspecifiedError);
+        }
+        other => panic!("expected a negative PUBACK, got {other:?}"),
+    }
+
+    // 3.1.1 has no negative PUBACK: no acknowledgement, the connection ends, so the
+    // client does not believe the message stored.
+    let mut raw = Raw::connect(node.addr).await;
+    let mut out = BytesMut::new();
+    mqttbytes::v4::Connect::new("v4-ro")
+        .write(&mut out)
+        .unwrap();
+    let mut p = mqttbytes::v4::Publish::new("readonly/x", QoS::AtLeastOnce, "x");
+    p.pkid = 5;
+    p.write(&mut out).unwrap();
+    raw.send_bytes(&out).await;
+    let mut ack = [0u8; 4];
+    raw.sock.read_exact(&mut ack).await.unwrap();
+    assert_eq!(ack, [0x20, 2, 0, 0], "3.1.1 CONNACK");
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, raw.sock.read_to_end(&mut rest))
+        .await
+        .expect("the connection ends")
+        .ok();
+    assert!(
+        rest.is_empty(),
+        "no PUBACK for an unstored message: {rest:02x?}"
+    );
+    still_serving(&node).await;
+    node.stop().await;
+}

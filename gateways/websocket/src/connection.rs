@@ -51,7 +51,8 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
         E::InvalidName(_)
         | E::InvalidTopicName { .. }
         | E::InvalidArgument(_)
-        | E::InvalidMessage(_) => "bad_request",
+        | E::InvalidMessage(_)
+        | E::DelayTooLong { .. } => "bad_request",
         E::MessageTooLarge { .. } => "message_too_large",
         E::InvalidReceiptHandle { .. } => "invalid_receipt",
         E::StaleReceiptHandle { .. } => "stale_receipt",

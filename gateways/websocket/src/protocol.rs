@@ -157,6 +157,12 @@ struct RawPublish {
     encoding: Option<String>,
     #[serde(default)]
     sharding_key: Option<String>,
+    /// Deliver this many ms after the store (the core's `TIMER_DELAY_MS`).
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    /// Deliver at this unix time in ms (the core's `TIMER_DELIVER_MS`).
+    #[serde(default)]
+    deliver_at: Option<i64>,
 }
 
 /// Parses one text frame.
@@ -399,6 +405,17 @@ fn publish(r: RawPublish) -> Result<Publish, String> {
         }
         message = message.with_property(name, value);
     }
+    match (r.delay_ms, r.deliver_at) {
+        (Some(_), Some(_)) => return Err("give delay_ms or deliver_at, not both".into()),
+        (Some(0), None) | (None, None) => {}
+        (Some(ms), None) => {
+            message = message.with_property(property::TIMER_DELAY_MS, ms.to_string())
+        }
+        (None, Some(at)) if at <= 0 => return Err("deliver_at must be a unix time in ms".into()),
+        (None, Some(at)) => {
+            message = message.with_property(property::TIMER_DELIVER_MS, at.to_string())
+        }
+    }
     Ok(Publish {
         message,
         sharding_key: r.sharding_key,
@@ -599,6 +616,38 @@ mod tests {
             assert_eq!(parse(&text).unwrap_err().code, "bad_request", "{name}");
         }
         assert!(parse(r#"{"op":"publish","topic":"t","body":"!!","encoding":"base64"}"#).is_err());
+    }
+
+    #[test]
+    fn publish_delay_ms_or_deliver_at() {
+        let delayed = |text: &str| match parse(text).map(|e| e.request) {
+            Ok(Request::Publish(p)) => Ok((
+                p.message.property("TIMER_DELAY_MS").map(str::to_owned),
+                p.message.property("TIMER_DELIVER_MS").map(str::to_owned),
+            )),
+            Ok(_) => panic!("not a publish"),
+            Err(e) => Err(e.code),
+        };
+        assert_eq!(
+            delayed(r#"{"op":"publish","topic":"t","body":"x","delay_ms":1500}"#),
+            Ok((Some("1500".into()), None))
+        );
+        assert_eq!(
+            delayed(r#"{"op":"publish","topic":"t","body":"x","deliver_at":1764468000000}"#),
+            Ok((None, Some("1764468000000".into())))
+        );
+        assert_eq!(
+            delayed(r#"{"op":"publish","topic":"t","body":"x","delay_ms":0}"#),
+            Ok((None, None))
+        );
+        for bad in [
+            r#"{"op":"publish","topic":"t","body":"x","delay_ms":5,"deliver_at":9}"#,
+            r#"{"op":"publish","topic":"t","body":"x","deliver_at":-1}"#,
+            r#"{"op":"publish","topic":"t","body":"x","delay_ms":-1}"#,
+            r#"{"op":"publish","topic":"t","body":"x","delay_ms":"1s"}"#,
+        ] {
+            assert_eq!(delayed(bad), Err("bad_request"), "{bad}");
+        }
     }
 
     #[test]
