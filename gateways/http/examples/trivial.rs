@@ -5,6 +5,7 @@
 //! `cargo run --release -p rocketgate-http --example trivial -- 127.0.0.1:18080`
 
 use axum::Router;
+use axum::serve::ListenerExt;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -27,5 +28,9 @@ async fn main() -> std::io::Result<()> {
     let app = Router::new().route("/v1/topics/{topic}/messages", post(publish));
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("trivial listening on {}", listener.local_addr()?);
+    // Same socket options as the gateway (TCP_NODELAY), so the ceiling is like for like.
+    let listener = listener.tap_io(|s| {
+        let _ = s.set_nodelay(true);
+    });
     axum::serve(listener, app).await
 }
