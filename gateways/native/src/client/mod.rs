@@ -33,6 +33,7 @@
 mod consume;
 mod link;
 mod message;
+mod offset_store;
 mod producer;
 mod pull_consumer;
 mod push_consumer;
