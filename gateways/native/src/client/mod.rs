@@ -35,6 +35,7 @@ mod link;
 mod message;
 mod offset_store;
 mod producer;
+mod progress;
 mod pull_consumer;
 mod push_consumer;
 mod session;

@@ -24,6 +24,7 @@ use super::ClientConfig;
 use super::consume::{Broker, Expression, Pulled, allocate};
 use super::link::Pushed;
 use super::offset_store::{self, LocalOffsets, Persisted};
+use super::progress::Progress;
 use super::pull_consumer::start_offset;
 use super::session::Session;
 use crate::Error;
@@ -157,50 +158,6 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Offsets of one queue: pulled up to `next`, `inflight` not yet consumed.
-#[derive(Default)]
-struct Offsets {
-    next: u64,
-    inflight: BTreeSet<u64>,
-}
-
-/// One queue's consumption progress. Std lock, set operations only.
-struct Progress {
-    offsets: Mutex<Offsets>,
-    /// Signalled whenever consumption finishes a batch (flow control waits on it).
-    consumed: Notify,
-}
-
-impl Progress {
-    fn new(start: u64) -> Self {
-        Progress {
-            offsets: Mutex::new(Offsets {
-                next: start,
-                inflight: BTreeSet::new(),
-            }),
-            consumed: Notify::new(),
-        }
-    }
-
-    fn committable(&self) -> u64 {
-        let o = lock(&self.offsets);
-        o.inflight.first().copied().unwrap_or(o.next)
-    }
-
-    fn cached(&self) -> usize {
-        lock(&self.offsets).inflight.len()
-    }
-
-    fn done(&self, offsets: impl IntoIterator<Item = u64>) {
-        let mut o = lock(&self.offsets);
-        for off in offsets {
-            o.inflight.remove(&off);
-        }
-        drop(o);
-        self.consumed.notify_waiters();
-    }
 }
 
 struct Running {
