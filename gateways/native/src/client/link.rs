@@ -140,6 +140,9 @@ async fn run(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut out = BytesMut::new();
     let why = 'conn: loop {
+        if buf.capacity() - buf.len() < 16 * 1024 {
+            buf.reserve(64 * 1024);
+        }
         tokio::select! {
             read = stream.read_buf(&mut buf) => {
                 match read {

@@ -100,7 +100,9 @@ pub(crate) fn unique_id() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default();
-    let pid = std::process::id();
+    // getpid is a syscall per message otherwise.
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let pid = *PID.get_or_init(std::process::id);
     format!(
         "7F000001{:04X}{:04X}{:012X}{:04X}",
         pid & 0xFFFF,

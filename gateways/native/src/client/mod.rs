@@ -33,7 +33,9 @@
 mod consume;
 mod link;
 mod message;
+mod offset_store;
 mod producer;
+mod progress;
 mod pull_consumer;
 mod push_consumer;
 mod session;

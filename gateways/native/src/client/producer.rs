@@ -278,7 +278,9 @@ impl Inner {
         } else {
             transaction::NOT_TYPE
         };
-        let cmd = RemotingCommand::request(request::SEND_MESSAGE_V2, 0)
+        let mut cmd = RemotingCommand::request(request::SEND_MESSAGE_V2, 0);
+        cmd.ext_fields.reserve(11);
+        let cmd = cmd
             .with_field("a", &self.group)
             .with_field("b", &msg.topic)
             .with_field("c", "TBW102")

@@ -11,6 +11,7 @@
 //! `max_cached_per_queue` of its messages are unconsumed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,6 +23,8 @@ use tracing::{debug, warn};
 use super::ClientConfig;
 use super::consume::{Broker, Expression, Pulled, allocate};
 use super::link::Pushed;
+use super::offset_store::{self, LocalOffsets, Persisted};
+use super::progress::Progress;
 use super::pull_consumer::start_offset;
 use super::session::Session;
 use crate::Error;
@@ -35,7 +38,8 @@ pub enum ConsumeMode {
     /// Each message to one member; queues shared out (average allocation).
     #[default]
     Clustering,
-    /// Every member gets every message; offsets are kept by each member in memory.
+    /// Every member gets every message; each member keeps its offsets in a local file
+    /// (see [`PushConsumerOptions::offset_store_dir`]).
     Broadcasting,
 }
 
@@ -103,6 +107,10 @@ pub struct PushConsumerOptions {
     /// Orderly mode: local retries of a failing batch before it is sent back.
     pub max_reconsume_times: u32,
     pub suspend_on_failure: Duration,
+    /// Broadcasting: offsets live in `<dir>/<client id>/<group>/offsets.json`
+    /// (default `~/.rocketmq_offsets`). Give the consumer a stable
+    /// [`ClientConfig::with_client_id`] to resume there after a restart.
+    pub offset_store_dir: PathBuf,
 }
 
 impl PushConsumerOptions {
@@ -122,6 +130,7 @@ impl PushConsumerOptions {
             retry_delay_level: 0,
             max_reconsume_times: 16,
             suspend_on_failure: Duration::from_secs(1),
+            offset_store_dir: offset_store::default_dir(),
         }
     }
 
@@ -149,50 +158,6 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Offsets of one queue: pulled up to `next`, `inflight` not yet consumed.
-#[derive(Default)]
-struct Offsets {
-    next: u64,
-    inflight: BTreeSet<u64>,
-}
-
-/// One queue's consumption progress. Std lock, set operations only.
-struct Progress {
-    offsets: Mutex<Offsets>,
-    /// Signalled whenever consumption finishes a batch (flow control waits on it).
-    consumed: Notify,
-}
-
-impl Progress {
-    fn new(start: u64) -> Self {
-        Progress {
-            offsets: Mutex::new(Offsets {
-                next: start,
-                inflight: BTreeSet::new(),
-            }),
-            consumed: Notify::new(),
-        }
-    }
-
-    fn committable(&self) -> u64 {
-        let o = lock(&self.offsets);
-        o.inflight.first().copied().unwrap_or(o.next)
-    }
-
-    fn cached(&self) -> usize {
-        lock(&self.offsets).inflight.len()
-    }
-
-    fn done(&self, offsets: impl IntoIterator<Item = u64>) {
-        let mut o = lock(&self.offsets);
-        for off in offsets {
-            o.inflight.remove(&off);
-        }
-        drop(o);
-        self.consumed.notify_waiters();
-    }
 }
 
 struct Running {
@@ -380,8 +345,16 @@ async fn coordinate(
 ) {
     let opts = &shared.opts;
     let mut running: BTreeMap<MessageQueue, Running> = BTreeMap::new();
-    // Broadcasting keeps offsets here (RocketMQ keeps them in a local file).
-    let mut local_offsets: BTreeMap<MessageQueue, u64> = BTreeMap::new();
+    // Broadcasting keeps offsets here, backed by a local file.
+    let (mut file, mut local_offsets) = match opts.mode {
+        ConsumeMode::Broadcasting => {
+            let me = shared.broker.session.client_id();
+            let (f, o) =
+                Persisted::open(LocalOffsets::new(&opts.offset_store_dir, me, &opts.group));
+            (Some(f), o)
+        }
+        ConsumeMode::Clustering => (None, BTreeMap::new()),
+    };
     let mut rebalance = tokio::time::interval(opts.rebalance_interval);
     let mut commit = tokio::time::interval(opts.commit_interval);
     commit.tick().await;
@@ -402,6 +375,9 @@ async fn coordinate(
             }
             _ = commit.tick() => {
                 commit_all(&shared, &mut running, &mut local_offsets).await;
+                if let Some(f) = &mut file {
+                    f.sync(&local_offsets).await;
+                }
             }
             _ = stopping(&mut stopped) => break,
         }
@@ -419,6 +395,9 @@ async fn coordinate(
         }
     }
     commit_all(&shared, &mut running, &mut local_offsets).await;
+    if let Some(f) = &mut file {
+        f.sync(&local_offsets).await;
+    }
     if matches!(shared.listener, Listener::Orderly(_)) {
         unlock(&shared, &queues).await;
     }

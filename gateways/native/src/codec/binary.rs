@@ -35,7 +35,7 @@ pub(super) fn decode_header(header: &Bytes) -> Result<RemotingCommand, CodecErro
     };
 
     let mut ext = take_sized(&mut b, "extFields")?;
-    let mut ext_fields = HashMap::new();
+    let mut ext_fields = HashMap::with_capacity(16);
     while ext.has_remaining() {
         if ext.remaining() < 2 {
             return Err(malformed("extFields key length truncated"));

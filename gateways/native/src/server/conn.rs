@@ -3,8 +3,10 @@
 //! client) and shutdown. Requests run as tasks of this connection, so closing it
 //! cancels its suspended pulls.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
 use rocketgate_core::broker::MessagingApi;
@@ -22,6 +24,9 @@ use crate::codec::{FrameCodec, RemotingCommand};
 
 /// Responses and pushes waiting to be written; a full channel holds up the handlers.
 const OUTBOUND_CAPACITY: usize = 1024;
+/// Read into at least this much free buffer space, growing it by `READ_CHUNK`.
+const READ_MIN: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy)]
@@ -68,8 +73,25 @@ impl<B: MessagingApi + 'static> Connection<B> {
         let mut buf = BytesMut::with_capacity(8192);
         let mut out = BytesMut::new();
         let why = loop {
-            if let Err(why) = self.dispatch_buffered(&mut buf, &tx, &mut requests) {
+            let dispatched = self.dispatch_buffered(&mut buf, &mut out, &tx, &mut requests);
+            // Whatever is ready (answers of this read, finished tasks) goes out in one
+            // write; a bad frame still gets the answers before it.
+            if !out.is_empty() || dispatched.is_err() {
+                while out.len() < 1 << 20 {
+                    match rx.try_recv() {
+                        Ok(cmd) => self.encode(&cmd, &mut out),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(why) = self.flush(&mut out).await {
+                    break why;
+                }
+            }
+            if let Err(why) = dispatched {
                 break why;
+            }
+            if buf.capacity() - buf.len() < READ_MIN {
+                buf.reserve(READ_CHUNK);
             }
             let next = tokio::select! {
                 r = self.stream.read_buf(&mut buf) => Next::Read(r),
@@ -81,19 +103,8 @@ impl<B: MessagingApi + 'static> Connection<B> {
                 Next::Read(Ok(0)) => break "peer closed".to_string(),
                 Next::Read(Ok(_)) | Next::Reaped => {}
                 Next::Read(Err(e)) => break format!("read failed: {e}"),
-                Next::Out(cmd) => {
-                    self.encode(&cmd, &mut out);
-                    // Write whatever else is ready in the same syscall.
-                    while out.len() < 1 << 20 {
-                        match rx.try_recv() {
-                            Ok(cmd) => self.encode(&cmd, &mut out),
-                            Err(_) => break,
-                        }
-                    }
-                    if let Err(why) = self.flush(&mut out).await {
-                        break why;
-                    }
-                }
+                // Written (with whatever else is ready) at the top of the loop.
+                Next::Out(cmd) => self.encode(&cmd, &mut out),
                 Next::Close(why) => break why.to_string(),
             }
         };
@@ -107,10 +118,16 @@ impl<B: MessagingApi + 'static> Connection<B> {
         debug!(peer = %self.peer.addr, conn = self.peer.id, %why, "disconnected");
     }
 
-    /// Starts a task for every whole request in `buf`. Err: the stream is unusable.
+    /// Answers every whole request in `buf`. A request whose handler completes
+    /// without waiting (a send under async flush, most admin requests) is answered
+    /// inline into `out`: no task, no channel hop, and the answers of one read leave in
+    /// one write. One that has to wait (a long-polling pull, a sync-flush send) goes on
+    /// as a task of this connection and answers through `tx`.
+    /// Err: the stream is unusable.
     fn dispatch_buffered(
         &self,
         buf: &mut BytesMut,
+        out: &mut BytesMut,
         tx: &mpsc::Sender<RemotingCommand>,
         requests: &mut JoinSet<()>,
     ) -> Result<(), String> {
@@ -127,16 +144,29 @@ impl<B: MessagingApi + 'static> Connection<B> {
                 // Answers to what we pushed (all one-way today): nothing waits for them.
                 continue;
             }
+            let oneway = req.is_oneway();
             let ctx = self.ctx.clone();
-            let tx = tx.clone();
             let peer = self.peer;
-            requests.spawn(async move {
-                let oneway = req.is_oneway();
-                let resp = handle::handle(&ctx, peer, req).await;
-                if !oneway {
-                    let _ = tx.send(resp).await;
+            let mut answer = Box::pin(async move { handle::handle(&ctx, peer, req).await });
+            // One poll with a no-op waker: if it is not ready, the task polls it again
+            // with its own waker (every future accepts a new waker on each poll).
+            let mut cx = Context::from_waker(Waker::noop());
+            match answer.as_mut().poll(&mut cx) {
+                Poll::Ready(resp) => {
+                    if !oneway {
+                        self.encode(&resp, out);
+                    }
                 }
-            });
+                Poll::Pending => {
+                    let tx = tx.clone();
+                    requests.spawn(async move {
+                        let resp = answer.await;
+                        if !oneway {
+                            let _ = tx.send(resp).await;
+                        }
+                    });
+                }
+            }
         }
     }
 

@@ -1,13 +1,15 @@
 //! `SEND_MESSAGE` (v1 header), `SEND_MESSAGE_V2` (one-letter header) and
 //! `SEND_BATCH_MESSAGE` (Java's batch body encoding).
 
+use std::str::FromStr;
+
 use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::property;
 
 use super::Ctx;
 use super::conn::Peer;
-use super::handle::{Fail, Handled, core_fail, parse, parse_opt};
+use super::handle::{Fail, Handled, core_fail};
 use super::txn;
 use crate::body::{SEND_V2_NAMES, field};
 use crate::code::{request, response};
@@ -27,38 +29,62 @@ pub(crate) struct SendHeader {
     pub batch: bool,
 }
 
+/// The header fields of a send request under their v1 names, read from the request
+/// itself whichever layout it came in (no renamed copy of the field map).
+struct Fields<'a> {
+    req: &'a RemotingCommand,
+    v2: bool,
+}
+
+impl Fields<'_> {
+    fn raw(&self, long: &str) -> Option<&str> {
+        if !self.v2 {
+            return self.req.field(long);
+        }
+        SEND_V2_NAMES
+            .iter()
+            .find(|(_, l)| *l == long)
+            .and_then(|(short, _)| self.req.field(short))
+    }
+
+    /// Absent, empty or `null` is `None`; malformed is an error naming the v1 field.
+    fn opt<T: FromStr>(&self, long: &str) -> Result<Option<T>, Fail> {
+        match self.raw(long).map(str::trim) {
+            None | Some("") | Some("null") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                Fail::new(
+                    response::SYSTEM_ERROR,
+                    format!("the custom header field {long} has a bad value {v:?}"),
+                )
+            }),
+        }
+    }
+}
+
 impl SendHeader {
     fn parse(req: &RemotingCommand) -> Result<SendHeader, Fail> {
-        let v2;
-        let req = if req.code == request::SEND_MESSAGE_V2
-            || (req.code == request::SEND_BATCH_MESSAGE && req.field("b").is_some())
-        {
-            // Rename the one-letter fields to their v1 names and read those.
-            let mut renamed = RemotingCommand::request(req.code, req.opaque);
-            for (short, long) in SEND_V2_NAMES {
-                if let Some(v) = req.field(short) {
-                    renamed.ext_fields.insert(long.to_owned(), v.to_owned());
-                }
-            }
-            v2 = renamed;
-            &v2
-        } else {
-            req
-        };
-        let topic: String = parse(req, field::TOPIC)?;
+        let v2 = req.code == request::SEND_MESSAGE_V2
+            || (req.code == request::SEND_BATCH_MESSAGE && req.field("b").is_some());
+        let f = Fields { req, v2 };
+        let topic = f.raw(field::TOPIC).map(str::trim).ok_or_else(|| {
+            Fail::new(
+                response::SYSTEM_ERROR,
+                format!("the custom header field {} is missing", field::TOPIC),
+            )
+        })?;
         if topic.is_empty() {
             return Err(Fail::new(response::MESSAGE_ILLEGAL, "the topic is empty"));
         }
         Ok(SendHeader {
-            producer_group: parse_opt(req, field::PRODUCER_GROUP)?.unwrap_or_default(),
-            topic,
-            queue_id: parse_opt(req, field::QUEUE_ID)?.unwrap_or(-1),
-            sys_flag: parse_opt(req, field::SYS_FLAG)?.unwrap_or(0),
-            born_timestamp: parse_opt(req, field::BORN_TIMESTAMP)?.unwrap_or(0),
-            flag: parse_opt(req, field::FLAG)?.unwrap_or(0),
-            properties: decode_properties(req.field(field::PROPERTIES).unwrap_or_default()),
-            reconsume_times: parse_opt(req, field::RECONSUME_TIMES)?.unwrap_or(0),
-            batch: parse_opt(req, field::BATCH)?.unwrap_or(false),
+            producer_group: f.raw(field::PRODUCER_GROUP).unwrap_or_default().to_owned(),
+            topic: topic.to_owned(),
+            queue_id: f.opt(field::QUEUE_ID)?.unwrap_or(-1),
+            sys_flag: f.opt(field::SYS_FLAG)?.unwrap_or(0),
+            born_timestamp: f.opt(field::BORN_TIMESTAMP)?.unwrap_or(0),
+            flag: f.opt(field::FLAG)?.unwrap_or(0),
+            properties: decode_properties(f.raw(field::PROPERTIES).unwrap_or_default()),
+            reconsume_times: f.opt(field::RECONSUME_TIMES)?.unwrap_or(0),
+            batch: f.opt(field::BATCH)?.unwrap_or(false),
         })
     }
 
@@ -91,12 +117,12 @@ pub(crate) async fn send<B: MessagingApi>(
             "[TOO_MANY_REQUESTS] broker busy: too many sends in flight, try again later",
         ));
     };
-    let header = SendHeader::parse(req)?;
+    let mut header = SendHeader::parse(req)?;
     let resp = if req.code == request::SEND_BATCH_MESSAGE || header.batch {
         send_batch(ctx, peer, req, &header).await?
     } else {
         let mut m = header.message(peer, header.flag, req.body.clone());
-        m.properties = header.properties.clone();
+        m.properties = std::mem::take(&mut header.properties);
         if m.property(property::TRANSACTION_PREPARED) == Some("true") {
             txn::send_half(ctx, req, &header, m).await?
         } else {
