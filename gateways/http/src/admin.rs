@@ -448,6 +448,7 @@ fn group_json(g: &GroupInfo) -> serde_json::Value {
     serde_json::json!({
         "group": g.group,
         "mode": g.mode.map(|m| m.as_str()),
+        "max_reconsume_times": g.max_reconsume_times,
         "members": members,
         "progress": progress,
         "lag": g.progress.iter().map(|p| p.lag).sum::<u64>(),
@@ -462,6 +463,42 @@ pub async fn describe_group<B: MessagingApi + 'static>(
     let info = ctx.api.group_info(&group).await?;
     Ok(axum::Json(group_json(&info)))
 }
+
+/// Body of `PATCH /v1/groups/{group}`: the group's own settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSettings {
+    /// Failed deliveries retried before a message goes to `%DLQ%<group>`; `null`
+    /// returns to the broker's `broker.max_reconsume_times`.
+    pub max_reconsume_times: Option<u32>,
+}
+
+/// `PATCH /v1/groups/{group}`: change the group's own settings (kept across
+/// restarts); answers with the group's description.
+pub async fn update_group<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Json(body): Json<GroupSettings>,
+) -> Result<axum::Json<serde_json::Value>> {
+    if body
+        .max_reconsume_times
+        .is_some_and(|n| n > MAX_RECONSUME_TIMES_LIMIT)
+    {
+        return Err(Error::bad(
+            "max_reconsume_times",
+            format!("at most {MAX_RECONSUME_TIMES_LIMIT}"),
+        ));
+    }
+    ctx.api
+        .set_max_reconsume_times(&group, body.max_reconsume_times)
+        .await?;
+    let info = ctx.api.group_info(&group).await?;
+    Ok(axum::Json(group_json(&info)))
+}
+
+/// RocketMQ caps a group's retries at 16 delay levels past the first; a larger
+/// number is almost certainly a typo (and would keep a poison message for days).
+const MAX_RECONSUME_TIMES_LIMIT: u32 = 64;
 
 /// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
 pub(crate) async fn record_lag<B: MessagingApi>(ctx: &Ctx<B>) {

@@ -296,6 +296,14 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
             get(admin::describe_group::<B>),
         ),
         ep(
+            M::PATCH,
+            "/v1/groups/{group}",
+            "admin",
+            "Change a group's settings (max_reconsume_times before the DLQ)",
+            patch(admin::update_group::<B>),
+        )
+        .body(JSON),
+        ep(
             M::POST,
             "/v1/groups/{group}/offsets/reset",
             "admin",

@@ -233,6 +233,43 @@ async fn dead_letters_are_listed_and_resent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_s_own_retry_limit_is_set_over_http_and_decides_the_dlq() {
+    // The broker default is 16 retries; the group asks for 2 (three deliveries).
+    let node = start().await;
+    let a = node.addr;
+    let r = patch_json(a, "/v1/groups/g3", json!({ "max_reconsume_times": 2 })).await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert_eq!(r.json()["max_reconsume_times"], 2);
+    assert_eq!(
+        get(a, "/v1/groups/g3").await.json()["max_reconsume_times"],
+        2
+    );
+    publish(a, "work3", "", "poison").await;
+    for attempt in 1..=3 {
+        let got = receive_n(a, "g3", "work3", 1).await;
+        assert_eq!(got[0]["delivery_attempt"], attempt);
+        let nack = json!({ "receipt_handle": got[0]["receipt_handle"] });
+        assert_eq!(post_json(a, "/v1/groups/g3/nacks", nack).await.status, 200);
+    }
+    assert!(receive(a, "g3", "work3", "?wait_ms=500").await.is_empty());
+    let dlq = get(a, "/v1/groups/g3/dlq?wait_ms=10000").await.json();
+    assert_eq!(dlq["messages"].as_array().unwrap().len(), 1, "{dlq}");
+    // Back to the broker's default with null; bad values are 400s naming the field.
+    let r = patch_json(a, "/v1/groups/g3", json!({ "max_reconsume_times": null })).await;
+    assert_eq!(r.json()["max_reconsume_times"], 16);
+    patch_json(a, "/v1/groups/g3", json!({ "max_reconsume_times": -1 }))
+        .await
+        .expect_error(400, "bad_request");
+    patch_json(a, "/v1/groups/g3", json!({ "max_reconsume_times": 100000 }))
+        .await
+        .expect_error(400, "bad_request");
+    patch_json(a, "/v1/groups/g3", json!({ "retries": 1 }))
+        .await
+        .expect_error(400, "bad_request");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_are_found_by_id_key_and_time() {
     let node = start().await;
     let a = node.addr;
