@@ -67,6 +67,8 @@ pub(crate) struct Conn<B> {
     pub aliases_out: HashMap<String, u16>,
     pub ready: VecDeque<Ready>,
     pub pending: BTreeSet<(Arc<str>, u32)>,
+    /// Queues of a QoS 0 session that overflowed: they skip ahead to live.
+    pub skipping: HashSet<(Arc<str>, u32)>,
     pub joined: HashSet<Arc<str>>,
     pub inbox: Inbox,
     pub pop_tx: mpsc::Sender<(Arc<str>, rocketgate_core::broker::Popped)>,
@@ -121,11 +123,13 @@ where
         aliases_out: HashMap::new(),
         ready: VecDeque::new(),
         pending: BTreeSet::new(),
+        skipping: HashSet::new(),
         joined: HashSet::new(),
         inbox: Inbox {
             id: conn_id,
             tx: inbox_tx,
             lagged: lagged.clone(),
+            overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
         pop_tx,
         share_tasks: HashMap::new(),
