@@ -130,6 +130,7 @@ where
             tx: inbox_tx,
             lagged: lagged.clone(),
             overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            client_slow: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
         pop_tx,
         share_tasks: HashMap::new(),
@@ -303,6 +304,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub async fn flush(&mut self) {
         if !self.out.is_empty() {
             let chunk = self.out.split().freeze();
+            // A full writer channel means the client does not read fast enough.
+            let slow = self.wtx.capacity() == 0;
+            self.inbox
+                .client_slow
+                .store(slow, std::sync::atomic::Ordering::Release);
             let _ = self.wtx.send(chunk).await;
         }
     }

@@ -58,6 +58,9 @@ pub struct Inbox {
     pub lagged: Arc<Notify>,
     /// Set when a batch was dropped because the session's channel was full.
     pub overflowed: Arc<AtomicBool>,
+    /// Set by the session while its client does not read fast enough (its
+    /// outgoing channel is full): its overflows are the client's, not the node's.
+    pub client_slow: Arc<AtomicBool>,
 }
 
 type Inboxes = Arc<RwLock<Vec<Inbox>>>;
@@ -69,7 +72,18 @@ struct TopicEntry {
     task: JoinHandle<()>,
 }
 
-type Lag = Arc<Mutex<Vec<u64>>>;
+/// How a topic's readers keep up: entries behind per queue, and until when
+/// publishers should pause because sessions overflowed although their clients read.
+#[derive(Default)]
+struct Progress {
+    behind: Vec<u64>,
+    congested_until: Option<tokio::time::Instant>,
+}
+
+type Lag = Arc<Mutex<Progress>>;
+
+/// How long publishers pause after a session overflowed under CPU overload.
+const CONGESTION_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct Router<B> {
     api: Arc<B>,
@@ -144,7 +158,17 @@ impl<B: MessagingApi + 'static> Router<B> {
         let topics = lock(&self.topics);
         topics
             .get(topic)
-            .map(|e| lock(&e.lag).iter().copied().max().unwrap_or(0))
+            .map(|e| {
+                let p = lock(&e.lag);
+                let congested = p
+                    .congested_until
+                    .is_some_and(|t| t > tokio::time::Instant::now());
+                if congested {
+                    u64::MAX
+                } else {
+                    p.behind.iter().copied().max().unwrap_or(0)
+                }
+            })
             .unwrap_or(0)
     }
 
@@ -199,7 +223,7 @@ async fn run_topic<B: MessagingApi + 'static>(
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
-    *lock(&lag) = vec![0; queues as usize];
+    lock(&lag).behind = vec![0; queues as usize];
     let mut set = tokio::task::JoinSet::new();
     for q in 0..queues {
         set.spawn(read_queue(
@@ -270,6 +294,7 @@ async fn read_queue<B: MessagingApi>(
                 wait: WAIT,
             })
             .await;
+        let mut congested = false;
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -293,12 +318,21 @@ async fn read_queue<B: MessagingApi>(
                 if let Err(mpsc::error::TrySendError::Full(_)) = inbox.tx.try_send(batch.clone()) {
                     inbox.overflowed.store(true, Ordering::Release);
                     inbox.lagged.notify_one();
+                    if !inbox.client_slow.load(Ordering::Acquire) {
+                        // The session could not keep up although its client reads:
+                        // the node is overloaded; publishers pause briefly.
+                        congested = true;
+                    }
                 }
             }
         }
         offset = r.next_offset;
-        if let Some(l) = lock(&lag).get_mut(queue as usize) {
+        let mut p = lock(&lag);
+        if let Some(l) = p.behind.get_mut(queue as usize) {
             *l = r.max_offset.saturating_sub(offset);
+        }
+        if congested {
+            p.congested_until = Some(tokio::time::Instant::now() + CONGESTION_PAUSE);
         }
     }
 }
