@@ -67,6 +67,8 @@ pub(crate) struct Conn<B> {
     pub aliases_out: HashMap<String, u16>,
     pub ready: VecDeque<Ready>,
     pub pending: BTreeSet<(Arc<str>, u32)>,
+    /// Queues of a QoS 0 session that overflowed: they skip ahead to live.
+    pub skipping: HashSet<(Arc<str>, u32)>,
     pub joined: HashSet<Arc<str>>,
     pub inbox: Inbox,
     pub pop_tx: mpsc::Sender<(Arc<str>, rocketgate_core::broker::Popped)>,
@@ -121,11 +123,14 @@ where
         aliases_out: HashMap::new(),
         ready: VecDeque::new(),
         pending: BTreeSet::new(),
+        skipping: HashSet::new(),
         joined: HashSet::new(),
         inbox: Inbox {
             id: conn_id,
             tx: inbox_tx,
             lagged: lagged.clone(),
+            overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            client_slow: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
         pop_tx,
         share_tasks: HashMap::new(),
@@ -299,6 +304,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub async fn flush(&mut self) {
         if !self.out.is_empty() {
             let chunk = self.out.split().freeze();
+            // A full writer channel means the client does not read fast enough.
+            let slow = self.wtx.capacity() == 0;
+            self.inbox
+                .client_slow
+                .store(slow, std::sync::atomic::Ordering::Release);
             let _ = self.wtx.send(chunk).await;
         }
     }

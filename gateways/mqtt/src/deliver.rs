@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mqttbytes::QoS;
@@ -189,8 +190,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
     }
 
     /// Told by the router that batches were missed (or a reader started): every
-    /// followed queue catches up by pulling; topics that had no queues yet get
-    /// their cursors now.
+    /// followed queue catches up by pulling (a QoS 0 session that overflowed
+    /// skips ahead instead); topics that had no queues yet get their cursors now.
     pub(crate) async fn recheck(&mut self) {
         let joined: Vec<Arc<str>> = self.joined.iter().cloned().collect();
         for t in joined {
@@ -199,10 +200,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.follow(&t, Start::Resume).await;
             }
         }
+        // A QoS 0 session whose channel overflowed does not read the backlog
+        // back: each queue skips to the next live batch (or to the end of the
+        // queue when it is already catching up).
+        let skip = self.inbox.overflowed.swap(false, Ordering::AcqRel) && self.qos0_only();
         let keys: Vec<_> = self.session.cursors.keys().cloned().collect();
         for k in keys {
             if self.joined.contains(&k.0) {
-                self.pending.insert(k);
+                if skip {
+                    self.skipping.insert(k);
+                } else {
+                    self.pending.insert(k);
+                }
             }
         }
     }
@@ -221,16 +230,39 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if b.next <= cur {
             return;
         }
+        let mut cur = cur;
+        if b.from > cur && self.skipping.remove(&key) && self.qos0_only() {
+            // QoS 0 only and overflowed: rejoin the live stream, dropping the gap.
+            self.skipped(b.from - cur);
+            cur = b.from;
+        }
         if b.from > cur || self.ready.len() >= READY_HIGH {
             self.pending.insert(key);
             return;
         }
-        for m in &b.messages {
-            if m.queue_offset >= cur {
-                self.match_message(&b.topic, b.queue, m);
+        for (m, name) in b.messages.iter().zip(&b.names) {
+            if m.queue_offset >= cur
+                && let Some(name) = name
+            {
+                self.match_message(&b.topic, b.queue, m, Some(name));
             }
         }
         self.session.cursors.insert(key, b.next);
+    }
+
+    /// True when every subscription is QoS 0: such a session may drop messages
+    /// when it cannot keep up (MQTT allows it for QoS 0) instead of catching up.
+    pub(crate) fn qos0_only(&self) -> bool {
+        !self.session.subs.is_empty() && self.session.subs.iter().all(|s| s.qos == QoS::AtMostOnce)
+    }
+
+    /// Counts log entries a QoS 0 session skipped because it could not keep up.
+    fn skipped(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        metrics::counter!("rocketgate_mqtt_qos0_skipped_total").increment(n);
+        tracing::debug!(client = %self.session.client_id, entries = n, "QoS 0 subscriber too slow: skipped ahead");
     }
 
     /// Catches lagging cursors up by pulling, while there is room.
@@ -256,9 +288,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 .await;
             match r {
                 Ok(r) => {
+                    if self.skipping.remove(&key) && self.qos0_only() && r.max_offset > cur {
+                        // QoS 0 only and overflowed: drop the backlog, go on live.
+                        self.skipped(r.max_offset - cur);
+                        self.session.cursors.insert(key.clone(), r.max_offset);
+                        self.pending.remove(&key);
+                        continue;
+                    }
                     for m in &r.messages {
                         if m.queue_offset >= cur {
-                            self.match_message(&key.0, key.1, m);
+                            self.match_message(&key.0, key.1, m, None);
                         }
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
@@ -277,19 +316,32 @@ impl<B: MessagingApi + 'static> Conn<B> {
     }
 
     /// Queues a message of the log for every plain subscription it matches: once,
-    /// at the highest granted QoS, with every subscription identifier.
-    fn match_message(&mut self, core_topic: &Arc<str>, queue: u32, d: &Delivered) {
-        let Ok(view) = RecordView::parse(&d.record) else {
-            return;
+    /// at the highest granted QoS, with every subscription identifier. `name` is
+    /// its MQTT topic name when the router already worked it out.
+    fn match_message(
+        &mut self,
+        core_topic: &Arc<str>,
+        queue: u32,
+        d: &Delivered,
+        name: Option<&str>,
+    ) {
+        let mut owned = String::new();
+        let name = match name {
+            Some(n) => n,
+            None => {
+                let Ok(view) = RecordView::parse(&d.record) else {
+                    return;
+                };
+                topic::join_into(&mut owned, view.topic(), view.tags());
+                owned.as_str()
+            }
         };
-        let mut name = String::with_capacity(core_topic.len() + 16);
-        topic::join_into(&mut name, view.topic(), view.tags());
         let mut granted: Option<QoS> = None;
         let mut ids = Vec::new();
         let mut rap = false;
         let mut no_local = false;
         for s in &self.session.subs {
-            if s.filter.share.is_some() || !s.filter.matches(&name) {
+            if s.filter.share.is_some() || !s.filter.matches(name) {
                 continue;
             }
             if s.no_local {
@@ -308,6 +360,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if granted.is_none() {
             return;
         }
+        let name = name.to_owned();
+        let Ok(view) = RecordView::parse(&d.record) else {
+            return;
+        };
         let v5 = self.version == Version::V5;
         let mut props = empty_props();
         let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
@@ -648,6 +704,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.shared.router.leave(&t, self.inbox.id);
                 self.joined.remove(&t);
                 self.pending.retain(|(pt, _)| *pt != t);
+                self.skipping.retain(|(pt, _)| *pt != t);
                 self.session.cursors.retain(|(ct, _), _| *ct != t);
             }
         }
@@ -732,6 +789,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         for t in self.joined.drain() {
             self.shared.router.leave(&t, self.inbox.id);
         }
+        self.skipping.clear();
         for (_, t) in self.share_tasks.drain() {
             t.abort();
         }

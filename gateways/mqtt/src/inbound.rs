@@ -2,6 +2,8 @@
 //! storing everything read in one go with one core `send_batch` per run of the
 //! same core topic, acknowledged (PUBACK / PUBREC) only after it returns.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use mqttbytes::QoS;
 use mqttbytes::v5::{
@@ -28,6 +30,12 @@ pub(crate) struct PendingPub {
 }
 
 const MAX_PUB_BATCH: usize = 128;
+/// A publisher waits while the live readers of its core topic are more than this
+/// many entries behind (the node stores faster than it can read: overload).
+const MAX_BEHIND: u64 = 4096;
+/// ... but never longer than this per batch (a reader stuck for another reason
+/// must not stop publishing).
+const MAX_THROTTLE: Duration = Duration::from_secs(1);
 fn refused_reason(code: u8) -> PubAckReason {
     match code {
         0x90 => PubAckReason::TopicNameInvalid,
@@ -159,6 +167,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
         end
     }
 
+    /// Backpressure under overload: while the router's readers of `topic` are far
+    /// behind the end of the log, wait before acknowledging and reading on, so the
+    /// publisher's TCP window fills up instead of the live path falling behind
+    /// without bound (QoS 0 publishers have no other limit).
+    async fn throttle(&self, topic: &str) {
+        let router = &self.shared.router;
+        if router.behind(topic) <= MAX_BEHIND {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        while router.behind(topic) > MAX_BEHIND && started.elapsed() < MAX_THROTTLE {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
     /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
     /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the
@@ -181,6 +204,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         let mut failure = None;
+        let topic = messages.first().map(|m| m.topic.clone());
         if !messages.is_empty() {
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
             let stored = if messages.iter().any(is_delayed) {
@@ -230,6 +254,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 DisconnectReasonCode::UnspecifiedError,
                 r.reason.clone(),
             ));
+        }
+        if let Some(topic) = topic {
+            self.throttle(&topic).await;
         }
         for p in pubs {
             let refused = if p.stored { failure.clone() } else { p.refused };

@@ -59,6 +59,8 @@ pub struct TopicFilter {
     pub share: Option<String>,
     /// The filter part (without the share prefix).
     pub filter: String,
+    /// The filter has no wildcard: matching is comparing names.
+    exact: bool,
 }
 
 impl TopicFilter {
@@ -80,6 +82,7 @@ impl TopicFilter {
             raw: raw.to_owned(),
             share,
             filter: filter.to_owned(),
+            exact: !filter.contains(['+', '#']),
         })
     }
 
@@ -91,6 +94,9 @@ impl TopicFilter {
     }
 
     pub fn matches(&self, name: &str) -> bool {
+        if self.exact {
+            return self.filter == name;
+        }
         matches(&self.filter, name)
     }
 }
@@ -168,6 +174,19 @@ mod tests {
         ] {
             assert_eq!(matches(f, n), m, "{f} vs {n}");
         }
+    }
+
+    #[test]
+    fn exact_filters_compare_names() {
+        let f = TopicFilter::parse("bench/run/p2p/1").unwrap();
+        assert!(f.matches("bench/run/p2p/1"));
+        assert!(!f.matches("bench/run/p2p/10"));
+        assert!(!f.matches("bench/run/p2p"));
+        let shared = TopicFilter::parse("$share/g/a/b").unwrap();
+        assert!(shared.matches("a/b"));
+        assert!(!shared.matches("$share/g/a/b"));
+        let wild = TopicFilter::parse("bench/+/p2p/#").unwrap();
+        assert!(wild.matches("bench/run/p2p/1"));
     }
 
     #[test]
