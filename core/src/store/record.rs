@@ -505,8 +505,10 @@ pub struct RecordView<'a> {
     bytes: &'a [u8],
     store_ts_at: usize,
     body: (usize, usize),
-    topic: (usize, usize),
-    props: (usize, usize),
+    /// Topic and properties, UTF-8-checked once by `parse` (property lookups on the
+    /// dispatch and delivery paths used to re-check the whole section every time).
+    topic: &'a str,
+    props: &'a str,
 }
 
 impl<'a> RecordView<'a> {
@@ -569,16 +571,16 @@ impl<'a> RecordView<'a> {
                 total_size: total,
             });
         }
-        std::str::from_utf8(&b[topic_start..props_len_at])
+        let topic = std::str::from_utf8(&b[topic_start..props_len_at])
             .map_err(|_| RecordError::NotUtf8("topic"))?;
-        std::str::from_utf8(&b[props_start..props_end])
+        let props = std::str::from_utf8(&b[props_start..props_end])
             .map_err(|_| RecordError::NotUtf8("properties"))?;
         Ok(RecordView {
             bytes: b,
             store_ts_at,
             body: (body_start, body_end),
-            topic: (topic_start, props_len_at),
-            props: (props_start, props_end),
+            topic,
+            props,
         })
     }
 
@@ -706,16 +708,16 @@ impl<'a> RecordView<'a> {
         &self.bytes[self.body.0..self.body.1]
     }
     pub fn topic(&self) -> &'a str {
-        std::str::from_utf8(&self.bytes[self.topic.0..self.topic.1]).unwrap_or_default()
+        self.topic
     }
     /// The encoded properties section (`name\x01value\x02...`).
     pub fn properties_raw(&self) -> &'a [u8] {
-        &self.bytes[self.props.0..self.props.1]
+        self.props.as_bytes()
     }
     /// All properties in stored order, including the store's `__CRC32#`.
     pub fn properties(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        let raw = std::str::from_utf8(self.properties_raw()).unwrap_or_default();
-        raw.split(PROPERTY_SEPARATOR as char)
+        self.props
+            .split(PROPERTY_SEPARATOR as char)
             .filter_map(|item| item.split_once(NAME_VALUE_SEPARATOR as char))
     }
     pub fn property(&self, name: &str) -> Option<&'a str> {
