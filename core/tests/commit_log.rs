@@ -471,3 +471,24 @@ async fn async_waiters_are_acknowledged_once_durable() {
         t.await.unwrap();
     }
 }
+
+#[test]
+fn properties_named_finds_several_properties_in_one_pass_like_property_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open(dir.path(), Recovery::Full);
+    let msg = Message::new("t", 0, &b"x"[..])
+        .with_tags("a/b")
+        .with_keys(["k1", "k2"])
+        .with_property("user", "v")
+        .with_property("TAGS2", "not the tag");
+    let at = log.append(&msg).unwrap();
+    let bytes = log.read(at.phys_offset, at.size).unwrap();
+    let view = RecordView::parse(&bytes).unwrap();
+    let [tags, keys, user, missing] = view.properties_named(["TAGS", "KEYS", "user", "nope"]);
+    assert_eq!(tags, view.property("TAGS"));
+    assert_eq!(tags, Some("a/b"));
+    assert_eq!(keys, Some("k1 k2"));
+    assert_eq!(user, Some("v"));
+    assert_eq!(missing, None);
+    assert_eq!(view.keys().collect::<Vec<_>>(), ["k1", "k2"]);
+}

@@ -766,6 +766,11 @@ impl Inner {
             if tx != record::sys_flag::TRANSACTION_PREPARED_TYPE
                 && tx != record::sys_flag::TRANSACTION_ROLLBACK_TYPE
             {
+                let [tags, keys, uniq] = view.properties_named([
+                    record::property::TAGS,
+                    record::property::KEYS,
+                    record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                ]);
                 let q = self
                     .queues
                     .get_or_create(view.topic(), view.queue_id() as u32)?;
@@ -774,14 +779,15 @@ impl Inner {
                     CqEntry {
                         phys_offset: phys,
                         size: rec.len() as u32,
-                        tag_hash: view.tags().map(tag_hash).unwrap_or(0),
+                        tag_hash: tags.map(tag_hash).unwrap_or(0),
                     },
                 )?;
                 let ts = view.store_timestamp();
-                for key in view.keys() {
+                let keys = keys.unwrap_or("").split(record::property::KEY_SEPARATOR);
+                for key in keys.filter(|k| !k.is_empty()) {
                     self.index.put(view.topic(), key, phys, ts)?;
                 }
-                if let Some(uniq) = view.property(record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX) {
+                if let Some(uniq) = uniq {
                     self.index.put(view.topic(), uniq, phys, ts)?;
                 }
             }

@@ -723,6 +723,24 @@ impl<'a> RecordView<'a> {
     pub fn property(&self, name: &str) -> Option<&'a str> {
         self.properties().find(|(k, _)| *k == name).map(|(_, v)| v)
     }
+    /// Several properties in one pass over the section (the dispatcher needs three
+    /// of every record; three `property` calls were three scans).
+    pub fn properties_named<const N: usize>(&self, names: [&str; N]) -> [Option<&'a str>; N] {
+        let mut out = [None; N];
+        let mut left = N;
+        for (k, v) in self.properties() {
+            if let Some(i) = names.iter().position(|n| *n == k) {
+                if out[i].is_none() {
+                    out[i] = Some(v);
+                    left -= 1;
+                    if left == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
     pub fn tags(&self) -> Option<&'a str> {
         self.property(property::TAGS)
     }
