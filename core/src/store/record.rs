@@ -729,13 +729,13 @@ impl<'a> RecordView<'a> {
         let mut out = [None; N];
         let mut left = N;
         for (k, v) in self.properties() {
-            if let Some(i) = names.iter().position(|n| *n == k) {
-                if out[i].is_none() {
-                    out[i] = Some(v);
-                    left -= 1;
-                    if left == 0 {
-                        break;
-                    }
+            if let Some(i) = names.iter().position(|n| *n == k)
+                && out[i].is_none()
+            {
+                out[i] = Some(v);
+                left -= 1;
+                if left == 0 {
+                    break;
                 }
             }
         }
