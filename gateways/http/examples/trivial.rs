@@ -5,10 +5,10 @@
 //! `cargo run --release -p rocketgate-http --example trivial -- 127.0.0.1:18080`
 
 use axum::Router;
-use axum::serve::ListenerExt;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 
 async fn publish(body: Bytes) -> (StatusCode, axum::Json<serde_json::Value>) {
     let json = serde_json::json!({

@@ -257,9 +257,9 @@ impl Meters {
         msgs.increment(n as u64);
         size.increment(bytes as u64);
         self.publish_duration
-            .get_or_init(|| {
-                metrics::histogram!("rocketgate_publish_duration_seconds", "protocol" => "http")
-            })
+            .get_or_init(
+                || metrics::histogram!("rocketgate_publish_duration_seconds", "protocol" => "http"),
+            )
             .record(started.elapsed().as_secs_f64());
     }
 }

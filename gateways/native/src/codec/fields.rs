@@ -123,14 +123,17 @@ impl ExtFields {
 
     /// The fields sorted by key, one per key (the last value), as they are encoded.
     pub fn sorted(&self) -> Vec<(&str, &str)> {
-        let mut out: Vec<(&str, &str)> = Vec::with_capacity(self.entries.len());
-        for (i, (k, v)) in self.entries.iter().enumerate() {
-            let k = k.as_str();
-            if self.position(k) == Some(i) {
-                out.push((k, v.as_str()));
+        let mut out: Vec<(&str, &str)> = self.iter().collect();
+        // Stable: of equal keys, the last set stays last, and is the one kept.
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        let mut i = 0;
+        while i + 1 < out.len() {
+            if out[i].0 == out[i + 1].0 {
+                out.remove(i);
+            } else {
+                i += 1;
             }
         }
-        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
         out
     }
 }
