@@ -100,6 +100,11 @@ impl ExtFields {
         self.set(key.into().0, Text::Owned(value.into()));
     }
 
+    /// Sets `key` to a `&'static str` value (no allocation).
+    pub fn insert_static(&mut self, key: impl Into<FieldName>, value: &'static str) {
+        self.set(key.into().0, Text::Static(value));
+    }
+
     fn set(&mut self, key: Text, value: Text) {
         match self.position(key.as_str()) {
             Some(i) => self.entries[i].1 = value,

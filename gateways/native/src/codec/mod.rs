@@ -214,6 +214,12 @@ impl RemotingCommand {
         self
     }
 
+    /// [`RemotingCommand::with_field`] for a constant value, without allocating it.
+    pub fn with_static_field(mut self, key: impl Into<FieldName>, value: &'static str) -> Self {
+        self.ext_fields.insert_static(key, value);
+        self
+    }
+
     pub fn with_remark(mut self, remark: impl Into<String>) -> Self {
         self.remark = Some(remark.into());
         self
