@@ -6,11 +6,9 @@
 //! | ext_len i32 | (key_len i16 | key | value_len i32 | value)*   (ext_len bytes in all)
 //! ```
 
-use std::collections::HashMap;
-
 use bytes::{Buf, BufMut, Bytes};
 
-use super::{CodecError, LanguageCode, RemotingCommand};
+use super::{CodecError, ExtFields, LanguageCode, RemotingCommand};
 
 fn malformed(what: &'static str) -> CodecError {
     CodecError::BinaryHeader { what }
@@ -35,7 +33,7 @@ pub(super) fn decode_header(header: &Bytes) -> Result<RemotingCommand, CodecErro
     };
 
     let mut ext = take_sized(&mut b, "extFields")?;
-    let mut ext_fields = HashMap::with_capacity(16);
+    let mut ext_fields = ExtFields::with_capacity(16);
     while ext.has_remaining() {
         if ext.remaining() < 2 {
             return Err(malformed("extFields key length truncated"));
@@ -45,7 +43,7 @@ pub(super) fn decode_header(header: &Bytes) -> Result<RemotingCommand, CodecErro
         if ext.remaining() < key_len {
             return Err(malformed("extFields key truncated"));
         }
-        let key = utf8(ext.split_to(key_len), "extFields key is not UTF-8")?;
+        let key = ext.split_to(key_len);
         if ext.remaining() < 4 {
             return Err(malformed("extFields value length truncated"));
         }
@@ -54,8 +52,10 @@ pub(super) fn decode_header(header: &Bytes) -> Result<RemotingCommand, CodecErro
         if ext.remaining() < value_len {
             return Err(malformed("extFields value truncated"));
         }
-        let value = utf8(ext.split_to(value_len), "extFields value is not UTF-8")?;
-        ext_fields.insert(key, value);
+        let value = ext.split_to(value_len);
+        ext_fields
+            .push_shared(key, value)
+            .ok_or_else(|| malformed("extFields key or value is not UTF-8"))?;
     }
     // Like Java, bytes after the ext fields are ignored.
 
@@ -92,9 +92,9 @@ fn utf8(bytes: Bytes, what: &'static str) -> Result<String, CodecError> {
 /// Caller guarantees `code` and `version` fit in an `i16`.
 pub(super) fn encode_header(cmd: &RemotingCommand) -> Result<Vec<u8>, CodecError> {
     let remark = cmd.remark.as_deref().unwrap_or("").as_bytes();
-    let mut fields: Vec<(&String, &String)> = cmd.ext_fields.iter().collect();
-    fields.sort();
-    let mut ext = Vec::new();
+    let fields = cmd.ext_fields.sorted();
+    let ext_cap: usize = fields.iter().map(|(k, v)| 6 + k.len() + v.len()).sum();
+    let mut ext = Vec::with_capacity(ext_cap);
     for (k, v) in fields {
         let key_len = i16::try_from(k.len()).map_err(|_| malformed("extFields key too long"))?;
         let value_len =

@@ -78,8 +78,7 @@ pub(super) fn encode_header(cmd: &RemotingCommand) -> Vec<u8> {
     let mut out = String::with_capacity(128);
     let _ = write!(out, "{{\"code\":{}", cmd.code);
     if !cmd.ext_fields.is_empty() {
-        let mut fields: Vec<_> = cmd.ext_fields.iter().collect();
-        fields.sort();
+        let fields = cmd.ext_fields.sorted();
         out.push_str(",\"extFields\":{");
         for (i, (k, v)) in fields.into_iter().enumerate() {
             if i > 0 {

@@ -18,14 +18,16 @@
 
 mod binary;
 pub mod fastjson;
+mod fields;
 mod json;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::fmt;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+pub use fields::{ExtFields, FieldName};
 
 /// Default upper bound on `total` (the length prefix): 16 MiB, as RocketMQ's
 /// `com.rocketmq.remoting.frameMaxLength`.
@@ -176,7 +178,7 @@ pub struct RemotingCommand {
     pub flag: i32,
     pub remark: Option<String>,
     /// The request/response "custom header", flattened to strings as Java does.
-    pub ext_fields: HashMap<String, String>,
+    pub ext_fields: ExtFields,
     /// Empty when the command has no body.
     pub body: Bytes,
     /// How the header was decoded, and how [`FrameCodec::encode`] will write it.
@@ -207,8 +209,14 @@ impl RemotingCommand {
         }
     }
 
-    pub fn with_field(mut self, key: impl Into<String>, value: impl ToString) -> Self {
-        self.ext_fields.insert(key.into(), value.to_string());
+    pub fn with_field(mut self, key: impl Into<FieldName>, value: impl ToString) -> Self {
+        self.ext_fields.insert(key, value.to_string());
+        self
+    }
+
+    /// [`RemotingCommand::with_field`] for a constant value, without allocating it.
+    pub fn with_static_field(mut self, key: impl Into<FieldName>, value: &'static str) -> Self {
+        self.ext_fields.insert_static(key, value);
         self
     }
 
@@ -232,7 +240,7 @@ impl RemotingCommand {
 
     /// An ext field by name.
     pub fn field(&self, key: &str) -> Option<&str> {
-        self.ext_fields.get(key).map(String::as_str)
+        self.ext_fields.get(key)
     }
 }
 

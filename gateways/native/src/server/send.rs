@@ -188,6 +188,6 @@ pub(crate) fn sent_response(
         .with_field(field::MSG_ID, msg_id)
         .with_field(field::QUEUE_ID, sent.queue_id)
         .with_field(field::QUEUE_OFFSET, sent.append.queue_offset)
-        .with_field(field::MSG_REGION, "DefaultRegion")
-        .with_field(field::TRACE_ON, "true")
+        .with_static_field(field::MSG_REGION, "DefaultRegion")
+        .with_static_field(field::TRACE_ON, "true")
 }
