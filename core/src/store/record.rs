@@ -275,15 +275,30 @@ impl Encoded {
         record[POS_QUEUE_OFFSET..POS_SYS_FLAG].copy_from_slice(&offsets);
         record[self.store_ts_at..self.store_ts_at + 8].copy_from_slice(&ts);
 
-        let mut crc = self.crc_head.clone();
-        crc.update(&offsets);
-        crc.combine(&self.crc_mid);
-        crc.update(&ts);
-        crc.combine(&self.crc_tail);
+        // Up to a few KiB, hashing the stamped record again is cheaper than two
+        // `combine`s of the pre-computed pieces (GF(2) matrix work: ~15 % of all
+        // instructions of a 100 B batch append); above that, combining keeps the
+        // work under the append lock independent of the size.
+        let crc = if self.len <= DIRECT_CRC_MAX {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&record[..self.len - CRC32_PROPERTY_LEN]);
+            h
+        } else {
+            let mut crc = self.crc_head.clone();
+            crc.update(&offsets);
+            crc.combine(&self.crc_mid);
+            crc.update(&ts);
+            crc.combine(&self.crc_tail);
+            crc
+        };
         write_crc_digits(&mut record[self.len - 11..self.len - 1], java_crc(crc));
         Ok(())
     }
 }
+
+/// Records up to this size get their `__CRC32#` by hashing the stamped bytes, larger
+/// ones by combining CRCs computed before the append lock (see [`Encoded::stamp`]).
+const DIRECT_CRC_MAX: usize = 4096;
 
 /// RocketMQ's `UtilAll.crc32`: the CRC32 with the sign bit cleared.
 fn java_crc(h: crc32fast::Hasher) -> u32 {
