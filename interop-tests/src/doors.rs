@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -423,14 +423,7 @@ impl MqttSub {
             .spawn()
             .context("running mosquitto_sub (scripts/install-test-deps installs it)")?;
         let stdout = child.stdout.take().context("no stdout")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = crate::lines_of(stdout);
         let sub = MqttSub {
             child,
             lines,

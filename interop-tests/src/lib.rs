@@ -31,6 +31,20 @@ use anyhow::{Context, bail};
 pub mod doors;
 pub mod story;
 
+/// The lines a child process writes, read on a thread of their own (so the child
+/// never blocks on a full pipe) and handed over as they come.
+pub(crate) fn lines_of(out: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// The doors a standalone node announces (`rocketgate: <door> listening on <addr>`).
 pub const DOORS: [&str; 5] = ["namesrv", "native", "mqtt", "http", "ws"];
 
@@ -141,14 +155,7 @@ impl Node {
         self.child = Some(child);
 
         // A thread reads stdout so the node never blocks on a full pipe.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut addrs = HashMap::new();
         loop {

@@ -22,7 +22,6 @@
 //! Python paho-mqtt with manual acks, `py/story_mqtt.py`, prints before it PUBACKs).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -598,14 +597,7 @@ impl Paho {
             .context("running python3 with paho-mqtt (scripts/install-test-deps installs it)")?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stdin = child.stdin.take();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = crate::lines_of(stdout);
         let p = Paho {
             child,
             stdin,
