@@ -74,7 +74,6 @@ pub(crate) struct Conn<B> {
     pub pop_tx: mpsc::Sender<(Arc<str>, rocketgate_core::broker::Popped)>,
     pub share_tasks: HashMap<(Arc<str>, String), JoinHandle<()>>,
     pub to_ack: Vec<String>,
-    pub committed: HashMap<(Arc<str>, u32), u64>,
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
 }
 
@@ -135,7 +134,6 @@ where
         pop_tx,
         share_tasks: HashMap::new(),
         to_ack: Vec::new(),
-        committed: HashMap::new(),
         pubs: Vec::new(),
     };
     let keep_alive = match conn.accept(connect, tk_tx).await {

@@ -51,6 +51,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// After CONNECT: follow the session's topics again, restart shared
     /// subscriptions, resend what is in flight.
     pub(crate) async fn resume(&mut self) {
+        if self.session.expiry != 0 {
+            // Offsets reset while the session was offline win over its own cursors.
+            self.adopt_resets().await;
+        }
         let topics = self.current_topics().await;
         self.sync_following(&topics, Start::Resume).await;
         self.session.restore_cursors = false;
@@ -115,18 +119,27 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if let Ok(config) = self.shared.api.topic(topic).await {
             for q in 0..config.read_queues {
                 let key = (name.clone(), q);
+                // What the core holds now, so a later change is seen as a reset.
+                let core = self
+                    .shared
+                    .api
+                    .query_offset(&self.session.group, "", topic, q)
+                    .await
+                    .ok()
+                    .flatten();
                 let at = match start {
-                    Start::End => queue_end(&*self.shared.api, topic, q).await,
-                    Start::Resume if self.session.cursors.contains_key(&key) => None,
-                    Start::Resume => Some(
-                        self.shared
-                            .api
-                            .query_offset(&self.session.group, "", topic, q)
-                            .await
-                            .ok()
-                            .flatten()
-                            .unwrap_or(0),
-                    ),
+                    Start::End => {
+                        self.session.committed.insert(key.clone(), core);
+                        queue_end(&*self.shared.api, topic, q).await
+                    }
+                    Start::Resume if self.session.cursors.contains_key(&key) => {
+                        self.session.committed.entry(key.clone()).or_insert(core);
+                        None
+                    }
+                    Start::Resume => {
+                        self.session.committed.insert(key.clone(), core);
+                        Some(core.unwrap_or(0))
+                    }
                 };
                 if let Some(at) = at {
                     self.session.cursors.insert(key.clone(), at);
@@ -706,6 +719,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.pending.retain(|(pt, _)| *pt != t);
                 self.skipping.retain(|(pt, _)| *pt != t);
                 self.session.cursors.retain(|(ct, _), _| *ct != t);
+                self.session.committed.retain(|(ct, _), _| *ct != t);
             }
         }
         self.send(&Packet::UnsubAck(ack));
@@ -718,7 +732,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
     /// Where each followed queue is settled up to: the cursor, or the oldest
     /// message of it still waiting or in flight.
-    fn positions(&self) -> HashMap<(Arc<str>, u32), u64> {
+    pub(crate) fn positions(&self) -> HashMap<(Arc<str>, u32), u64> {
         let mut pos = self.session.cursors.clone();
         let sources = self
             .session
@@ -745,8 +759,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if self.session.expiry == 0 {
             return;
         }
+        self.adopt_resets().await;
         for ((topic, q), offset) in self.positions() {
-            if self.committed.get(&(topic.clone(), q)) == Some(&offset) {
+            if self.session.committed.get(&(topic.clone(), q)) == Some(&Some(offset)) {
                 continue;
             }
             match self
@@ -756,7 +771,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 .await
             {
                 Ok(()) => {
-                    self.committed.insert((topic, q), offset);
+                    self.session.committed.insert((topic, q), Some(offset));
                 }
                 Err(e) => {
                     tracing::debug!(topic = %topic, queue = q, error = %e, "committing an offset failed")

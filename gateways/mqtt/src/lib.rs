@@ -37,6 +37,7 @@ mod deliver;
 mod error;
 mod inbound;
 mod message;
+mod offsets;
 mod router;
 pub mod server;
 mod session;

@@ -47,6 +47,9 @@ pub enum Source {
     Pop(String),
     /// A retained message.
     Retained,
+    /// A log message read before an offset reset moved its queue: delivering or
+    /// acknowledging it no longer says anything about the session's position.
+    Superseded,
 }
 
 /// An outgoing QoS 1/2 message not yet fully acknowledged.
@@ -69,6 +72,11 @@ pub struct Session {
     pub cursors: HashMap<(Arc<str>, u32), u64>,
     /// Cursors loaded from the core must be read back for these topics (after a restart).
     pub restore_cursors: bool,
+    /// The core offset of each followed queue as this session last wrote or read
+    /// it (`None`: the core had none): a different value in the core means someone
+    /// else (an admin reset) moved the session, and the session adopts it
+    /// (`offsets.rs`).
+    pub committed: HashMap<(Arc<str>, u32), Option<u64>>,
     pub inflight: BTreeMap<u16, Inflight>,
     pub qos2_in: HashSet<u16>,
     pub will: Option<WillRecord>,
@@ -84,6 +92,7 @@ impl Session {
             subs: Vec::new(),
             cursors: HashMap::new(),
             restore_cursors: false,
+            committed: HashMap::new(),
             inflight: BTreeMap::new(),
             qos2_in: HashSet::new(),
             will: None,
