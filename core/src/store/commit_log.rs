@@ -481,6 +481,21 @@ impl CommitLog {
         }
     }
 
+    /// Unmaps the log's pages below `flushed_offset() - keep` (they stay on disk
+    /// and in the page cache, see `store::resident`), so a long backlog does not
+    /// sit in the resident set.
+    pub fn release_cold(&self, keep: u64) {
+        let limit = self.flushed_offset().saturating_sub(keep);
+        let segments: Vec<Arc<Segment>> = self.segment_list().clone();
+        for seg in segments {
+            if seg.start() >= limit {
+                break;
+            }
+            let end = limit.min(seg.end()) - seg.start();
+            seg.release(0..end as usize);
+        }
+    }
+
     /// msyncs everything written but not yet durable, and fsyncs the directory
     /// if a segment file was created since. Returns the new durable position;
     /// on error the durable position does not move. Safe to call concurrently.

@@ -826,6 +826,10 @@ impl Inner {
                 last_retention = Instant::now();
             }
             self.check_disk();
+            // Cold mapped pages out of the resident set (store::resident).
+            self.log.release_cold(super::resident::LOG_KEEP);
+            self.queues
+                .release_cold_all(super::resident::QUEUE_KEEP_ENTRIES);
         }
     }
 

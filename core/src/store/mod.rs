@@ -9,6 +9,7 @@ mod engine;
 pub mod flush;
 pub mod index;
 pub mod record;
+mod resident;
 
 pub use commit_log::{AppendResult, RecordRef};
 pub use consume_queue::CqEntry;

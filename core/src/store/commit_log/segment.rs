@@ -233,6 +233,14 @@ impl Segment {
         Ok(())
     }
 
+    /// Drops the pages of the segment-relative range from the process's
+    /// resident set; the bytes stay what they are (see `store::resident`).
+    /// Called only for durable ranges below the written position.
+    pub(crate) fn release(&self, range: Range<usize>) {
+        // SAFETY: `map` is this segment's live shared file mapping of `size` bytes.
+        unsafe { crate::store::resident::release(self.map.as_mut_ptr(), self.size, range) }
+    }
+
     /// Makes the segment-relative range durable (`msync`, or `fdatasync` in
     /// write-through mode).
     pub(crate) fn flush_range(&self, range: Range<usize>) -> Result<()> {

@@ -194,6 +194,13 @@ impl MappedFile {
             .map_err(|e| Error::io(&self.path, e))
     }
 
+    /// Drops the pages of `[pos, pos + len)` from the resident set (the bytes
+    /// stay what they are, see `store::resident`).
+    pub(crate) fn release(&self, pos: usize, len: usize) {
+        // SAFETY: `map` is this file's live shared mapping of `self.len` bytes.
+        unsafe { crate::store::resident::release(self.map.as_mut_ptr(), self.len, pos..pos + len) }
+    }
+
     pub(crate) fn flush(&self) -> Result<()> {
         self.map.flush().map_err(|e| Error::io(&self.path, e))
     }

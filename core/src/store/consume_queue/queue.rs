@@ -356,6 +356,24 @@ impl ConsumeQueue {
         self.file_of(offset).ok_or_else(|| self.missing(offset))
     }
 
+    /// Unmaps the entries below `max_offset - keep` (they stay on disk and in
+    /// the page cache; see `store::resident`).
+    pub fn release_cold(&self, keep: u64) {
+        let limit = self.max_offset().saturating_sub(keep);
+        let files: Vec<Arc<CqFile>> = self
+            .files
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for f in files {
+            if f.first >= limit {
+                break;
+            }
+            let end = limit.min(f.first + self.entries_per_file);
+            f.map.release(0, f.pos(end));
+        }
+    }
+
     /// msyncs every entry written since the last flush.
     pub fn flush(&self) -> Result<()> {
         let Some((lo, hi)) = self.lock_writer().dirty.take() else {

@@ -102,6 +102,13 @@ impl ConsumeQueues {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// [`ConsumeQueue::release_cold`] on every queue.
+    pub fn release_cold_all(&self, keep: u64) {
+        for (_, _, q) in self.queues() {
+            q.release_cold(keep);
+        }
+    }
+
     /// Flushes every queue; all are attempted, the first error is returned.
     pub fn flush_all(&self) -> Result<()> {
         self.each(|q| q.flush())
