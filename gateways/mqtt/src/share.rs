@@ -23,7 +23,7 @@
 //! subscriptions").
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,6 +70,8 @@ pub(crate) enum Cmd {
         member: u64,
         offers: mpsc::Sender<Offer>,
         credit: usize,
+        /// Set by the member's connection while its client does not read.
+        client_slow: Arc<AtomicBool>,
         joined: oneshot::Sender<()>,
     },
     /// Done with these (queue, offset)s.
@@ -159,6 +161,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             member,
             offers: self.shares.offers.clone(),
             credit: credit(self.client_receive_max),
+            client_slow: self.inbox.client_slow.clone(),
             joined,
         };
         let tx = join_group(
@@ -330,6 +333,7 @@ struct Member {
     holding: usize,
     /// Its channel was full: skipped until it settles something.
     blocked: bool,
+    client_slow: Arc<AtomicBool>,
 }
 
 /// A message read for the group and not settled yet.
@@ -403,7 +407,11 @@ impl<B: MessagingApi + 'static> Group<B> {
             g.assign();
             g.catch_up().await;
             g.assign();
-            let room = g.waiting.len() < WAITING_HIGH;
+            // While reading the log, live batches are of no use; left in the
+            // channel, they overflow it and the router slows the publishers
+            // (unless the members' clients are the slow ones), so a group that
+            // fell behind catches up instead of falling further behind.
+            let room = g.waiting.len() < WAITING_HIGH && !g.queues.values().any(|q| q.catching_up);
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
                     Some(cmd) => g.on_cmd(cmd).await,
@@ -494,6 +502,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 member,
                 offers,
                 credit,
+                client_slow,
                 joined,
             } => {
                 self.members.push(Member {
@@ -502,6 +511,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                     credit,
                     holding: 0,
                     blocked: false,
+                    client_slow,
                 });
                 let _ = joined.send(());
             }
@@ -627,14 +637,16 @@ impl<B: MessagingApi + 'static> Group<B> {
         self.mark_slow();
     }
 
-    /// Tells the router that an overflow of this group's channel is its
-    /// members' doing (they have no credit), not the node's.
+    /// Tells the router whether an overflow of this group's channel is its
+    /// clients' doing (every member is out of credit and its client does not
+    /// read) or the node's (members' clients read, but the node does not get
+    /// round to them: publishers should pause, as for a session).
     fn mark_slow(&self) {
-        let full = self
+        let clients = self
             .members
             .iter()
-            .all(|m| m.blocked || m.holding >= m.credit);
-        self.inbox.client_slow.store(full, Ordering::Release);
+            .all(|m| (m.blocked || m.holding >= m.credit) && m.client_slow.load(Ordering::Acquire));
+        self.inbox.client_slow.store(clients, Ordering::Release);
     }
 
     /// Takes the matching messages of a live batch, or falls back to reading the
