@@ -21,9 +21,9 @@
 //! one task per group and core topic on this node (`share.rs`) rides the router's
 //! batches like a session, hands each matching message to one member
 //! round-robin, and commits its lowest unsettled offset per queue as that
-//! group's consumer offset (the core's POP, a receive and an ack per message,
-//! was 30x slower; see docs/mqtt.md). Wildcards are matched here on the full
-//! MQTT name.
+//! group's consumer offset (the core's POP, used before, delivered 2-4x less in
+//! fan-in; why is in docs/mqtt.md). Wildcards are matched here on the full MQTT
+//! name.
 //!
 //! ## Codec choice
 //! The codec is `mqttbytes` 0.6 (feature `v5`): MQTT 3.1.1 and 5.0 packets, its
