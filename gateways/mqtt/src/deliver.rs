@@ -1,6 +1,6 @@
 //! Outgoing messages of a connection: subscriptions, following core topics
 //! through the router, catching up by pulling from the session's cursors, the
-//! in-flight window and acknowledgements. Shared subscriptions are `share.rs`.
+//! in-flight window and acknowledgements. Shared subscriptions are `share/`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -8,8 +8,9 @@
 //!
 //! Where to start reading: [`server`] (listener, shared state, sweeper), then
 //! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection),
-//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `share.rs`
-//! (shared subscriptions), `router.rs` (one reader per core queue fanning
+//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `share/`
+//! (shared subscriptions: a connection's memberships, then `group.rs`, the
+//! group's task), `router.rs` (one reader per core queue fanning
 //! out to sessions), `topic.rs` (the topic mapping and wildcard matching),
 //! `message.rs` (PUBLISH <-> core message), `state.rs` (what is kept on disk).
 //!
@@ -18,7 +19,7 @@
 //! follows the core topics its filter can match, with one cursor per core queue
 //! that is committed as the core consumer offset of group `mqtt%c%<client id>`;
 //! `$share/<g>/<filter>` is the core clustering group `mqtt%s%<g>/<filter>`:
-//! one task per group and core topic on this node (`share.rs`) rides the router's
+//! one task per group and core topic on this node (`share/`) rides the router's
 //! batches like a session, hands each matching message to one member
 //! round-robin, and commits its lowest unsettled offset per queue as that
 //! group's consumer offset (the core's POP, used before, delivered 2-4x less in

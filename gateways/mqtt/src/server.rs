@@ -86,7 +86,7 @@ pub(crate) struct Shared<B> {
     pub settings: Settings,
     pub files: Files,
     pub router: Arc<Router<B>>,
-    /// The shared-subscription groups served on this node (see `share.rs`).
+    /// The shared-subscription groups served on this node (see `share/`).
     pub shares: crate::share::Registry,
     pub sessions: Mutex<HashMap<String, Slot>>,
     pub retained: Mutex<HashMap<String, Retained>>,
