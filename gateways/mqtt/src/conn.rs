@@ -19,7 +19,6 @@ use mqttbytes::v5::{
 use rocketgate_core::broker::MessagingApi;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::codec::{self, CodecError, Version};
@@ -71,9 +70,7 @@ pub(crate) struct Conn<B> {
     pub skipping: HashSet<(Arc<str>, u32)>,
     pub joined: HashSet<Arc<str>>,
     pub inbox: Inbox,
-    pub pop_tx: mpsc::Sender<(Arc<str>, rocketgate_core::broker::Popped)>,
-    pub share_tasks: HashMap<(Arc<str>, String), JoinHandle<()>>,
-    pub to_ack: Vec<String>,
+    pub shares: crate::share::Members,
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
 }
 
@@ -103,7 +100,7 @@ where
     let writer = tokio::spawn(write_loop(wr, wrx));
     let (inbox_tx, mut inbox_rx) = mpsc::channel::<Arc<Batch>>(64);
     let lagged = Arc::new(Notify::new());
-    let (pop_tx, mut pop_rx) = mpsc::channel(64);
+    let (offer_tx, mut offer_rx) = mpsc::channel(64);
     let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
     let conn_id = shared.next_id();
     let mut conn = Conn {
@@ -131,9 +128,7 @@ where
             overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             client_slow: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
-        pop_tx,
-        share_tasks: HashMap::new(),
-        to_ack: Vec::new(),
+        shares: crate::share::Members::new(offer_tx),
         pubs: Vec::new(),
     };
     let keep_alive = match conn.accept(connect, tk_tx).await {
@@ -161,7 +156,7 @@ where
         }
         conn.fill_ready().await;
         conn.pump();
-        conn.settle_acks().await;
+        conn.settle_acks();
         conn.flush().await;
         let deadline = keep_alive.map(|k| last_seen + k);
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
@@ -185,7 +180,14 @@ where
                 }
             }
             _ = lagged.notified() => conn.recheck().await,
-            Some((raw, p)) = pop_rx.recv(), if room => conn.on_popped(&raw, p),
+            Some(o) = offer_rx.recv(), if room => {
+                conn.on_offer(o);
+                while conn.ready.len() < crate::deliver::READY_HIGH
+                    && let Ok(o) = offer_rx.try_recv()
+                {
+                    conn.on_offer(o);
+                }
+            }
             Ok(()) = topics_rx.changed() => {
                 let list = topics_rx.borrow_and_update().clone();
                 conn.on_topics(&list).await;

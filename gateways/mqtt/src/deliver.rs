@@ -1,6 +1,6 @@
 //! Outgoing messages of a connection: subscriptions, following core topics
-//! through the router, catching up by pulling from the session's cursors, shared
-//! subscriptions through POP, the in-flight window and acknowledgements.
+//! through the router, catching up by pulling from the session's cursors, the
+//! in-flight window and acknowledgements. Shared subscriptions are `share/`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,9 +12,7 @@ use mqttbytes::v5::{
     Packet, PubRel, Publish, RetainForwardRule, SubAck, SubAckProperties, Subscribe,
     SubscribeReasonCode, UnsubAck, UnsubAckReason, Unsubscribe,
 };
-use rocketgate_core::broker::{
-    Delivered, MessagingApi, PopRequest, Popped, PullRequest, PullStatus, filter::Filter,
-};
+use rocketgate_core::broker::{Delivered, MessagingApi, PullRequest, PullStatus, filter::Filter};
 use rocketgate_core::store::RecordView;
 
 use crate::codec::Version;
@@ -22,7 +20,6 @@ use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
 use crate::router::{Batch, READER_GROUP, queue_end};
 use crate::session::{Inflight, Source, Sub};
-use crate::state::share_group;
 use crate::topic::{self, TopicFilter};
 
 /// Stop taking router batches above this many messages waiting for the window.
@@ -110,7 +107,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         for (raw, t) in shares {
-            self.start_share(raw, t);
+            self.start_share(raw, t).await;
         }
     }
 
@@ -149,45 +146,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
         self.shared.router.join(topic, self.inbox.clone());
         self.joined.insert(name);
-    }
-
-    fn start_share(&mut self, raw: Arc<str>, topic: String) {
-        let key = (raw.clone(), topic.clone());
-        if self.share_tasks.contains_key(&key) {
-            return;
-        }
-        let Some(sub) = self.session.subs.iter().find(|s| *s.filter.raw == *raw) else {
-            return;
-        };
-        let share = sub.filter.share.clone().unwrap_or_default();
-        let group = share_group(&share, &sub.filter.filter);
-        let api = self.shared.api.clone();
-        let tx = self.pop_tx.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let r = api
-                    .pop(PopRequest {
-                        group: group.clone(),
-                        topic: topic.clone(),
-                        filter: Filter::all(),
-                        max_messages: 64,
-                        invisible: Duration::from_secs(60),
-                        wait: Duration::from_secs(10),
-                    })
-                    .await;
-                match r {
-                    Ok(popped) => {
-                        for p in popped {
-                            if tx.send((raw.clone(), p)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-                }
-            }
-        });
-        self.share_tasks.insert(key, task);
     }
 
     /// The topic list changed: follow new topics wildcard subscriptions cover.
@@ -425,51 +383,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
         });
     }
 
-    pub(crate) fn on_popped(&mut self, raw: &str, p: Popped) {
-        let receipt = p.receipt.to_string();
-        let Some(sub) = self
-            .session
-            .subs
-            .iter()
-            .find(|s| *s.filter.raw == *raw)
-            .cloned()
-        else {
-            return; // unsubscribed: it reappears for the group's other members
-        };
-        let Ok(view) = RecordView::parse(&p.message.record) else {
-            self.to_ack.push(receipt);
-            return;
-        };
-        let mut name = String::new();
-        topic::join_into(&mut name, view.topic(), view.tags());
-        if !sub.filter.matches(&name) {
-            self.to_ack.push(receipt); // not for this shared subscription
-            return;
-        }
-        let v5 = self.version == Version::V5;
-        let mut props = empty_props();
-        let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
-        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, message::now_ms()) else {
-            self.to_ack.push(receipt);
-            return;
-        };
-        props.message_expiry_interval = expiry;
-        props.subscription_identifiers = sub.id.into_iter().collect();
-        let publish = Publish {
-            dup: false,
-            qos: min_qos(sub.qos, meta.qos.unwrap_or(QoS::ExactlyOnce)),
-            retain: false,
-            topic: name,
-            pkid: 0,
-            payload: p.message.record.slice_ref(view.body()),
-            properties: v5.then_some(props),
-        };
-        self.ready.push_back(Ready {
-            publish,
-            source: Source::Pop(receipt),
-        });
-    }
-
     /// Writes ready messages while the client's window has room.
     pub(crate) fn pump(&mut self) {
         let window = self.client_receive_max;
@@ -547,8 +460,13 @@ impl<B: MessagingApi + 'static> Conn<B> {
     }
 
     fn settle(&mut self, source: Source) {
-        if let Source::Pop(r) = source {
-            self.to_ack.push(r);
+        if let Source::Share {
+            link,
+            queue,
+            offset,
+        } = source
+        {
+            self.settle_shared(link, queue, offset);
         }
     }
 
@@ -559,14 +477,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
         };
         if matches && let Some(f) = self.session.inflight.remove(&pkid) {
             self.settle(f.source);
-        }
-    }
-
-    pub(crate) async fn settle_acks(&mut self) {
-        for r in std::mem::take(&mut self.to_ack) {
-            if let Err(e) = self.shared.api.ack(&r).await {
-                tracing::debug!(error = %e, "acking a shared-subscription message failed");
-            }
         }
     }
 
@@ -698,17 +608,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             } else {
                 UnsubAckReason::NoSubscriptionExisted
             });
-            let keys: Vec<_> = self
-                .share_tasks
-                .keys()
-                .filter(|(raw, _)| **raw == **f)
-                .cloned()
-                .collect();
-            for k in keys {
-                if let Some(t) = self.share_tasks.remove(&k) {
-                    t.abort();
-                }
-            }
+            self.leave_shares_of(f).await;
         }
         // Stop following topics no plain subscription covers any more.
         let joined: Vec<Arc<str>> = self.joined.iter().cloned().collect();
@@ -797,21 +697,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
         // In-flight log messages stay in the session (resent on resumption); the
         // cursors above already point past them, so they are not read twice.
-        // POPped messages in flight reappear for the group after their invisibility.
-        self.session
-            .inflight
-            .retain(|_, f| !matches!(f.source, Source::Pop(_)));
+        // Shared messages in flight go to the group's other members.
         for t in self.joined.drain() {
             self.shared.router.leave(&t, self.inbox.id);
         }
         self.skipping.clear();
-        for (_, t) in self.share_tasks.drain() {
-            t.abort();
-        }
-        self.settle_acks().await;
+        self.leave_all_shares().await;
     }
 }
 
-fn min_qos(a: QoS, b: QoS) -> QoS {
+pub(crate) fn min_qos(a: QoS, b: QoS) -> QoS {
     if (a as u8) <= (b as u8) { a } else { b }
 }

@@ -8,7 +8,9 @@
 //!
 //! Where to start reading: [`server`] (listener, shared state, sweeper), then
 //! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection),
-//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `router.rs` (one reader per core queue fanning
+//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `share/`
+//! (shared subscriptions: a connection's memberships, then `group.rs`, the
+//! group's task), `router.rs` (one reader per core queue fanning
 //! out to sessions), `topic.rs` (the topic mapping and wildcard matching),
 //! `message.rs` (PUBLISH <-> core message), `state.rs` (what is kept on disk).
 //!
@@ -16,8 +18,13 @@
 //! MQTT topic `T/a/b` is core topic `T` with tag `a/b`. A plain subscription
 //! follows the core topics its filter can match, with one cursor per core queue
 //! that is committed as the core consumer offset of group `mqtt%c%<client id>`;
-//! `$share/<g>/<filter>` is the core clustering group `mqtt%s%<g>/<filter>`
-//! consumed with POP. Wildcards are matched here on the full MQTT name.
+//! `$share/<g>/<filter>` is the core clustering group `mqtt%s%<g>/<filter>`:
+//! one task per group and core topic on this node (`share/`) rides the router's
+//! batches like a session, hands each matching message to one member
+//! round-robin, and commits its lowest unsettled offset per queue as that
+//! group's consumer offset (the core's POP, used before, delivered 2-4x less in
+//! fan-in; why is in docs/mqtt.md). Wildcards are matched here on the full MQTT
+//! name.
 //!
 //! ## Codec choice
 //! The codec is `mqttbytes` 0.6 (feature `v5`): MQTT 3.1.1 and 5.0 packets, its
@@ -41,6 +48,7 @@ mod offsets;
 mod router;
 pub mod server;
 mod session;
+mod share;
 mod state;
 mod topic;
 

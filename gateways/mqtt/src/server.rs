@@ -86,6 +86,8 @@ pub(crate) struct Shared<B> {
     pub settings: Settings,
     pub files: Files,
     pub router: Arc<Router<B>>,
+    /// The shared-subscription groups served on this node (see `share/`).
+    pub shares: crate::share::Registry,
     pub sessions: Mutex<HashMap<String, Slot>>,
     pub retained: Mutex<HashMap<String, Retained>>,
     retained_dirty: AtomicBool,
@@ -331,6 +333,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             settings,
             files,
             router,
+            shares: Default::default(),
             sessions: Mutex::new(sessions),
             retained: Mutex::new(retained),
             retained_dirty: AtomicBool::new(false),

@@ -43,8 +43,12 @@ pub enum Source {
         queue: u32,
         offset: u64,
     },
-    /// A shared subscription's POP: acked with this receipt handle.
-    Pop(String),
+    /// A shared subscription's group: settled through this link.
+    Share {
+        link: Arc<crate::share::Link>,
+        queue: u32,
+        offset: u64,
+    },
     /// A retained message.
     Retained,
     /// A log message read before an offset reset moved its queue: delivering or

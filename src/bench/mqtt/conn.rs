@@ -304,11 +304,14 @@ pub struct SubResult {
     pub latencies: Latencies,
 }
 
-/// Reads messages until the phase says stop, acking QoS 1 deliveries in batches.
+/// Reads messages until the phase says stop, acking QoS 1 deliveries in batches;
+/// sends PINGREQ when it wrote nothing for `ping_every` (a QoS 0 subscriber, or one
+/// that receives nothing, must still show the broker it is alive).
 pub async fn consume(
     stream: TcpStream,
     phase: Arc<Phase>,
     live: Arc<AtomicU64>,
+    ping_every: Duration,
 ) -> anyhow::Result<SubResult> {
     let (mut rd, mut wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -317,13 +320,17 @@ pub async fn consume(
         received: 0,
         latencies: Latencies::with_capacity(1 << 16),
     };
+    let mut last_write = Instant::now();
     loop {
         let read = tokio::time::timeout(Duration::from_millis(100), rd.read_buf(&mut buf)).await;
         if phase.stop.load(Ordering::Relaxed) {
             break;
         }
+        if last_write.elapsed() >= ping_every {
+            v4::PingReq.write(&mut acks).map_err(codec_err)?;
+        }
         match read {
-            Err(_) => continue,
+            Err(_) => {} // nothing new: maybe time to ping
             Ok(Ok(0)) => bail!("the broker closed a subscriber connection"),
             Ok(Err(e)) => return Err(e).context("reading deliveries"),
             Ok(Ok(_)) => {}
@@ -355,6 +362,7 @@ pub async fn consume(
         if !acks.is_empty() {
             wr.write_all(&acks).await.context("acking deliveries")?;
             acks.clear();
+            last_write = Instant::now();
         }
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(READ_CHUNK);

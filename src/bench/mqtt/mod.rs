@@ -24,10 +24,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use futures_util::{StreamExt, stream};
 use mqttbytes::QoS;
+use tokio::net::TcpStream;
 
 use self::conn::{Pace, Phase, PubStats};
 use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+
+/// Connections opened concurrently while setting up a run.
+const CONNECT_AT_ONCE: usize = 64;
+/// Keep-alive of the generator's connections (seconds); subscribers ping at half of it
+/// so one that receives nothing for a while is not closed by the broker.
+const KEEP_ALIVE: u16 = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -178,20 +186,47 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     let phase = Arc::new(Phase::default());
     let live = Arc::new(AtomicU64::new(0));
 
-    // Subscribers first, so nothing published is missed.
+    // Every connection is opened (CONNECT/CONNACK, SUBACK) before anything is
+    // published, CONNECT_AT_ONCE at a time: one after another, 1,000 publishers took
+    // ~90 s on a loaded machine while the first ones already published, so the
+    // figure mixed the connect storm with the steady state it is meant to show.
+    let run = run.as_str();
+    let subscribed: Vec<anyhow::Result<TcpStream>> =
+        stream::iter(filters.iter().enumerate().map(|(i, filter)| async move {
+            let mut s = conn::dial(args.broker, source(args, i)).await?;
+            conn::handshake(&mut s, &format!("rg-bench-{run}-s{i}"), KEEP_ALIVE).await?;
+            conn::subscribe(&mut s, filter, qos).await?;
+            Ok(s)
+        }))
+        .buffered(CONNECT_AT_ONCE)
+        .collect()
+        .await;
+    let first_pub = filters.len();
+    let connected: Vec<anyhow::Result<TcpStream>> =
+        stream::iter(topics.iter().enumerate().map(|(i, _)| async move {
+            let mut s = conn::dial(args.broker, source(args, i + first_pub))
+                .await
+                .with_context(|| format!("publisher {i}"))?;
+            conn::handshake(&mut s, &format!("rg-bench-{run}-p{i}"), KEEP_ALIVE).await?;
+            Ok(s)
+        }))
+        .buffered(CONNECT_AT_ONCE)
+        .collect()
+        .await;
     let mut subs = Vec::new();
-    for (i, filter) in filters.iter().enumerate() {
-        let mut s = conn::dial(args.broker, source(args, i)).await?;
-        conn::handshake(&mut s, &format!("rg-bench-{run}-s{i}"), 60).await?;
-        conn::subscribe(&mut s, filter, qos).await?;
-        subs.push(tokio::spawn(conn::consume(s, phase.clone(), live.clone())));
+    for s in subscribed {
+        subs.push(tokio::spawn(conn::consume(
+            s?,
+            phase.clone(),
+            live.clone(),
+            Duration::from_secs(u64::from(KEEP_ALIVE) / 2),
+        )));
     }
     let per_pub_rate = (args.rate > 0.0).then(|| args.rate / topics.len() as f64);
     let mut pubs = Vec::new();
     let mut pub_stats = Vec::new();
-    for (i, topic) in topics.iter().enumerate() {
-        let mut s = conn::dial(args.broker, source(args, i + filters.len())).await?;
-        conn::handshake(&mut s, &format!("rg-bench-{run}-p{i}"), 60).await?;
+    for (topic, s) in topics.iter().zip(connected) {
+        let s = s?;
         let stats = Arc::new(PubStats::default());
         pub_stats.push(stats.clone());
         let pace = per_pub_rate.map_or(Pace::Max, Pace::Rate);

@@ -1,0 +1,511 @@
+//! A shared group's task on this node: the one owner of the group's cursors, of
+//! who holds which message, and of its committed positions (see the parent
+//! module's docs).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rocketgate_core::broker::{Delivered, MessagingApi, PullRequest, PullStatus, filter::Filter};
+use tokio::sync::{Notify, mpsc};
+
+use super::{Cmd, Key, Offer, Offered};
+use crate::router::{Batch, Inbox, READER_GROUP, mqtt_name, queue_end};
+use crate::server::{Shared, lock};
+use crate::topic::TopicFilter;
+
+/// Read no more live batches while this many messages wait for a member.
+const WAITING_HIGH: usize = 2048;
+/// Catch up by pulling while fewer than this many wait.
+const WAITING_LOW: usize = 512;
+const PULL_BATCH: usize = 256;
+/// Pulls per turn of the group's loop, so commands are not held up behind a long
+/// catch-up (a backlog the filter mostly rejects adds nothing to `waiting`).
+const PULLS_PER_TURN: usize = 8;
+/// How often a group commits its positions.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+
+struct Member {
+    id: u64,
+    offers: mpsc::Sender<Offer>,
+    credit: usize,
+    /// Handed out and not settled.
+    holding: usize,
+    /// Its channel was full: skipped until it settles something.
+    blocked: bool,
+    client_slow: Arc<AtomicBool>,
+}
+
+/// A message read for the group and not settled yet.
+struct Out {
+    /// Who has it (`None`: waiting for a member).
+    member: Option<u64>,
+    record: Bytes,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// The next queue offset to read.
+    cursor: u64,
+    /// Missed live batches: reads from the log until it has caught up.
+    catching_up: bool,
+    /// Read and not settled, by offset; the first key is the group's position.
+    out: BTreeMap<u64, Out>,
+}
+
+impl QueueState {
+    fn position(&self) -> u64 {
+        self.out.keys().next().copied().unwrap_or(self.cursor)
+    }
+}
+
+/// A shared group's task on this node (see the module docs).
+pub(super) struct Group<B> {
+    shared: Arc<Shared<B>>,
+    key: Key,
+    filter: TopicFilter,
+    inbox: Inbox,
+    queues: BTreeMap<u32, QueueState>,
+    members: Vec<Member>,
+    /// Round-robin position in `members`.
+    turn: usize,
+    waiting: VecDeque<Offered>,
+    committed: HashMap<u32, u64>,
+}
+
+impl<B: MessagingApi + 'static> Group<B> {
+    pub(super) async fn run(
+        shared: Arc<Shared<B>>,
+        key: Key,
+        filter: TopicFilter,
+        mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    ) {
+        let (tx, mut batches) = mpsc::channel::<Arc<Batch>>(64);
+        let lagged = Arc::new(Notify::new());
+        let inbox = Inbox {
+            id: shared.next_id(),
+            tx,
+            lagged: lagged.clone(),
+            overflowed: Default::default(),
+            client_slow: Default::default(),
+        };
+        let mut g = Group {
+            shared,
+            key,
+            filter,
+            inbox,
+            queues: BTreeMap::new(),
+            members: Vec::new(),
+            turn: 0,
+            waiting: VecDeque::new(),
+            committed: HashMap::new(),
+        };
+        g.add_queues(true).await;
+        g.shared.router.join(&g.key.1, g.inbox.clone());
+        let mut tick = tokio::time::interval(COMMIT_EVERY);
+        loop {
+            g.assign();
+            g.catch_up().await;
+            g.assign();
+            // While reading the log, live batches are of no use; left in the
+            // channel, they overflow it and the router slows the publishers
+            // (unless the members' clients are the slow ones), so a group that
+            // fell behind catches up instead of falling further behind.
+            let room = g.waiting.len() < WAITING_HIGH && !g.queues.values().any(|q| q.catching_up);
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    Some(cmd) => g.on_cmd(cmd).await,
+                    None => break,
+                },
+                Some(b) = batches.recv(), if room => {
+                    g.on_batch(&b);
+                    while g.waiting.len() < WAITING_HIGH && let Ok(b) = batches.try_recv() {
+                        g.on_batch(&b);
+                    }
+                }
+                _ = lagged.notified() => g.recheck().await,
+                _ = tick.tick() => g.commit().await,
+                // More to read from the log: go round again, after letting
+                // the other tasks of this worker run.
+                _ = std::future::ready(()), if g.reading() => tokio::task::yield_now().await,
+            }
+            if g.members.is_empty() && g.end(&mut cmds).await {
+                break;
+            }
+        }
+        g.shared.router.leave(&g.key.1, g.inbox.id);
+    }
+
+    /// No member left: commits, and ends unless a join came in meanwhile.
+    async fn end(&mut self, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> bool {
+        self.commit().await;
+        let next = {
+            let mut reg = lock(&self.shared.shares.0);
+            match cmds.try_recv() {
+                Ok(cmd) => Some(cmd),
+                Err(_) => {
+                    reg.remove(&self.key);
+                    None
+                }
+            }
+        };
+        match next {
+            Some(cmd) => {
+                self.on_cmd(cmd).await;
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Starts following queues it does not know yet: at the group's committed
+    /// offset, else at the end of the queue when the group starts (a new group
+    /// takes new messages only), else at 0 (the topic or queue appeared after the
+    /// group started: all its messages are new to it).
+    async fn add_queues(&mut self, starting: bool) {
+        let (group, topic) = (&self.key.0, &*self.key.1);
+        let Ok(config) = self.shared.api.topic(topic).await else {
+            return; // not created yet: its queues appear in router batches
+        };
+        for q in 0..config.read_queues {
+            if self.queues.contains_key(&q) {
+                continue;
+            }
+            let committed = self
+                .shared
+                .api
+                .query_offset(group, "", topic, q)
+                .await
+                .ok()
+                .flatten();
+            let (cursor, catching_up) = match committed {
+                Some(at) => (at, true),
+                None if starting => (
+                    queue_end(&*self.shared.api, topic, q).await.unwrap_or(0),
+                    false,
+                ),
+                None => (0, true),
+            };
+            // Not marked committed: the first commit writes it, so a new group's
+            // start is durable too (it resumes there, not at the end, next time).
+            self.queues.insert(
+                q,
+                QueueState {
+                    cursor,
+                    catching_up,
+                    out: BTreeMap::new(),
+                },
+            );
+        }
+    }
+
+    async fn on_cmd(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Join {
+                member,
+                offers,
+                credit,
+                client_slow,
+                joined,
+            } => {
+                self.members.push(Member {
+                    id: member,
+                    offers,
+                    credit,
+                    holding: 0,
+                    blocked: false,
+                    client_slow,
+                });
+                let _ = joined.send(());
+            }
+            Cmd::Settled { member, done } => {
+                let mut n = 0;
+                for (q, offset) in done {
+                    if let Some(qs) = self.queues.get_mut(&q)
+                        && let Some(o) = qs.out.get(&offset)
+                        && o.member == Some(member)
+                    {
+                        qs.out.remove(&offset);
+                        n += 1;
+                    }
+                }
+                if let Some(m) = self.members.iter_mut().find(|m| m.id == member) {
+                    m.holding = m.holding.saturating_sub(n);
+                    m.blocked = false;
+                }
+            }
+            Cmd::Leave { member, left } => {
+                self.drop_member(member);
+                if self.members.is_empty() {
+                    self.commit().await;
+                }
+                let _ = left.send(());
+            }
+        }
+    }
+
+    /// Removes a member; what it had not settled waits for the others.
+    fn drop_member(&mut self, member: u64) {
+        self.members.retain(|m| m.id != member);
+        let mut back = Vec::new();
+        for (q, qs) in &mut self.queues {
+            for (offset, o) in qs.out.iter_mut() {
+                if o.member == Some(member) {
+                    o.member = None;
+                    back.push((*q, *offset, o.record.clone()));
+                }
+            }
+        }
+        // Oldest first, ahead of what was read since.
+        for (queue, offset, record) in back.into_iter().rev() {
+            let name = mqtt_name(&Delivered {
+                queue_id: queue,
+                queue_offset: offset,
+                record: record.clone(),
+            });
+            self.waiting.push_front(Offered {
+                queue,
+                offset,
+                record,
+                name: name.map(String::from).unwrap_or_default(),
+            });
+        }
+    }
+
+    /// Hands waiting messages to members with credit, round-robin, one offer
+    /// per member.
+    fn assign(&mut self) {
+        if self.waiting.is_empty() || self.members.is_empty() {
+            self.mark_slow();
+            return;
+        }
+        let n = self.members.len();
+        let mut batches: Vec<Vec<Offered>> = (0..n).map(|_| Vec::new()).collect();
+        'messages: while let Some(msg) = self.waiting.pop_front() {
+            for step in 0..n {
+                let i = (self.turn + step) % n;
+                let m = &mut self.members[i];
+                if m.blocked || m.holding >= m.credit {
+                    continue;
+                }
+                m.holding += 1;
+                if let Some(qs) = self.queues.get_mut(&msg.queue)
+                    && let Some(o) = qs.out.get_mut(&msg.offset)
+                {
+                    o.member = Some(m.id);
+                }
+                batches[i].push(msg);
+                self.turn = (i + 1) % n;
+                continue 'messages;
+            }
+            self.waiting.push_front(msg);
+            break;
+        }
+        let mut gone = Vec::new();
+        for (i, messages) in batches.into_iter().enumerate() {
+            if messages.is_empty() {
+                continue;
+            }
+            let m = &mut self.members[i];
+            let offer = Offer {
+                member: m.id,
+                messages,
+            };
+            if let Err(e) = m.offers.try_send(offer) {
+                // Its connection is not taking offers now: the messages wait
+                // for a member again.
+                m.blocked = true;
+                let offer = match e {
+                    mpsc::error::TrySendError::Full(o) => o,
+                    mpsc::error::TrySendError::Closed(o) => {
+                        // The connection ended without leaving (its task failed).
+                        gone.push(m.id);
+                        o
+                    }
+                };
+                m.holding = m.holding.saturating_sub(offer.messages.len());
+                for msg in offer.messages.into_iter().rev() {
+                    if let Some(qs) = self.queues.get_mut(&msg.queue)
+                        && let Some(o) = qs.out.get_mut(&msg.offset)
+                    {
+                        o.member = None;
+                    }
+                    self.waiting.push_front(msg);
+                }
+            }
+        }
+        for id in gone {
+            self.drop_member(id);
+        }
+        self.mark_slow();
+    }
+
+    /// Tells the router whether an overflow of this group's channel is its
+    /// clients' doing (every member is out of credit and its client does not
+    /// read) or the node's (members' clients read, but the node does not get
+    /// round to them: publishers should pause, as for a session).
+    fn mark_slow(&self) {
+        let clients = self
+            .members
+            .iter()
+            .all(|m| (m.blocked || m.holding >= m.credit) && m.client_slow.load(Ordering::Acquire));
+        self.inbox.client_slow.store(clients, Ordering::Release);
+    }
+
+    /// Takes the matching messages of a live batch, or falls back to reading the
+    /// log when the batch does not start where the group is.
+    fn on_batch(&mut self, b: &Batch) {
+        let Some(qs) = self.queues.get_mut(&b.queue) else {
+            // A queue first seen now (the topic was created after the group
+            // started): all its messages are new to the group.
+            self.queues.insert(
+                b.queue,
+                QueueState {
+                    catching_up: true,
+                    ..QueueState::default()
+                },
+            );
+            return;
+        };
+        if qs.catching_up || b.next <= qs.cursor {
+            return;
+        }
+        if b.from > qs.cursor || self.waiting.len() >= WAITING_HIGH {
+            qs.catching_up = true;
+            return;
+        }
+        let cursor = qs.cursor;
+        qs.cursor = b.next;
+        for (m, name) in b.messages.iter().zip(&b.names) {
+            if m.queue_offset >= cursor
+                && let Some(name) = name
+                && self.filter.matches(name)
+            {
+                qs.out.insert(
+                    m.queue_offset,
+                    Out {
+                        member: None,
+                        record: m.record.clone(),
+                    },
+                );
+                self.waiting.push_back(Offered {
+                    queue: b.queue,
+                    offset: m.queue_offset,
+                    record: m.record.clone(),
+                    name: name.to_string(),
+                });
+            }
+        }
+    }
+
+    /// Missed batches (or a reader started): every queue reads from the log
+    /// until it has caught up; queues that appeared are followed.
+    async fn recheck(&mut self) {
+        self.inbox.overflowed.store(false, Ordering::Release);
+        self.add_queues(false).await;
+        for qs in self.queues.values_mut() {
+            qs.catching_up = true;
+        }
+    }
+
+    /// True while a lagging queue can be read now.
+    fn reading(&self) -> bool {
+        self.waiting.len() < WAITING_LOW
+            && !self.members.is_empty()
+            && self.queues.values().any(|q| q.catching_up)
+    }
+
+    /// Reads lagging queues from the log while few messages wait (a few pulls
+    /// per turn).
+    async fn catch_up(&mut self) {
+        for _ in 0..PULLS_PER_TURN {
+            if self.waiting.len() >= WAITING_LOW || self.members.is_empty() {
+                return;
+            }
+            let Some((&q, qs)) = self.queues.iter().find(|(_, qs)| qs.catching_up) else {
+                return;
+            };
+            let cursor = qs.cursor;
+            let r = self
+                .shared
+                .api
+                .pull(PullRequest {
+                    group: READER_GROUP.into(),
+                    member: String::new(),
+                    topic: self.key.1.to_string(),
+                    queue_id: q,
+                    offset: cursor,
+                    max_messages: PULL_BATCH,
+                    filter: Filter::all(),
+                    wait: Duration::ZERO,
+                })
+                .await;
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(topic = %self.key.1, queue = q, error = %e, "shared group catch-up pull failed");
+                    if let Some(qs) = self.queues.get_mut(&q) {
+                        qs.catching_up = false;
+                    }
+                    continue;
+                }
+            };
+            let done = r.status == PullStatus::NoNewMessage
+                || r.next_offset >= r.max_offset
+                || (r.next_offset == cursor && r.status != PullStatus::Found);
+            let names: Vec<Option<Box<str>>> = r.messages.iter().map(mqtt_name).collect();
+            let Some(qs) = self.queues.get_mut(&q) else {
+                return;
+            };
+            qs.cursor = r.next_offset.max(cursor);
+            qs.catching_up = !done;
+            for (m, name) in r.messages.iter().zip(names) {
+                if m.queue_offset >= cursor
+                    && let Some(name) = name
+                    && self.filter.matches(&name)
+                {
+                    qs.out.insert(
+                        m.queue_offset,
+                        Out {
+                            member: None,
+                            record: m.record.clone(),
+                        },
+                    );
+                    self.waiting.push_back(Offered {
+                        queue: q,
+                        offset: m.queue_offset,
+                        record: m.record.clone(),
+                        name: String::from(name),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Commits each queue's position (its first unsettled offset) as the
+    /// clustering group's consumer offset.
+    async fn commit(&mut self) {
+        let (group, topic) = (&self.key.0, &*self.key.1);
+        for (q, qs) in &self.queues {
+            let at = qs.position();
+            if self.committed.get(q) == Some(&at) {
+                continue;
+            }
+            match self
+                .shared
+                .api
+                .commit_offset(group, "", topic, *q, at)
+                .await
+            {
+                Ok(()) => {
+                    self.committed.insert(*q, at);
+                }
+                Err(e) => {
+                    tracing::debug!(group = %group, topic = %topic, queue = q, error = %e, "committing a shared group's offset failed")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Shared subscriptions (`$share/<group>/<filter>`) through the socket with real
+//! clients: rumqttc v5 members and publishers, and a raw client for a member
+//! that never acknowledges.
+
+mod clients;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use clients::*;
+use mqttbytes::v5 as raw5;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5 as p5;
+use support::{Node, Raw, WAIT};
+
+const FILTER: &str = "$share/workers/jobs/#";
+
+async fn member(node: &Node, id: &str) -> V5 {
+    let mut m = v5_with(v5_opts(node, id));
+    m.connack().await;
+    m.subscribe(FILTER, QoS::AtLeastOnce, None).await;
+    m
+}
+
+/// Publishes every payload at QoS 1 and waits until each is acknowledged (stored).
+async fn publish_all(p: &mut V5, topic: &str, payloads: &[String]) {
+    for body in payloads {
+        p.client
+            .publish(topic, QoS::AtLeastOnce, false, body.clone())
+            .await
+            .unwrap();
+    }
+    let mut acked = 0;
+    while acked < payloads.len() {
+        p.next(|pk| matches!(pk, p5::Packet::PubAck(_)).then_some(()))
+            .await;
+        acked += 1;
+    }
+}
+
+/// Receives from every member until `want` distinct payloads arrived (or the
+/// wait runs out); returns what each member got, in arrival order.
+async fn collect(members: &mut [V5], want: &BTreeSet<String>) -> Vec<Vec<String>> {
+    let mut got: Vec<Vec<String>> = vec![Vec::new(); members.len()];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut seen = BTreeSet::new();
+    while !want.is_subset(&seen) && tokio::time::Instant::now() < deadline {
+        let mut any = false;
+        for (i, m) in members.iter_mut().enumerate() {
+            while let Ok(p) = m.rx.try_recv() {
+                if let p5::Packet::Publish(p) = p {
+                    let body = String::from_utf8(p.payload.to_vec()).unwrap();
+                    seen.insert(body.clone());
+                    got[i].push(body);
+                    any = true;
+                }
+            }
+        }
+        if !any {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    got
+}
+
+/// Every payload in `got` with how often it arrived.
+fn counts(got: &[Vec<String>]) -> BTreeMap<String, usize> {
+    let mut c = BTreeMap::new();
+    for g in got {
+        for b in g {
+            *c.entry(b.clone()).or_insert(0) += 1;
+        }
+    }
+    c
+}
+
+fn payloads(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_three_receives_every_message_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut members = vec![
+        member(&node, "three-a").await,
+        member(&node, "three-b").await,
+        member(&node, "three-c").await,
+    ];
+    // Three publishers, so the messages spread over several core queues.
+    let mut all = BTreeSet::new();
+    for p in 0..3 {
+        let mut publ = v5_with(v5_opts(&node, &format!("three-pub-{p}")));
+        publ.connack().await;
+        let bodies = payloads(&format!("p{p}"), 200);
+        publish_all(&mut publ, &format!("jobs/p{p}"), &bodies).await;
+        all.extend(bodies);
+    }
+    let got = collect(&mut members, &all).await;
+    // Then a second round: anything delivered twice by now would show up.
+    let mut publ = v5_with(v5_opts(&node, "three-pub-tail"));
+    publ.connack().await;
+    let tail = payloads("tail", 30);
+    publish_all(&mut publ, "jobs/tail", &tail).await;
+    let tail_got = collect(&mut members, &tail.iter().cloned().collect()).await;
+
+    let mut c = counts(&got);
+    for (b, n) in counts(&tail_got) {
+        *c.entry(b).or_insert(0) += n;
+    }
+    let missing: Vec<_> = all
+        .iter()
+        .chain(&tail)
+        .filter(|b| !c.contains_key(*b))
+        .collect();
+    assert!(missing.is_empty(), "never delivered: {missing:?}");
+    let twice: Vec<_> = c.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    assert_eq!(c.len(), all.len() + tail.len());
+    for (i, g) in got.iter().enumerate() {
+        assert!(!g.is_empty(), "member {i} got no share of the work");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_messages_of_a_member_that_disconnects_reach_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    // A member that receives but never sends PUBACK.
+    let (mut silent, _) = Raw::connect_v5(node.addr, "silent", None).await;
+    let mut sub = raw5::Subscribe::new(FILTER, mqttbytes::QoS::AtLeastOnce);
+    sub.pkid = 1;
+    silent.send(raw5::Packet::Subscribe(sub)).await;
+    match silent.recv().await {
+        Some(raw5::Packet::SubAck(_)) => {}
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    let mut others = vec![
+        member(&node, "steady-b").await,
+        member(&node, "steady-c").await,
+    ];
+    let mut publ = v5_with(v5_opts(&node, "steady-pub"));
+    publ.connack().await;
+    let bodies = payloads("job", 90);
+    publish_all(&mut publ, "jobs/x", &bodies).await;
+
+    // The silent member gets its share of the group's messages...
+    let mut held = Vec::new();
+    while held.is_empty() {
+        match silent.recv().await {
+            Some(raw5::Packet::Publish(p)) => {
+                assert_eq!(p.qos, mqttbytes::QoS::AtLeastOnce);
+                held.push(String::from_utf8(p.payload.to_vec()).unwrap());
+            }
+            Some(_) => {}
+            None => panic!("the server closed the silent member"),
+        }
+    }
+    // ...and goes away without acknowledging any of them.
+    drop(silent);
+
+    let all: BTreeSet<String> = bodies.iter().cloned().collect();
+    let got = collect(&mut others, &all).await;
+    let c = counts(&got);
+    for b in &held {
+        assert!(
+            c.contains_key(b),
+            "{b} (un-acked by the member that left) never reached the others"
+        );
+    }
+    let missing: Vec<_> = all.iter().filter(|b| !c.contains_key(*b)).collect();
+    assert!(missing.is_empty(), "never delivered: {missing:?}");
+    let twice: Vec<_> = c.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "delivered more than once to the remaining members: {twice:?}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_position_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut members = vec![
+        member(&node, "restart-a").await,
+        member(&node, "restart-b").await,
+    ];
+    let mut publ = v5_with(v5_opts(&node, "restart-pub"));
+    publ.connack().await;
+    let first = payloads("before", 40);
+    publish_all(&mut publ, "jobs/r", &first).await;
+    let got = collect(&mut members, &first.iter().cloned().collect()).await;
+    assert_eq!(
+        counts(&got).len(),
+        first.len(),
+        "every message before the restart"
+    );
+    // A SUBSCRIBE round trip per member: the server reads packets in order, so
+    // every PUBACK sent before it has been handled when the SUBACK comes.
+    for m in &mut members {
+        m.subscribe("unrelated/sync", QoS::AtMostOnce, None).await;
+        m.client.disconnect().await.unwrap();
+    }
+    drop(members);
+    // Published while the group has no member: kept for it.
+    let away = payloads("away", 25);
+    publish_all(&mut publ, "jobs/r", &away).await;
+    drop(publ);
+
+    let node = node.restart().await;
+    let mut members = vec![
+        member(&node, "restart-a").await,
+        member(&node, "restart-b").await,
+    ];
+    let mut publ = v5_with(v5_opts(&node, "restart-pub"));
+    publ.connack().await;
+    let after = payloads("after", 25);
+    publish_all(&mut publ, "jobs/r", &after).await;
+    let want: BTreeSet<String> = away.iter().chain(&after).cloned().collect();
+    let got = collect(&mut members, &want).await;
+    let c = counts(&got);
+    let missing: Vec<_> = want.iter().filter(|b| !c.contains_key(*b)).collect();
+    assert!(missing.is_empty(), "lost across the restart: {missing:?}");
+    let repeated: Vec<_> = first.iter().filter(|b| c.contains_key(*b)).collect();
+    assert!(
+        repeated.is_empty(),
+        "acknowledged before a clean restart, delivered again: {repeated:?}"
+    );
+    let twice: Vec<_> = c.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    node.stop().await;
+}
