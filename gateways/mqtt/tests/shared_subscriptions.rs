@@ -232,3 +232,64 @@ async fn the_group_position_survives_a_restart() {
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_reset_moves_a_running_group() {
+    use rocketgate_core::broker::{MessagingApi, OffsetReset};
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut members = vec![member(&node, "reset-a").await];
+    let mut publ = v5_with(v5_opts(&node, "reset-pub"));
+    publ.connack().await;
+    let bodies = payloads("r", 20);
+    publish_all(&mut publ, "jobs/r", &bodies).await;
+    let want: BTreeSet<String> = bodies.iter().cloned().collect();
+    let first = collect(&mut members, &want).await;
+    assert_eq!(counts(&first).len(), 20);
+
+    // Wait until the group committed past all twenty (its core group shows in
+    // the group list once it has offsets), then move it back.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let group = loop {
+        let found = node
+            .broker
+            .groups()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|g| g.starts_with("mqtt%s%"));
+        if let Some(g) = found {
+            break g;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no mqtt%s% group listed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    loop {
+        let mut done = true;
+        for q in node.broker.queue_stats("jobs").await.unwrap() {
+            let at = node
+                .broker
+                .query_offset(&group, "", "jobs", q.queue_id)
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            done &= at >= q.max_offset;
+        }
+        if done {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    node.broker
+        .reset_offset(&group, "", "jobs", OffsetReset::Earliest)
+        .await
+        .unwrap();
+    // The same member, same connection, gets all twenty again.
+    let again = collect(&mut members, &want).await;
+    assert_eq!(counts(&again).len(), 20, "after the reset: {again:?}");
+    node.stop().await;
+}

@@ -180,6 +180,10 @@ impl<B: MessagingApi + 'static> Group<B> {
                 .await
                 .ok()
                 .flatten();
+            if let Some(at) = committed {
+                // Known as the core has it, so a later change is seen as a reset.
+                self.committed.insert(q, at);
+            }
             let (cursor, catching_up) = match committed {
                 Some(at) => (at, true),
                 None if starting => (
@@ -487,6 +491,7 @@ impl<B: MessagingApi + 'static> Group<B> {
     /// Commits each queue's position (its first unsettled offset) as the
     /// clustering group's consumer offset.
     async fn commit(&mut self) {
+        self.adopt_resets().await;
         let (group, topic) = (&self.key.0, &*self.key.1);
         for (q, qs) in &self.queues {
             let at = qs.position();
@@ -506,6 +511,40 @@ impl<B: MessagingApi + 'static> Group<B> {
                     tracing::debug!(group = %group, topic = %topic, queue = q, error = %e, "committing a shared group's offset failed")
                 }
             }
+        }
+    }
+
+    /// Nothing but this task and an operator write the group's offsets: a core
+    /// offset other than the one last committed is a reset
+    /// (`POST /v1/groups/{group}/offsets/reset`), and the queue moves there.
+    /// What members hold of it may still be acknowledged but no longer holds
+    /// the position back.
+    async fn adopt_resets(&mut self) {
+        let (group, topic) = (self.key.0.clone(), self.key.1.clone());
+        let known: Vec<(u32, u64)> = self.committed.iter().map(|(q, at)| (*q, *at)).collect();
+        for (q, mine) in known {
+            let Ok(Some(core)) = self.shared.api.query_offset(&group, "", &topic, q).await else {
+                continue;
+            };
+            if core == mine {
+                continue;
+            }
+            tracing::info!(group = %group, topic = %topic, queue = q, from = mine, to = core, "a shared group adopts an offset reset");
+            if let Some(qs) = self.queues.get_mut(&q) {
+                for o in std::mem::take(&mut qs.out).into_values() {
+                    if let Some(m) = o
+                        .member
+                        .and_then(|id| self.members.iter_mut().find(|m| m.id == id))
+                    {
+                        m.holding = m.holding.saturating_sub(1);
+                        m.blocked = false;
+                    }
+                }
+                qs.cursor = core;
+                qs.catching_up = true;
+            }
+            self.waiting.retain(|w| w.queue != q);
+            self.committed.insert(q, core);
         }
     }
 }
