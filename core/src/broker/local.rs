@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
 use super::api::{
-    DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest,
+    self, SEND_TIME_PROPERTIES, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest,
     PullResult, QueueChoice, QueueStats, SendBackResult, SendResult,
 };
 use super::clock::Clock;
@@ -42,6 +42,7 @@ use super::transaction::{
     CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
 };
 use crate::store::consume_queue::java_string_hash;
+use crate::store::record::{self, BatchSent, EncodedBatch};
 use crate::store::{Message, Store};
 use crate::{Error, Result};
 
@@ -504,6 +505,30 @@ impl MessagingApi for Broker {
                 append,
             })
             .collect())
+    }
+
+    async fn send_encoded(&self, batch: EncodedBatch, queue: QueueChoice) -> Result<BatchSent> {
+        let plain = !batch.entries.is_empty()
+            && batch
+                .entries
+                .iter()
+                .all(|e| record::is_plain_properties(&e.properties, &SEND_TIME_PROPERTIES));
+        if !plain {
+            return api::send_general(self, batch, queue).await;
+        }
+        let config = self.writable_topic(&batch.topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        let (store_timestamp, records) = self
+            .store
+            .put_encoded_async(&batch, &config.name, queue_id)
+            .await?;
+        Ok(BatchSent {
+            topic: config.name,
+            queue_id,
+            store_host: self.store.store_host(),
+            store_timestamp,
+            records,
+        })
     }
 
     async fn send_back(

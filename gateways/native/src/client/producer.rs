@@ -20,7 +20,11 @@ use crate::Error;
 use crate::body::{MessageQueue, field, transaction};
 use crate::code::{request, response};
 use crate::codec::RemotingCommand;
-use crate::message::encode_batch_entry;
+use crate::message::encode_batch_entry_with;
+
+/// Bytes of a batch entry besides its body, for sizing the request body once: the
+/// fixed fields and typical properties (`UNIQ_KEY`, `WAIT`, a tag).
+const BATCH_ENTRY_OVERHEAD: usize = 22 + 80;
 use rocketgate_core::store::record::property;
 
 /// Sends messages. Cheap to clone; clones share connections and routes.
@@ -440,11 +444,17 @@ impl Inner {
                 topic: topic.clone(),
             })?;
         let addr = self.addr(&mq)?;
-        let mut body = BytesMut::new();
+        let mut body = BytesMut::with_capacity(
+            msgs.iter()
+                .map(|m| m.body.len() + BATCH_ENTRY_OVERHEAD)
+                .sum(),
+        );
         let mut ids = Vec::with_capacity(msgs.len());
         for m in &msgs {
             let uniq = unique_id();
-            encode_batch_entry(m.flag, &m.body, &m.properties_string(&uniq), &mut body);
+            encode_batch_entry_with(m.flag, &m.body, &mut body, |out| {
+                m.write_properties(&uniq, out)
+            });
             ids.push(uniq);
         }
         let mut cmd = RemotingCommand::request(request::SEND_BATCH_MESSAGE, 0)

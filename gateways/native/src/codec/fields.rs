@@ -91,6 +91,15 @@ impl ExtFields {
         self.position(key).map(|i| self.entries[i].1.as_str())
     }
 
+    /// The value of `key` as `Bytes`: shared with the frame it was decoded from (no
+    /// copy), else copied.
+    pub fn get_bytes(&self, key: &str) -> Option<Bytes> {
+        self.position(key).map(|i| match &self.entries[i].1 {
+            Text::Shared(b) => b.clone(),
+            other => Bytes::copy_from_slice(other.as_str().as_bytes()),
+        })
+    }
+
     pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_some()
     }

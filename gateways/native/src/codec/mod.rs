@@ -242,6 +242,11 @@ impl RemotingCommand {
     pub fn field(&self, key: &str) -> Option<&str> {
         self.ext_fields.get(key)
     }
+
+    /// [`RemotingCommand::field`] as `Bytes` shared with the received frame.
+    pub fn field_bytes(&self, key: &str) -> Option<bytes::Bytes> {
+        self.ext_fields.get_bytes(key)
+    }
 }
 
 /// Frame codec with a configurable frame-size limit.

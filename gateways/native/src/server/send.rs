@@ -3,9 +3,10 @@
 
 use std::str::FromStr;
 
+use bytes::Bytes;
 use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
 use rocketgate_core::store::Message;
-use rocketgate_core::store::record::property;
+use rocketgate_core::store::record::{BatchSent, EncodedBatch, EncodedEntry, property, raw_property};
 
 use super::Ctx;
 use super::conn::Peer;
@@ -14,7 +15,7 @@ use super::txn;
 use crate::body::{SEND_V2_NAMES, field};
 use crate::code::{request, response};
 use crate::codec::RemotingCommand;
-use crate::message::{decode_batch, decode_properties};
+use crate::message::{decode_batch_encoded, decode_properties};
 
 /// A send header, whichever of the two layouts it came in.
 pub(crate) struct SendHeader {
@@ -24,7 +25,9 @@ pub(crate) struct SendHeader {
     pub sys_flag: i32,
     pub born_timestamp: i64,
     pub flag: i32,
-    pub properties: Vec<(String, String)>,
+    /// The `properties` field as sent (`name\x01value\x02…`), shared with the frame:
+    /// the core copies it into the record when it is plain.
+    pub properties: Bytes,
     pub reconsume_times: i32,
     pub batch: bool,
 }
@@ -45,6 +48,16 @@ impl Fields<'_> {
             .iter()
             .find(|(_, l)| *l == long)
             .and_then(|(short, _)| self.req.field(short))
+    }
+
+    fn raw_bytes(&self, long: &str) -> Option<Bytes> {
+        if !self.v2 {
+            return self.req.field_bytes(long);
+        }
+        SEND_V2_NAMES
+            .iter()
+            .find(|(_, l)| *l == long)
+            .and_then(|(short, _)| self.req.field_bytes(short))
     }
 
     /// Absent, empty or `null` is `None`; malformed is an error naming the v1 field.
@@ -82,7 +95,7 @@ impl SendHeader {
             sys_flag: f.opt(field::SYS_FLAG)?.unwrap_or(0),
             born_timestamp: f.opt(field::BORN_TIMESTAMP)?.unwrap_or(0),
             flag: f.opt(field::FLAG)?.unwrap_or(0),
-            properties: decode_properties(f.raw(field::PROPERTIES).unwrap_or_default()),
+            properties: f.raw_bytes(field::PROPERTIES).unwrap_or_default(),
             reconsume_times: f.opt(field::RECONSUME_TIMES)?.unwrap_or(0),
             batch: f.opt(field::BATCH)?.unwrap_or(false),
         })
@@ -95,14 +108,27 @@ impl SendHeader {
         }
     }
 
-    fn message(&self, peer: Peer, flag: i32, body: bytes::Bytes) -> Message {
+    /// The general-path message of a single send (transactional half messages).
+    fn message(&self, peer: Peer, body: Bytes) -> Message {
         let mut m = Message::new(self.topic.clone(), 0, body);
-        m.flag = flag;
+        m.flag = self.flag;
         m.sys_flag = self.sys_flag;
         m.born_timestamp = self.born_timestamp;
         m.born_host = peer.addr;
         m.reconsume_times = self.reconsume_times;
+        m.properties = decode_properties(&String::from_utf8_lossy(&self.properties));
         m
+    }
+
+    fn batch(&self, peer: Peer, entries: Vec<EncodedEntry>) -> EncodedBatch {
+        EncodedBatch {
+            topic: self.topic.clone(),
+            sys_flag: self.sys_flag,
+            born_timestamp: self.born_timestamp,
+            born_host: peer.addr,
+            reconsume_times: self.reconsume_times,
+            entries,
+        }
     }
 }
 
@@ -117,50 +143,50 @@ pub(crate) async fn send<B: MessagingApi>(
             "[TOO_MANY_REQUESTS] broker busy: too many sends in flight, try again later",
         ));
     };
-    let mut header = SendHeader::parse(req)?;
+    let header = SendHeader::parse(req)?;
     let resp = if req.code == request::SEND_BATCH_MESSAGE || header.batch {
         send_batch(ctx, peer, req, &header).await?
+    } else if raw_property(&header.properties, property::TRANSACTION_PREPARED) == Some(b"true") {
+        let m = header.message(peer, req.body.clone());
+        txn::send_half(ctx, req, &header, m).await?
     } else {
-        let mut m = header.message(peer, header.flag, req.body.clone());
-        m.properties = std::mem::take(&mut header.properties);
-        if m.property(property::TRANSACTION_PREPARED) == Some("true") {
-            txn::send_half(ctx, req, &header, m).await?
-        } else {
-            let sent = ctx
-                .broker
-                .send(m, header.queue_choice())
-                .await
-                .map_err(core_fail)?;
-            sent_response(req, &sent, sent.append.msg_id.clone())
-        }
+        // The header's properties go to the core as they came (no `String` per
+        // name and value); the core parses them only when it must (delays).
+        let entry = EncodedEntry {
+            flag: header.flag,
+            body: req.body.clone(),
+            properties: header.properties.clone(),
+        };
+        let sent = ctx
+            .broker
+            .send_encoded(header.batch(peer, vec![entry]), header.queue_choice())
+            .await
+            .map_err(core_fail)?;
+        let msg_id = sent.msg_id(0).unwrap_or_default();
+        batch_response(req, &sent, msg_id)
     };
     ctx.note_topic(&header.topic);
     Ok(resp)
 }
 
+/// A batch body's entries go to the core as slices of the request (body and
+/// properties), copied once into the commit log.
 async fn send_batch<B: MessagingApi>(
     ctx: &Ctx<B>,
     peer: Peer,
     req: &RemotingCommand,
     header: &SendHeader,
 ) -> Handled {
-    let entries =
-        decode_batch(&req.body).map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
+    let entries = decode_batch_encoded(&req.body)
+        .map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
     if entries.is_empty() {
         return Err(Fail::new(response::MESSAGE_ILLEGAL, "the batch is empty"));
     }
-    let messages: Vec<Message> = entries
-        .into_iter()
-        .map(|e| {
-            let mut m = header.message(peer, e.flag, e.body);
-            m.properties = e.properties;
-            m
-        })
-        .collect();
-    if messages
-        .iter()
-        .any(|m| m.property(property::TRANSACTION_PREPARED) == Some("true"))
+    if entries.len() == 1
+        && raw_property(&entries[0].properties, property::TRANSACTION_PREPARED) == Some(b"true")
     {
+        // The core refuses transactional messages in batches of several; a batch of
+        // one would otherwise be stored as a plain send.
         return Err(Fail::new(
             response::MESSAGE_ILLEGAL,
             "a batch cannot hold transactional messages",
@@ -168,14 +194,17 @@ async fn send_batch<B: MessagingApi>(
     }
     let sent = ctx
         .broker
-        .send_batch(messages, header.queue_choice())
+        .send_encoded(header.batch(peer, entries), header.queue_choice())
         .await
         .map_err(core_fail)?;
-    let first = sent
-        .first()
-        .ok_or_else(|| Fail::new(response::SYSTEM_ERROR, "nothing was stored"))?;
-    let ids: Vec<&str> = sent.iter().map(|s| s.append.msg_id.as_str()).collect();
-    Ok(sent_response(req, first, ids.join(",")))
+    let ids = sent.joined_msg_ids(',');
+    Ok(batch_response(req, &sent, ids))
+}
+
+/// `SendMessageResponseHeader` for what [`MessagingApi::send_encoded`] stored.
+fn batch_response(req: &RemotingCommand, sent: &BatchSent, msg_id: String) -> RemotingCommand {
+    let first = sent.records.first().map_or(0, |p| p.queue_offset);
+    response_fields(req, sent.queue_id, first, msg_id)
 }
 
 /// `SendMessageResponseHeader`: where the (first) message went.
@@ -184,10 +213,19 @@ pub(crate) fn sent_response(
     sent: &SendResult,
     msg_id: String,
 ) -> RemotingCommand {
+    response_fields(req, sent.queue_id, sent.append.queue_offset, msg_id)
+}
+
+fn response_fields(
+    req: &RemotingCommand,
+    queue_id: u32,
+    queue_offset: u64,
+    msg_id: String,
+) -> RemotingCommand {
     RemotingCommand::response_to(req, response::SUCCESS)
         .with_field(field::MSG_ID, msg_id)
-        .with_field(field::QUEUE_ID, sent.queue_id)
-        .with_field(field::QUEUE_OFFSET, sent.append.queue_offset)
+        .with_field(field::QUEUE_ID, queue_id)
+        .with_field(field::QUEUE_OFFSET, queue_offset)
         .with_static_field(field::MSG_REGION, "DefaultRegion")
         .with_static_field(field::TRACE_ON, "true")
 }
