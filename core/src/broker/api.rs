@@ -255,12 +255,13 @@ pub trait MessagingApi: Send + Sync {
         queue: QueueChoice,
     ) -> impl Future<Output = Result<Vec<SendResult>>> + Send;
 
-    /// Stores the entries of `batch` in one queue of its topic, contiguously (one
-    /// entry: like [`MessagingApi::send`], delays included). Entries whose
-    /// pre-encoded properties are plain ([`record::is_plain_properties`], naming
-    /// no delay or transaction property) are copied into their records as they
-    /// are; otherwise every entry is parsed into a [`Message`] (Java's rules for
-    /// malformed items) and stored the general way. A batch of several entries
+    /// [`MessagingApi::send_batch`] of messages whose properties arrive
+    /// pre-encoded, as a RocketMQ producer puts them on the wire: stored in one
+    /// queue of `batch.topic`, contiguously. When every entry's properties are
+    /// plain ([`record::is_plain_properties`], naming none of
+    /// [`SEND_TIME_PROPERTIES`]) they are copied into the records as they are;
+    /// otherwise every entry is parsed into a [`Message`] (Java's rules for
+    /// malformed items) and stored by `send_batch`, which refuses delays. A batch
     /// cannot hold transactional messages ([`crate::Error::InvalidMessage`]).
     /// The default implementation always takes the general way.
     fn send_encoded(
@@ -478,19 +479,14 @@ fn empty() -> crate::Error {
 }
 
 /// [`MessagingApi::send_encoded`] the general way: every entry parsed into a
-/// [`Message`], then `send` (one entry) or `send_batch`.
+/// [`Message`], then `send_batch`.
 pub(crate) async fn send_general<A: MessagingApi + ?Sized>(
     api: &A,
     batch: EncodedBatch,
     queue: QueueChoice,
 ) -> Result<BatchSent> {
-    let mut messages = general_messages(&batch)?;
-    let sent = if messages.len() == 1 {
-        vec![api.send(messages.pop().ok_or_else(empty)?, queue).await?]
-    } else {
-        api.send_batch(messages, queue).await?
-    };
-    batch_sent(sent)
+    let messages = general_messages(&batch)?;
+    batch_sent(api.send_batch(messages, queue).await?)
 }
 
 /// The entries of `batch` as messages for the general send path (queue ids are
@@ -500,10 +496,9 @@ fn general_messages(batch: &EncodedBatch) -> Result<Vec<Message>> {
         return Err(empty());
     }
     let messages = batch.messages(0)?;
-    if messages.len() > 1
-        && messages
-            .iter()
-            .any(|m| m.property(property::TRANSACTION_PREPARED) == Some("true"))
+    if messages
+        .iter()
+        .any(|m| m.property(property::TRANSACTION_PREPARED) == Some("true"))
     {
         return Err(crate::Error::InvalidMessage(
             "a batch cannot hold transactional messages".into(),

@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
 use super::api::{
-    self, SEND_TIME_PROPERTIES, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest,
-    PullResult, QueueChoice, QueueStats, SendBackResult, SendResult,
+    self, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped,
+    PullRequest, PullResult, QueueChoice, QueueStats, SEND_TIME_PROPERTIES, SendBackResult,
+    SendResult,
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};

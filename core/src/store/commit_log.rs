@@ -438,7 +438,9 @@ impl CommitLog {
         if warmed >= written + ahead / 2 {
             return Ok(0);
         }
-        let Some(seg) = self.segment_for(written).or_else(|| self.segment_list().last().cloned())
+        let Some(seg) = self
+            .segment_for(written)
+            .or_else(|| self.segment_list().last().cloned())
         else {
             return Ok(0);
         };

@@ -382,7 +382,9 @@ impl Store {
         self.check_appendable(std::iter::once(topic))?;
         let (ts, placed) = self.inner.log.append_encoded(batch, topic, queue_id)?;
         self.after_append();
-        let end = placed.last().map_or(0, |p| p.phys_offset + u64::from(p.size));
+        let end = placed
+            .last()
+            .map_or(0, |p| p.phys_offset + u64::from(p.size));
         self.wait_durable_async(end).await?;
         Ok((ts, placed))
     }

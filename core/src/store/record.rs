@@ -18,11 +18,10 @@ mod encode;
 mod msg_id;
 pub use batch::{
     BatchSent, EncodedBatch, EncodedEntry, Placed, is_plain_properties, parse_properties,
-    raw_property,
 };
-pub(crate) use encode::{Parts, Props, encode_parts};
 use encode::put_host;
 pub use encode::{Encoded, Stamp, encode, encoded_len};
+pub(crate) use encode::{Parts, Props, encode_parts};
 pub use msg_id::{decode_msg_id, encode_msg_id, push_msg_id};
 
 use crate::error::Result;
@@ -232,7 +231,6 @@ fn split_keys(keys: Option<&str>) -> impl Iterator<Item = &str> {
         .split(property::KEY_SEPARATOR)
         .filter(|k| !k.is_empty())
 }
-
 
 /// CRC32 of `bytes` as RocketMQ stores it (BODYCRC and `__CRC32#`).
 pub fn crc32(bytes: &[u8]) -> u32 {

@@ -196,7 +196,10 @@ fn an_encoded_batch_is_stored_as_sent_in_one_queue() {
         assert_eq!(view.body(), *body);
         let raw = view.properties_raw();
         assert_eq!(&raw[..raw.len() - record::CRC32_PROPERTY_LEN], *props);
-        assert_eq!((view.topic(), view.queue_id(), view.flag()), ("E", 3, i as i32));
+        assert_eq!(
+            (view.topic(), view.queue_id(), view.flag()),
+            ("E", 3, i as i32)
+        );
         assert_eq!(view.queue_offset() as u64, p.queue_offset);
         assert_eq!(view.store_timestamp(), ts);
         assert_eq!(view.born_host().to_string(), "10.0.0.9:4242");

@@ -40,17 +40,22 @@ impl EncodedBatch {
     /// keeps its last value); for callers that need the general path.
     pub fn message(&self, i: usize, queue_id: u32) -> Option<crate::Result<Message>> {
         let e = self.entries.get(i)?;
-        Some(std::str::from_utf8(&e.properties).map(|props| {
-            let mut m = Message::new(self.topic.clone(), queue_id, e.body.clone());
-            m.flag = e.flag;
-            m.properties = parse_properties(props);
-            m.sys_flag = self.sys_flag;
-            m.born_timestamp = self.born_timestamp;
-            m.born_host = self.born_host;
-            m.reconsume_times = self.reconsume_times;
-            m
-        })
-        .map_err(|_| crate::Error::InvalidMessage("message properties are not UTF-8".into())))
+        Some(
+            std::str::from_utf8(&e.properties)
+                .map(|props| {
+                    let mut m = Message::new(self.topic.clone(), queue_id, e.body.clone());
+                    m.flag = e.flag;
+                    m.properties = parse_properties(props);
+                    m.sys_flag = self.sys_flag;
+                    m.born_timestamp = self.born_timestamp;
+                    m.born_host = self.born_host;
+                    m.reconsume_times = self.reconsume_times;
+                    m
+                })
+                .map_err(|_| {
+                    crate::Error::InvalidMessage("message properties are not UTF-8".into())
+                }),
+        )
     }
 
     /// Every entry as a [`Message`] (see [`EncodedBatch::message`]).
@@ -80,21 +85,6 @@ pub fn parse_properties(s: &str) -> Vec<(String, String)> {
         }
     }
     out
-}
-
-/// The value of property `name` in pre-encoded properties, read as
-/// [`parse_properties`] would (malformed items skipped, the last of a repeated
-/// name wins), without building the list.
-pub fn raw_property<'a>(raw: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    raw.split(|b| *b == PROPERTY_SEPARATOR)
-        .filter_map(|item| {
-            let mut nv = item.split(|b| *b == NAME_VALUE_SEPARATOR);
-            match (nv.next(), nv.next(), nv.next()) {
-                (Some(n), Some(v), None) if n == name.as_bytes() => Some(v),
-                _ => None,
-            }
-        })
-        .last()
 }
 
 /// Most properties one message may carry and still be copied through (more go

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use super::{
     CRC32_PROPERTY_LEN, MAX_PROPERTIES_LEN, MAX_TOPIC_LEN, MESSAGE_MAGIC_CODE, MIN_RECORD_LEN,
-    Message, NAME_VALUE_SEPARATOR, POS_QUEUE_OFFSET, POS_SYS_FLAG, PROPERTY_SEPARATOR,
-    RecordError, crc32, property, sys_flag,
+    Message, NAME_VALUE_SEPARATOR, POS_QUEUE_OFFSET, POS_SYS_FLAG, PROPERTY_SEPARATOR, RecordError,
+    crc32, property, sys_flag,
 };
 use crate::error::{Error, Result};
 

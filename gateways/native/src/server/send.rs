@@ -4,9 +4,11 @@
 use std::str::FromStr;
 
 use bytes::Bytes;
-use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
+use rocketgate_core::broker::{MessagingApi, QueueChoice, SEND_TIME_PROPERTIES, SendResult};
 use rocketgate_core::store::Message;
-use rocketgate_core::store::record::{BatchSent, EncodedBatch, EncodedEntry, property, raw_property};
+use rocketgate_core::store::record::{
+    BatchSent, EncodedBatch, EncodedEntry, is_plain_properties, property,
+};
 
 use super::Ctx;
 use super::conn::Peer;
@@ -146,12 +148,22 @@ pub(crate) async fn send<B: MessagingApi>(
     let header = SendHeader::parse(req)?;
     let resp = if req.code == request::SEND_BATCH_MESSAGE || header.batch {
         send_batch(ctx, peer, req, &header).await?
-    } else if raw_property(&header.properties, property::TRANSACTION_PREPARED) == Some(b"true") {
+    } else if !is_plain_properties(&header.properties, &SEND_TIME_PROPERTIES) {
+        // Delays, transactions, or properties not in the stored form: parsed.
         let m = header.message(peer, req.body.clone());
-        txn::send_half(ctx, req, &header, m).await?
+        if m.property(property::TRANSACTION_PREPARED) == Some("true") {
+            txn::send_half(ctx, req, &header, m).await?
+        } else {
+            let sent = ctx
+                .broker
+                .send(m, header.queue_choice())
+                .await
+                .map_err(core_fail)?;
+            sent_response(req, &sent, sent.append.msg_id.clone())
+        }
     } else {
         // The header's properties go to the core as they came (no `String` per
-        // name and value); the core parses them only when it must (delays).
+        // name and value), copied into the record.
         let entry = EncodedEntry {
             flag: header.flag,
             body: req.body.clone(),
@@ -181,16 +193,6 @@ async fn send_batch<B: MessagingApi>(
         .map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
     if entries.is_empty() {
         return Err(Fail::new(response::MESSAGE_ILLEGAL, "the batch is empty"));
-    }
-    if entries.len() == 1
-        && raw_property(&entries[0].properties, property::TRANSACTION_PREPARED) == Some(b"true")
-    {
-        // The core refuses transactional messages in batches of several; a batch of
-        // one would otherwise be stored as a plain send.
-        return Err(Fail::new(
-            response::MESSAGE_ILLEGAL,
-            "a batch cannot hold transactional messages",
-        ));
     }
     let sent = ctx
         .broker
