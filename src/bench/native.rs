@@ -204,8 +204,10 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
                             .await
                             .map(drop)
                     } else {
+                        // One body shared by the batch's messages (same send time).
+                        let body = bytes::Bytes::from(body(size));
                         let batch = (0..n)
-                            .map(|_| Message::new(topic.clone(), body(size)))
+                            .map(|_| Message::new(topic.clone(), body.clone()))
                             .collect();
                         producer.send_batch(batch).await.map(drop)
                     };

@@ -43,7 +43,7 @@ use super::transaction::{
     CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
 };
 use crate::store::consume_queue::java_string_hash;
-use crate::store::record::{self, BatchSent, EncodedBatch};
+use crate::store::record::{BatchSent, EncodedBatch, PlainBatch};
 use crate::store::{Message, Store};
 use crate::{Error, Result};
 
@@ -509,19 +509,15 @@ impl MessagingApi for Broker {
     }
 
     async fn send_encoded(&self, batch: EncodedBatch, queue: QueueChoice) -> Result<BatchSent> {
-        let plain = !batch.entries.is_empty()
-            && batch
-                .entries
-                .iter()
-                .all(|e| record::is_plain_properties(&e.properties, &SEND_TIME_PROPERTIES));
-        if !plain {
-            return api::send_general(self, batch, queue).await;
-        }
+        let plain = match PlainBatch::check(&batch, &SEND_TIME_PROPERTIES) {
+            Some(p) if !batch.entries.is_empty() => p,
+            _ => return api::send_general(self, batch, queue).await,
+        };
         let config = self.writable_topic(&batch.topic)?;
         let queue_id = self.choose_queue(&config, &queue)?;
         let (store_timestamp, records) = self
             .store
-            .put_encoded_async(&batch, &config.name, queue_id)
+            .put_encoded_async(plain, &config.name, queue_id)
             .await?;
         Ok(BatchSent {
             topic: config.name,

@@ -28,7 +28,7 @@ use segment::Segment;
 
 use crate::error::{Error, Result};
 use crate::store::record::{
-    self, END_FILE_MIN_BLANK_LENGTH, EncodedBatch, Header, Message, Parts, Placed, Props, Stamp,
+    self, END_FILE_MIN_BLANK_LENGTH, Header, Message, Parts, Placed, PlainBatch, Props, Stamp,
 };
 
 /// Name of the commit log's directory inside the data directory.
@@ -282,23 +282,15 @@ impl CommitLog {
 
     /// Appends every entry of `batch` to queue `queue_id` of `topic` (the batch's
     /// own topic is not looked at), contiguously, all or none, copying each
-    /// entry's pre-encoded properties through. Each entry's properties must pass
-    /// [`record::is_plain_properties`]; the first that does not fails the batch
-    /// before anything is written. Returns the store timestamp and where each
-    /// record landed.
+    /// entry's pre-encoded properties through (checked plain: [`PlainBatch`]).
+    /// Returns the store timestamp and where each record landed.
     pub fn append_encoded(
         &self,
-        batch: &EncodedBatch,
+        plain: PlainBatch<'_>,
         topic: &str,
         queue_id: u32,
     ) -> Result<(i64, Vec<Placed>)> {
-        for e in &batch.entries {
-            if !record::is_plain_properties(&e.properties, &[]) {
-                return Err(Error::InvalidMessage(
-                    "pre-encoded properties are not in the stored form".into(),
-                ));
-            }
-        }
+        let batch = plain.batch();
         self.append_parts(batch.entries.len(), |i| {
             let e = &batch.entries[i];
             Parts {

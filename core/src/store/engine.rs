@@ -372,11 +372,11 @@ impl Store {
     /// Returns the store timestamp and where each record landed.
     pub async fn put_encoded_async(
         &self,
-        batch: &record::EncodedBatch,
+        batch: record::PlainBatch<'_>,
         topic: &str,
         queue_id: u32,
     ) -> Result<(i64, Vec<record::Placed>)> {
-        if batch.entries.is_empty() {
+        if batch.batch().entries.is_empty() {
             return Err(Error::InvalidMessage("an empty batch".into()));
         }
         self.check_appendable(std::iter::once(topic))?;
@@ -807,6 +807,7 @@ impl Inner {
         }
         let mut count = 0u64;
         let mut pos = from;
+        let mut last_queue: Option<(String, u32, Arc<super::consume_queue::ConsumeQueue>)> = None;
         for item in self.log.records_from(from) {
             let rec = item?;
             let phys = rec.phys_offset();
@@ -828,9 +829,17 @@ impl Inner {
                     record::property::KEYS,
                     record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                 ]);
-                let q = self
-                    .queues
-                    .get_or_create(view.topic(), view.queue_id() as u32)?;
+                // Consecutive records mostly share a queue (a batch is one queue):
+                // reuse the last one instead of a hashed lookup per record.
+                let qid = view.queue_id() as u32;
+                let q = match &last_queue {
+                    Some((t, id, q)) if *id == qid && t == view.topic() => q.clone(),
+                    _ => {
+                        let q = self.queues.get_or_create(view.topic(), qid)?;
+                        last_queue = Some((view.topic().to_owned(), qid, q.clone()));
+                        q
+                    }
+                };
                 q.put(
                     view.queue_offset() as u64,
                     CqEntry {

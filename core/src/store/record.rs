@@ -17,7 +17,8 @@ mod batch;
 mod encode;
 mod msg_id;
 pub use batch::{
-    BatchSent, EncodedBatch, EncodedEntry, Placed, is_plain_properties, parse_properties,
+    BatchSent, EncodedBatch, EncodedEntry, Placed, PlainBatch, is_plain_properties,
+    parse_properties,
 };
 use encode::put_host;
 pub use encode::{Encoded, Stamp, encode, encoded_len};

@@ -66,6 +66,27 @@ impl EncodedBatch {
     }
 }
 
+/// An [`EncodedBatch`] whose every entry's properties passed
+/// [`is_plain_properties`]: the proof the store's append takes, so a caller that
+/// checked (with its own reserved names) does not pay for a second scan.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainBatch<'a>(&'a EncodedBatch);
+
+impl<'a> PlainBatch<'a> {
+    /// `None` unless every entry is plain and names none of `reserved`.
+    pub fn check(batch: &'a EncodedBatch, reserved: &[&str]) -> Option<PlainBatch<'a>> {
+        batch
+            .entries
+            .iter()
+            .all(|e| is_plain_properties(&e.properties, reserved))
+            .then_some(PlainBatch(batch))
+    }
+
+    pub fn batch(&self) -> &'a EncodedBatch {
+        self.0
+    }
+}
+
 /// Java's `string2messageProperties`: items that are not exactly `name\x01value`
 /// (or have an empty name) are skipped; a repeated name keeps its last value at
 /// the place of its first occurrence.

@@ -112,12 +112,13 @@ pub struct SendResult {
 
 /// A unique message id in Java's 32-hex-digit shape: ip, pid, time and a counter.
 pub(crate) fn unique_id() -> String {
+    unique_id_at(now_ms() as u64)
+}
+
+/// [`unique_id`] with the time given (a batch reads the clock once).
+pub(crate) fn unique_id_at(now: u64) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
     // getpid is a syscall per message otherwise.
     static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let pid = u64::from(*PID.get_or_init(std::process::id));

@@ -14,7 +14,7 @@ use tracing::debug;
 
 use super::ClientConfig;
 use super::link::{Pushed, refused};
-use super::message::{Message, SendResult, now_ms, unique_id};
+use super::message::{Message, SendResult, now_ms, unique_id, unique_id_at};
 use super::session::Session;
 use crate::Error;
 use crate::body::{MessageQueue, field, transaction};
@@ -450,8 +450,9 @@ impl Inner {
                 .sum(),
         );
         let mut ids = Vec::with_capacity(msgs.len());
+        let now = now_ms() as u64;
         for m in &msgs {
-            let uniq = unique_id();
+            let uniq = unique_id_at(now);
             encode_batch_entry_with(m.flag, &m.body, &mut body, |out| {
                 m.write_properties(&uniq, out)
             });
