@@ -124,8 +124,10 @@ pub fn is_plain_properties(raw: &[u8], reserved: &[&str]) -> bool {
         return false;
     }
     let mut names: [&[u8]; MAX_PLAIN_PROPERTIES] = [&[]; MAX_PLAIN_PROPERTIES];
-    let mut count = 0;
-    for item in raw[..raw.len() - 1].split(|b| *b == PROPERTY_SEPARATOR) {
+    for (count, item) in raw[..raw.len() - 1]
+        .split(|b| *b == PROPERTY_SEPARATOR)
+        .enumerate()
+    {
         let Some(eq) = item.iter().position(|b| *b == NAME_VALUE_SEPARATOR) else {
             return false;
         };
@@ -140,7 +142,6 @@ pub fn is_plain_properties(raw: &[u8], reserved: &[&str]) -> bool {
             return false;
         }
         names[count] = name;
-        count += 1;
     }
     true
 }

@@ -110,12 +110,8 @@ pub struct SendResult {
     pub transaction_id: Option<String>,
 }
 
-/// A unique message id in Java's 32-hex-digit shape: ip, pid, time and a counter.
-pub(crate) fn unique_id() -> String {
-    unique_id_at(now_ms() as u64)
-}
-
-/// [`unique_id`] with the time given (a batch reads the clock once).
+/// A unique message id in Java's 32-hex-digit shape: ip, pid, time `now` (ms; the
+/// caller reads the clock once per request) and a counter.
 pub(crate) fn unique_id_at(now: u64) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);

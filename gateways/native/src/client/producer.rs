@@ -14,7 +14,7 @@ use tracing::debug;
 
 use super::ClientConfig;
 use super::link::{Pushed, refused};
-use super::message::{Message, SendResult, now_ms, unique_id, unique_id_at};
+use super::message::{Message, SendResult, now_ms, unique_id_at};
 use super::session::Session;
 use crate::Error;
 use crate::body::{MessageQueue, field, transaction};
@@ -271,7 +271,9 @@ impl Inner {
     /// A `SEND_MESSAGE_V2` request for `msg` to queue `queue_id` (-1: the broker picks),
     /// and the unique id it carries.
     fn send_command(&self, msg: &Message, queue_id: i32) -> (RemotingCommand, String) {
-        let uniq = unique_id();
+        // One clock read for the id and the born timestamp.
+        let now = now_ms();
+        let uniq = unique_id_at(now as u64);
         let half = msg
             .properties
             .get(property::TRANSACTION_PREPARED)
@@ -291,7 +293,7 @@ impl Inner {
             .with_static_field("d", "4")
             .with_field("e", queue_id)
             .with_field("f", sys_flag)
-            .with_field("g", now_ms())
+            .with_field("g", now)
             .with_field("h", msg.flag)
             .with_field("i", msg.properties_string(&uniq))
             .with_static_field("j", "0")
@@ -450,9 +452,9 @@ impl Inner {
                 .sum(),
         );
         let mut ids = Vec::with_capacity(msgs.len());
-        let now = now_ms() as u64;
+        let now = now_ms();
         for m in &msgs {
-            let uniq = unique_id_at(now);
+            let uniq = unique_id_at(now as u64);
             encode_batch_entry_with(m.flag, &m.body, &mut body, |out| {
                 m.write_properties(&uniq, out)
             });
@@ -465,7 +467,7 @@ impl Inner {
             .with_static_field("d", "4")
             .with_field("e", mq.queue_id)
             .with_field("f", 0)
-            .with_field("g", now_ms())
+            .with_field("g", now)
             .with_field("h", 0)
             .with_field("i", "")
             .with_static_field("j", "0")
