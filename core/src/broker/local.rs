@@ -344,7 +344,11 @@ impl Broker {
         match choice {
             QueueChoice::RoundRobin => {
                 let mut rr = lock(&self.round_robin);
-                let next = rr.entry(config.name.clone()).or_insert(0);
+                // Looked up by `&str` first: `entry` wanted an owned name per send.
+                let next = match rr.get_mut(config.name.as_str()) {
+                    Some(next) => next,
+                    None => rr.entry(config.name.clone()).or_insert(0),
+                };
                 let q = (*next % u64::from(n)) as u32;
                 *next = next.wrapping_add(1);
                 Ok(q)

@@ -210,13 +210,14 @@ impl RemotingCommand {
     }
 
     pub fn with_field(mut self, key: impl Into<FieldName>, value: impl ToString) -> Self {
-        self.ext_fields.insert(key, value.to_string());
+        // A builder: appended, not searched for (a later value of a key wins).
+        self.ext_fields.append(key, value.to_string());
         self
     }
 
     /// [`RemotingCommand::with_field`] for a constant value, without allocating it.
     pub fn with_static_field(mut self, key: impl Into<FieldName>, value: &'static str) -> Self {
-        self.ext_fields.insert_static(key, value);
+        self.ext_fields.append_static(key, value);
         self
     }
 
