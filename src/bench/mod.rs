@@ -4,6 +4,7 @@
 pub mod consume;
 pub mod mqtt;
 pub mod native;
+mod native_sink;
 mod stats;
 pub mod store;
 pub mod ws;

@@ -60,11 +60,15 @@ pub struct NativeBenchArgs {
     /// Sends in flight per producer.
     #[arg(long, default_value_t = 16)]
     pub inflight: usize,
+    /// Send to an in-process remoting sink that answers without storing (and skip
+    /// consuming): the generator's own ceiling.
+    #[arg(long)]
+    pub sink: bool,
 }
 
-struct Node {
-    namesrv: String,
-    _handles: Vec<Box<dyn std::any::Any + Send>>,
+pub(super) struct Node {
+    pub(super) namesrv: String,
+    pub(super) _handles: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
@@ -156,6 +160,10 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     let dir = args.dir.join("native");
     let (namesrv, _node) = match &args.namesrv {
         Some(list) => (list.clone(), None),
+        None if args.sink => {
+            let node = super::native_sink::start(&args.topic, args.queues).await?;
+            (node.namesrv.clone(), Some(node))
+        }
         None => {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -166,6 +174,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     let config = || ClientConfig::from_list(&namesrv);
     let admin = Producer::start(config(), "bench-admin").await?;
     admin.create_topic(&args.topic, args.queues).await?;
+    let target = if args.sink { "sink" } else { "broker" };
     PeakRss::reset();
 
     // ---- produce ----
@@ -195,8 +204,10 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
                             .await
                             .map(drop)
                     } else {
+                        // One body shared by the batch's messages (same send time).
+                        let body = bytes::Bytes::from(body(size));
                         let batch = (0..n)
-                            .map(|_| Message::new(topic.clone(), body(size)))
+                            .map(|_| Message::new(topic.clone(), body.clone()))
                             .collect();
                         producer.send_batch(batch).await.map(drop)
                     };
@@ -221,7 +232,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64();
     let s = lat.summary();
     println!(
-        "native produce: {total} msgs of {} B, batch {}, {} producers x {} in flight: {:.0} msgs/s, {}/s; send latency p50 {} p99 {} p999 {} max {}",
+        "native produce ({target}): {total} msgs of {} B, batch {}, {} producers x {} in flight: {:.0} msgs/s, {}/s; send latency p50 {} p99 {} p999 {} max {}",
         args.size,
         args.batch,
         args.producers,
@@ -235,7 +246,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     );
 
     // ---- consume ----
-    if args.mode == Mode::Both {
+    if args.mode == Mode::Both && !args.sink {
         let received = Arc::new(AtomicU64::new(0));
         let e2e = Arc::new(std::sync::Mutex::new(Latencies::with_capacity(
             total as usize,

@@ -28,6 +28,7 @@ use super::transaction::{
     CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle,
 };
 use crate::Result;
+use crate::store::record::{self, BatchSent, EncodedBatch, Placed, property};
 use crate::store::{AppendResult, Message, RecordView};
 
 /// How a send picks the queue of its topic.
@@ -254,6 +255,23 @@ pub trait MessagingApi: Send + Sync {
         queue: QueueChoice,
     ) -> impl Future<Output = Result<Vec<SendResult>>> + Send;
 
+    /// [`MessagingApi::send_batch`] of messages whose properties arrive
+    /// pre-encoded, as a RocketMQ producer puts them on the wire: stored in one
+    /// queue of `batch.topic`, contiguously. When every entry's properties are
+    /// plain ([`record::is_plain_properties`], naming none of
+    /// [`SEND_TIME_PROPERTIES`]) they are copied into the records as they are;
+    /// otherwise every entry is parsed into a [`Message`] (Java's rules for
+    /// malformed items) and stored by `send_batch`, which refuses delays. A batch
+    /// cannot hold transactional messages ([`crate::Error::InvalidMessage`]).
+    /// The default implementation always takes the general way.
+    fn send_encoded(
+        &self,
+        batch: EncodedBatch,
+        queue: QueueChoice,
+    ) -> impl Future<Output = Result<BatchSent>> + Send {
+        send_general(self, batch, queue)
+    }
+
     // ---- retry and dead letters ----
 
     /// RocketMQ's `CONSUMER_SEND_MSG_BACK`: consuming the message at `offset` of
@@ -443,4 +461,71 @@ pub trait MessagingApi: Send + Sync {
     /// existed is not then delivered to it as new. Best effort: after a few seconds
     /// of a stalled dispatcher it returns anyway.
     fn sync_visible(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Properties a broker acts on when a message is sent: an entry naming one of
+/// these goes the general way in [`MessagingApi::send_encoded`].
+pub const SEND_TIME_PROPERTIES: [&str; 6] = [
+    property::DELAY_TIME_LEVEL,
+    property::TIMER_DELIVER_MS,
+    property::START_DELIVER_TIME,
+    property::TIMER_DELAY_MS,
+    property::TIMER_DELAY_SEC,
+    property::TRANSACTION_PREPARED,
+];
+
+fn empty() -> crate::Error {
+    crate::Error::InvalidMessage("an empty batch".into())
+}
+
+/// [`MessagingApi::send_encoded`] the general way: every entry parsed into a
+/// [`Message`], then `send_batch`.
+pub(crate) async fn send_general<A: MessagingApi + ?Sized>(
+    api: &A,
+    batch: EncodedBatch,
+    queue: QueueChoice,
+) -> Result<BatchSent> {
+    let messages = general_messages(&batch)?;
+    batch_sent(api.send_batch(messages, queue).await?)
+}
+
+/// The entries of `batch` as messages for the general send path (queue ids are
+/// chosen by the send).
+fn general_messages(batch: &EncodedBatch) -> Result<Vec<Message>> {
+    if batch.entries.is_empty() {
+        return Err(empty());
+    }
+    let messages = batch.messages(0)?;
+    if messages
+        .iter()
+        .any(|m| m.property(property::TRANSACTION_PREPARED) == Some("true"))
+    {
+        return Err(crate::Error::InvalidMessage(
+            "a batch cannot hold transactional messages".into(),
+        ));
+    }
+    Ok(messages)
+}
+
+/// What the general path returned, as a [`BatchSent`] (the store host comes back
+/// out of the first offset message id).
+fn batch_sent(sent: Vec<SendResult>) -> Result<BatchSent> {
+    let first = sent
+        .first()
+        .ok_or_else(|| crate::Error::InvalidMessage("nothing was stored".into()))?;
+    let (store_host, _) = record::decode_msg_id(&first.append.msg_id)?;
+    Ok(BatchSent {
+        topic: first.topic.clone(),
+        queue_id: first.queue_id,
+        store_host,
+        store_timestamp: first.append.store_timestamp,
+        records: sent
+            .iter()
+            .map(|s| Placed {
+                phys_offset: s.append.phys_offset,
+                size: s.append.size,
+                queue_offset: s.append.queue_offset,
+            })
+            .collect(),
+    })
 }

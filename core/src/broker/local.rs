@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
 use super::api::{
-    DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest,
-    PullResult, QueueChoice, QueueStats, SendBackResult, SendResult,
+    self, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped,
+    PullRequest, PullResult, QueueChoice, QueueStats, SEND_TIME_PROPERTIES, SendBackResult,
+    SendResult,
 };
 use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
@@ -42,6 +43,7 @@ use super::transaction::{
     CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
 };
 use crate::store::consume_queue::java_string_hash;
+use crate::store::record::{BatchSent, EncodedBatch, PlainBatch};
 use crate::store::{Message, Store};
 use crate::{Error, Result};
 
@@ -342,7 +344,11 @@ impl Broker {
         match choice {
             QueueChoice::RoundRobin => {
                 let mut rr = lock(&self.round_robin);
-                let next = rr.entry(config.name.clone()).or_insert(0);
+                // Looked up by `&str` first: `entry` wanted an owned name per send.
+                let next = match rr.get_mut(config.name.as_str()) {
+                    Some(next) => next,
+                    None => rr.entry(config.name.clone()).or_insert(0),
+                };
                 let q = (*next % u64::from(n)) as u32;
                 *next = next.wrapping_add(1);
                 Ok(q)
@@ -504,6 +510,26 @@ impl MessagingApi for Broker {
                 append,
             })
             .collect())
+    }
+
+    async fn send_encoded(&self, batch: EncodedBatch, queue: QueueChoice) -> Result<BatchSent> {
+        let plain = match PlainBatch::check(&batch, &SEND_TIME_PROPERTIES) {
+            Some(p) if !batch.entries.is_empty() => p,
+            _ => return api::send_general(self, batch, queue).await,
+        };
+        let config = self.writable_topic(&batch.topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        let (store_timestamp, records) = self
+            .store
+            .put_encoded_async(plain, &config.name, queue_id)
+            .await?;
+        Ok(BatchSent {
+            topic: config.name,
+            queue_id,
+            store_host: self.store.store_host(),
+            store_timestamp,
+            records,
+        })
     }
 
     async fn send_back(

@@ -39,8 +39,8 @@ pub mod transaction;
 
 pub use api::{
     DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
-    PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats, SendBackResult,
-    SendResult,
+    PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats,
+    SEND_TIME_PROPERTIES, SendBackResult, SendResult,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;

@@ -27,7 +27,9 @@ pub use segment::RecordRef;
 use segment::Segment;
 
 use crate::error::{Error, Result};
-use crate::store::record::{self, END_FILE_MIN_BLANK_LENGTH, Header, Message, Stamp};
+use crate::store::record::{
+    self, END_FILE_MIN_BLANK_LENGTH, Header, Message, Parts, Placed, PlainBatch, Props, Stamp,
+};
 
 /// Name of the commit log's directory inside the data directory.
 pub const DIR_NAME: &str = "commitlog";
@@ -185,6 +187,10 @@ pub struct CommitLog {
     written: AtomicU64,
     /// Durable position (advanced by `flush` only after a successful msync).
     flushed: AtomicU64,
+    /// Pages of the active segment below this offset are pre-faulted (see
+    /// [`CommitLog::warm_ahead`]); `u64::MAX` once pre-faulting failed (an old
+    /// kernel without `MADV_POPULATE_WRITE`): not tried again.
+    warmed: AtomicU64,
 }
 
 fn now_millis() -> i64 {
@@ -221,6 +227,7 @@ impl CommitLog {
             }),
             written: AtomicU64::new(end),
             flushed: AtomicU64::new(recovered.durable.min(end)),
+            warmed: AtomicU64::new(0),
         };
         // What recovery kept past the checkpoint may only be in the page cache
         // (a process crash); make it durable before anyone relies on it.
@@ -259,21 +266,71 @@ impl CommitLog {
     /// none.
     pub fn append_batch(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
         let host = self.config.store_host;
-        let mut buf = Vec::new();
-        let mut encoded = Vec::with_capacity(msgs.len());
-        for msg in msgs {
-            let len = record::encoded_len(msg, &host)?;
-            if len > self.config.max_message_size {
+        let (store_timestamp, placed) = self.append_parts(msgs.len(), |i| Parts::of(&msgs[i]))?;
+        Ok(placed
+            .into_iter()
+            .map(|p| AppendResult {
+                phys_offset: p.phys_offset,
+                size: p.size,
+                queue_offset: p.queue_offset,
+                store_timestamp,
+                msg_id: record::encode_msg_id(host, p.phys_offset),
+                end_offset: p.phys_offset + u64::from(p.size),
+            })
+            .collect())
+    }
+
+    /// Appends every entry of `batch` to queue `queue_id` of `topic` (the batch's
+    /// own topic is not looked at), contiguously, all or none, copying each
+    /// entry's pre-encoded properties through (checked plain: [`PlainBatch`]).
+    /// Returns the store timestamp and where each record landed.
+    pub fn append_encoded(
+        &self,
+        plain: PlainBatch<'_>,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<(i64, Vec<Placed>)> {
+        let batch = plain.batch();
+        self.append_parts(batch.entries.len(), |i| {
+            let e = &batch.entries[i];
+            Parts {
+                topic,
+                queue_id,
+                flag: e.flag,
+                body: &e.body,
+                properties: Props::Encoded(&e.properties),
+                sys_flag: batch.sys_flag,
+                born_timestamp: batch.born_timestamp,
+                born_host: &batch.born_host,
+                reconsume_times: batch.reconsume_times,
+                prepared_transaction_offset: 0,
+            }
+        })
+    }
+
+    /// Encodes `n` records (outside the lock), then under the append lock assigns
+    /// offsets, stamps and copies them into the segment in one write.
+    fn append_parts<'a>(
+        &self,
+        n: usize,
+        part: impl Fn(usize) -> Parts<'a>,
+    ) -> Result<(i64, Vec<Placed>)> {
+        let host = self.config.store_host;
+        let mut buf = Vec::with_capacity((0..n).map(|i| part(i).size_hint()).sum());
+        let mut encoded = Vec::with_capacity(n);
+        for i in 0..n {
+            let start = buf.len();
+            let enc = record::encode_parts(&part(i), &host, &mut buf)?;
+            if enc.len() > self.config.max_message_size {
                 return Err(Error::MessageTooLarge {
-                    size: len,
+                    size: enc.len(),
                     max: self.config.max_message_size,
                 });
             }
-            let start = buf.len();
-            encoded.push((start, record::encode(msg, &host, &mut buf)?));
+            encoded.push((start, enc));
         }
         if encoded.is_empty() {
-            return Ok(Vec::new());
+            return Ok((now_millis(), Vec::new()));
         }
         let max_batch = (self.config.segment_size as usize) - END_FILE_MIN_BLANK_LENGTH;
         if buf.len() > max_batch {
@@ -283,54 +340,48 @@ impl CommitLog {
             });
         }
 
-        let (base, store_timestamp, stamped) = {
-            let mut st = self.lock_append();
-            let (segment, base) = self.position_for(&mut st, buf.len() as u64)?;
-            let store_timestamp = now_millis();
-            // Stamp every record against a scratch copy of the touched queue
-            // offsets, committed only after the write, so a failure leaves no
-            // gap in any queue.
-            let mut touched: HashMap<(&str, u32), u64> = HashMap::with_capacity(1);
-            let mut queue_offsets: Vec<u64> = Vec::with_capacity(encoded.len());
-            for ((start, enc), msg) in encoded.iter().zip(msgs) {
-                let next = touched
-                    .entry((msg.topic.as_str(), msg.queue_id))
-                    .or_insert_with(|| st.queue_offsets.get(&msg.topic, msg.queue_id));
-                let stamp = Stamp {
-                    queue_offset: *next,
-                    phys_offset: base + *start as u64,
-                    store_timestamp,
-                };
-                *next += 1;
-                enc.stamp(&mut buf[*start..*start + enc.len()], &stamp)
-                    .map_err(|e| Error::InvalidMessage(e.to_string()))?;
-                queue_offsets.push(stamp.queue_offset);
-            }
-            segment.write((base - segment.start()) as usize, &buf)?;
-            for ((topic, qid), next) in touched {
-                st.queue_offsets.set(topic, qid, next);
-            }
-            segment.note_store_timestamp(store_timestamp);
-            st.pos = base + buf.len() as u64;
-            self.written.store(st.pos, Ordering::Release);
-            (base, store_timestamp, queue_offsets)
-        };
-
-        Ok(encoded
-            .iter()
-            .zip(stamped)
-            .map(|((start, enc), queue_offset)| {
-                let phys_offset = base + *start as u64;
-                AppendResult {
-                    phys_offset,
-                    size: enc.len() as u32,
-                    queue_offset,
-                    store_timestamp,
-                    msg_id: record::encode_msg_id(host, phys_offset),
-                    end_offset: phys_offset + enc.len() as u64,
+        let mut st = self.lock_append();
+        let (segment, base) = self.position_for(&mut st, buf.len() as u64)?;
+        let store_timestamp = now_millis();
+        // Stamp every record against a scratch copy of the touched queue offsets,
+        // committed only after the write, so a failure leaves no gap in any queue.
+        // A short list, not a map: a batch touches one queue (hashing the topic per
+        // record showed in batch profiles).
+        let mut touched: Vec<((&str, u32), u64)> = Vec::with_capacity(1);
+        let mut placed = Vec::with_capacity(encoded.len());
+        for (i, (start, enc)) in encoded.iter().enumerate() {
+            let p = part(i);
+            let key = (p.topic, p.queue_id);
+            let slot = match touched.iter().position(|(k, _)| *k == key) {
+                Some(j) => j,
+                None => {
+                    touched.push((key, st.queue_offsets.get(p.topic, p.queue_id)));
+                    touched.len() - 1
                 }
-            })
-            .collect())
+            };
+            let stamp = Stamp {
+                queue_offset: touched[slot].1,
+                phys_offset: base + *start as u64,
+                store_timestamp,
+            };
+            touched[slot].1 += 1;
+            enc.stamp(&mut buf[*start..*start + enc.len()], &stamp)
+                .map_err(|e| Error::InvalidMessage(e.to_string()))?;
+            placed.push(Placed {
+                phys_offset: stamp.phys_offset,
+                size: enc.len() as u32,
+                queue_offset: stamp.queue_offset,
+            });
+        }
+        segment.write((base - segment.start()) as usize, &buf)?;
+        for ((topic, qid), next) in touched {
+            st.queue_offsets.set(topic, qid, next);
+        }
+        segment.note_store_timestamp(store_timestamp);
+        st.pos = base + buf.len() as u64;
+        self.written.store(st.pos, Ordering::Release);
+        drop(st);
+        Ok((store_timestamp, placed))
     }
 
     /// The segment and position for a write of `len` bytes, rolling to a new
@@ -361,6 +412,42 @@ impl CommitLog {
         // The filler is whole; publishing it now keeps `written == pos`.
         self.written.store(st.pos, Ordering::Release);
         Ok((st.active.clone(), st.pos))
+    }
+
+    /// Pre-faults the pages of the active segment from the written position up to
+    /// `ahead` bytes past it (not into the next segment), so appends do not take a
+    /// page fault and the kernel's zeroing of a fresh page per 4 KiB written. Run
+    /// by a background thread; cheap when nothing moved. Returns how many bytes
+    /// it pre-faulted. A failure is returned once and then pre-faulting stops
+    /// (appends still work: they fault their pages themselves).
+    pub fn warm_ahead(&self, ahead: u64) -> Result<u64> {
+        let warmed = self.warmed.load(Ordering::Acquire);
+        if warmed == u64::MAX {
+            return Ok(0);
+        }
+        let written = self.max_offset();
+        // Half the window at a time: one call per few MiB appended, not per tick.
+        if warmed >= written + ahead / 2 {
+            return Ok(0);
+        }
+        let Some(seg) = self
+            .segment_for(written)
+            .or_else(|| self.segment_list().last().cloned())
+        else {
+            return Ok(0);
+        };
+        let from = warmed.max(written).max(seg.start());
+        let to = (written + ahead).min(seg.end());
+        if to <= from {
+            return Ok(0);
+        }
+        let rel = |p: u64| (p - seg.start()) as usize;
+        if let Err(e) = seg.prefault(rel(from)..rel(to)) {
+            self.warmed.store(u64::MAX, Ordering::Release);
+            return Err(Error::io(seg.path(), e));
+        }
+        self.warmed.fetch_max(to, Ordering::AcqRel);
+        Ok(to - from)
     }
 
     /// Next queue offset the log will assign to (topic, queue id).

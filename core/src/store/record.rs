@@ -10,14 +10,22 @@
 //! failures are a [`RecordError`].
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::ops::Range;
 
 use bytes::Bytes;
 
+mod batch;
+mod encode;
 mod msg_id;
-pub use msg_id::{decode_msg_id, encode_msg_id};
+pub use batch::{
+    BatchSent, EncodedBatch, EncodedEntry, Placed, PlainBatch, is_plain_properties,
+    parse_properties,
+};
+use encode::put_host;
+pub use encode::{Encoded, Stamp, encode, encoded_len};
+pub(crate) use encode::{Parts, Props, encode_parts};
+pub use msg_id::{decode_msg_id, encode_msg_id, push_msg_id};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// MAGICCODE of a message record (`0xDAA320A7`).
 pub const MESSAGE_MAGIC_CODE: i32 = 0xDAA3_20A7_u32 as i32;
@@ -103,7 +111,7 @@ pub mod property {
 }
 
 /// Why bytes are not a valid record. The commit log wraps it with the file and
-/// offset into [`Error::Corrupt`].
+/// offset into [`crate::Error::Corrupt`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     #[error("record truncated: {needed} bytes needed, {available} available")]
@@ -225,244 +233,9 @@ fn split_keys(keys: Option<&str>) -> impl Iterator<Item = &str> {
         .filter(|k| !k.is_empty())
 }
 
-/// The fields of a record that only the log knows, filled in under its lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    pub queue_offset: u64,
-    pub phys_offset: u64,
-    pub store_timestamp: i64,
-}
-
-/// A record encoded by [`encode`] whose log-assigned fields are still zero.
-/// Carries partial CRCs of the bytes that do not change, so [`Encoded::stamp`]
-/// costs O(log len) instead of a pass over the body while the log's lock is held.
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    len: usize,
-    store_ts_at: usize,
-    /// CRC of bytes `[0, 20)` (before QUEUEOFFSET).
-    crc_head: crc32fast::Hasher,
-    /// CRC of bytes `[36, store_ts_at)` (SYSFLAG .. BORNHOST).
-    crc_mid: crc32fast::Hasher,
-    /// CRC of bytes `[store_ts_at + 8, len - CRC32_PROPERTY_LEN)`.
-    crc_tail: crc32fast::Hasher,
-}
-
-impl Encoded {
-    /// Encoded length of the record in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Writes queue offset, physical offset and store timestamp into `record`
-    /// (the bytes [`encode`] produced) and then the `__CRC32#` value over
-    /// `[0, len - CRC32_PROPERTY_LEN)`, which now includes those fields.
-    pub fn stamp(&self, record: &mut [u8], stamp: &Stamp) -> Result<(), RecordError> {
-        if record.len() != self.len {
-            return Err(RecordError::Truncated {
-                needed: self.len,
-                available: record.len(),
-            });
-        }
-        let mut offsets = [0u8; 16];
-        offsets[..8].copy_from_slice(&stamp.queue_offset.to_be_bytes());
-        offsets[8..].copy_from_slice(&stamp.phys_offset.to_be_bytes());
-        let ts = stamp.store_timestamp.to_be_bytes();
-        record[POS_QUEUE_OFFSET..POS_SYS_FLAG].copy_from_slice(&offsets);
-        record[self.store_ts_at..self.store_ts_at + 8].copy_from_slice(&ts);
-
-        // Up to a few KiB, hashing the stamped record again is cheaper than two
-        // `combine`s of the pre-computed pieces (GF(2) matrix work: ~15 % of all
-        // instructions of a 100 B batch append); above that, combining keeps the
-        // work under the append lock independent of the size.
-        let crc = if self.len <= DIRECT_CRC_MAX {
-            let mut h = crc32fast::Hasher::new();
-            h.update(&record[..self.len - CRC32_PROPERTY_LEN]);
-            h
-        } else {
-            let mut crc = self.crc_head.clone();
-            crc.update(&offsets);
-            crc.combine(&self.crc_mid);
-            crc.update(&ts);
-            crc.combine(&self.crc_tail);
-            crc
-        };
-        write_crc_digits(&mut record[self.len - 11..self.len - 1], java_crc(crc));
-        Ok(())
-    }
-}
-
-/// Records up to this size get their `__CRC32#` by hashing the stamped bytes, larger
-/// ones by combining CRCs computed before the append lock (see [`Encoded::stamp`]).
-const DIRECT_CRC_MAX: usize = 4096;
-
-/// RocketMQ's `UtilAll.crc32`: the CRC32 with the sign bit cleared.
-fn java_crc(h: crc32fast::Hasher) -> u32 {
-    h.finalize() & 0x7FFF_FFFF
-}
-
 /// CRC32 of `bytes` as RocketMQ stores it (BODYCRC and `__CRC32#`).
 pub fn crc32(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes) & 0x7FFF_FFFF
-}
-
-fn write_crc_digits(out: &mut [u8], crc: u32) {
-    let mut v = crc;
-    for b in out.iter_mut().rev() {
-        *b = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-}
-
-fn host_len(addr: &SocketAddr) -> usize {
-    match addr {
-        SocketAddr::V4(_) => 8,
-        SocketAddr::V6(_) => 20,
-    }
-}
-
-fn put_host(out: &mut Vec<u8>, addr: &SocketAddr) {
-    match addr.ip() {
-        IpAddr::V4(ip) => out.extend_from_slice(&ip.octets()),
-        IpAddr::V6(ip) => out.extend_from_slice(&ip.octets()),
-    }
-    out.extend_from_slice(&i32::from(addr.port()).to_be_bytes());
-}
-
-fn check_property_text(s: &str, what: &str) -> Result<()> {
-    if s.bytes()
-        .any(|b| b == NAME_VALUE_SEPARATOR || b == PROPERTY_SEPARATOR)
-    {
-        return Err(Error::InvalidMessage(format!(
-            "property {what} {s:?} contains a reserved separator byte (0x01 or 0x02)"
-        )));
-    }
-    Ok(())
-}
-
-/// Length of the properties section of `msg` including the `__CRC32#` property.
-fn properties_len(msg: &Message) -> Result<usize> {
-    let mut len = CRC32_PROPERTY_LEN;
-    for (k, v) in &msg.properties {
-        if k.is_empty() {
-            return Err(Error::InvalidMessage("empty property name".into()));
-        }
-        if k == property::CRC32 {
-            return Err(Error::InvalidMessage(format!(
-                "property {} is reserved for the store",
-                property::CRC32
-            )));
-        }
-        check_property_text(k, "name")?;
-        check_property_text(v, "value")?;
-        len += k.len() + v.len() + 2;
-    }
-    if len > MAX_PROPERTIES_LEN {
-        return Err(Error::InvalidMessage(format!(
-            "properties take {len} bytes encoded; the maximum is {MAX_PROPERTIES_LEN}"
-        )));
-    }
-    Ok(len)
-}
-
-/// Encoded size of `msg` when stored by a broker at `store_host`.
-pub fn encoded_len(msg: &Message, store_host: &SocketAddr) -> Result<usize> {
-    if msg.topic.is_empty() || msg.topic.len() > MAX_TOPIC_LEN {
-        return Err(Error::InvalidMessage(format!(
-            "topic is {} bytes; it must be 1..={MAX_TOPIC_LEN}",
-            msg.topic.len()
-        )));
-    }
-    if msg.queue_id > i32::MAX as u32 {
-        return Err(Error::InvalidMessage(format!(
-            "queue id {} exceeds {}",
-            msg.queue_id,
-            i32::MAX
-        )));
-    }
-    if msg.body.len() > i32::MAX as usize {
-        return Err(Error::MessageTooLarge {
-            size: msg.body.len(),
-            max: i32::MAX as usize,
-        });
-    }
-    let len = MIN_RECORD_LEN - 16
-        + host_len(&msg.born_host)
-        + host_len(store_host)
-        + msg.body.len()
-        + msg.topic.len()
-        + properties_len(msg)?;
-    if len > i32::MAX as usize {
-        return Err(Error::MessageTooLarge {
-            size: len,
-            max: i32::MAX as usize,
-        });
-    }
-    Ok(len)
-}
-
-/// Appends the record for `msg` to `out`, with QUEUEOFFSET, PHYSICALOFFSET,
-/// STORETIMESTAMP and the `__CRC32#` value left as zeros for [`Encoded::stamp`].
-pub fn encode(msg: &Message, store_host: &SocketAddr, out: &mut Vec<u8>) -> Result<Encoded> {
-    let len = encoded_len(msg, store_host)?;
-    let start = out.len();
-    out.reserve(len);
-    let mut sys = msg.sys_flag & !(sys_flag::BORNHOST_V6_FLAG | sys_flag::STOREHOSTADDRESS_V6_FLAG);
-    if msg.born_host.is_ipv6() {
-        sys |= sys_flag::BORNHOST_V6_FLAG;
-    }
-    if store_host.is_ipv6() {
-        sys |= sys_flag::STOREHOSTADDRESS_V6_FLAG;
-    }
-    out.extend_from_slice(&(len as i32).to_be_bytes());
-    out.extend_from_slice(&MESSAGE_MAGIC_CODE.to_be_bytes());
-    out.extend_from_slice(&(crc32(&msg.body) as i32).to_be_bytes());
-    out.extend_from_slice(&(msg.queue_id as i32).to_be_bytes());
-    out.extend_from_slice(&msg.flag.to_be_bytes());
-    out.extend_from_slice(&[0u8; 16]); // queue offset, physical offset
-    out.extend_from_slice(&sys.to_be_bytes());
-    out.extend_from_slice(&msg.born_timestamp.to_be_bytes());
-    put_host(out, &msg.born_host);
-    let store_ts_at = out.len() - start;
-    out.extend_from_slice(&[0u8; 8]); // store timestamp
-    put_host(out, store_host);
-    out.extend_from_slice(&msg.reconsume_times.to_be_bytes());
-    out.extend_from_slice(&msg.prepared_transaction_offset.to_be_bytes());
-    out.extend_from_slice(&(msg.body.len() as i32).to_be_bytes());
-    out.extend_from_slice(&msg.body);
-    out.push(msg.topic.len() as u8);
-    out.extend_from_slice(msg.topic.as_bytes());
-    let props_len = properties_len(msg)?;
-    out.extend_from_slice(&(props_len as i16).to_be_bytes());
-    for (k, v) in &msg.properties {
-        out.extend_from_slice(k.as_bytes());
-        out.push(NAME_VALUE_SEPARATOR);
-        out.extend_from_slice(v.as_bytes());
-        out.push(PROPERTY_SEPARATOR);
-    }
-    out.extend_from_slice(property::CRC32.as_bytes());
-    out.push(NAME_VALUE_SEPARATOR);
-    out.extend_from_slice(b"0000000000");
-    out.push(PROPERTY_SEPARATOR);
-    debug_assert_eq!(out.len() - start, len);
-
-    let rec = &out[start..];
-    let hasher = |r: Range<usize>| {
-        let mut h = crc32fast::Hasher::new();
-        h.update(&rec[r]);
-        h
-    };
-    Ok(Encoded {
-        len,
-        store_ts_at,
-        crc_head: hasher(0..POS_QUEUE_OFFSET),
-        crc_mid: hasher(POS_SYS_FLAG..store_ts_at),
-        crc_tail: hasher(store_ts_at + 8..len - CRC32_PROPERTY_LEN),
-    })
 }
 
 /// What a header at some position holds.

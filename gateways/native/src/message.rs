@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use rocketgate_core::store::RecordView;
-use rocketgate_core::store::record::property;
+use rocketgate_core::store::record::{EncodedEntry, parse_properties, property};
 
 /// Separates a property name from its value.
 pub const NAME_VALUE_SEPARATOR: char = '\u{1}';
@@ -30,23 +30,10 @@ pub fn encode_properties<'a>(props: impl IntoIterator<Item = (&'a str, &'a str)>
 }
 
 /// Java's `string2messageProperties`: items that are not exactly `name\u1value` are
-/// skipped, later duplicates win. Order is kept (first occurrence).
+/// skipped, later duplicates win. Order is kept (first occurrence). (The core's
+/// [`parse_properties`], so the broker's general path and this agree.)
 pub fn decode_properties(s: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for item in s.split(PROPERTY_SEPARATOR) {
-        let mut nv = item.split(NAME_VALUE_SEPARATOR);
-        let (Some(n), Some(v), None) = (nv.next(), nv.next(), nv.next()) else {
-            continue;
-        };
-        if n.is_empty() {
-            continue;
-        }
-        match out.iter_mut().find(|(k, _)| k == n) {
-            Some(slot) => slot.1 = v.to_owned(),
-            None => out.push((n.to_owned(), v.to_owned())),
-        }
-    }
-    out
+    parse_properties(s)
 }
 
 /// One message of a batch body: what a producer sets (flag, body, properties).
@@ -81,8 +68,54 @@ pub fn encode_batch_entry(flag: i32, body: &[u8], properties: &str, out: &mut By
     out.put_slice(props);
 }
 
-/// Splits a `SEND_BATCH_MESSAGE` body into its messages.
+/// [`encode_batch_entry`] with the properties written by `properties` straight
+/// into `out` (their length is filled in after).
+pub fn encode_batch_entry_with(
+    flag: i32,
+    body: &[u8],
+    out: &mut BytesMut,
+    properties: impl FnOnce(&mut BytesMut),
+) {
+    let start = out.len();
+    out.reserve(4 * 5 + body.len() + 2 + 96);
+    out.put_i32(0); // TOTALSIZE, below
+    out.put_i32(0);
+    out.put_i32(0);
+    out.put_i32(flag);
+    out.put_i32(body.len() as i32);
+    out.put_slice(body);
+    let props_at = out.len();
+    out.put_i16(0); // properties length, below
+    properties(out);
+    let props_len = out.len() - props_at - 2;
+    let total = out.len() - start;
+    out[props_at..props_at + 2].copy_from_slice(&(props_len as i16).to_be_bytes());
+    out[start..start + 4].copy_from_slice(&(total as i32).to_be_bytes());
+}
+
+/// Splits a `SEND_BATCH_MESSAGE` body into its messages, properties decoded.
 pub fn decode_batch(body: &Bytes) -> Result<Vec<BatchEntry>, BatchError> {
+    decode_batch_encoded(body)?
+        .into_iter()
+        .map(|e| {
+            let props = std::str::from_utf8(&e.properties).map_err(|_| BatchError {
+                at: 0,
+                what: "properties are not UTF-8",
+            })?;
+            Ok(BatchEntry {
+                flag: e.flag,
+                body: e.body,
+                properties: decode_properties(props),
+            })
+        })
+        .collect()
+}
+
+/// Splits a `SEND_BATCH_MESSAGE` body into its messages without looking inside
+/// the properties: body and properties are slices of `body` (no copy), for the
+/// core's [`EncodedBatch`](rocketgate_core::store::record::EncodedBatch), which
+/// checks them.
+pub fn decode_batch_encoded(body: &Bytes) -> Result<Vec<EncodedEntry>, BatchError> {
     let mut out = Vec::new();
     let mut at = 0usize;
     let b = body.as_ref();
@@ -109,12 +142,14 @@ pub fn decode_batch(body: &Bytes) -> Result<Vec<BatchEntry>, BatchError> {
         if props_len < 0 || props_start + props_len as usize != end {
             return Err(err("properties length does not fit"));
         }
-        let props = std::str::from_utf8(&b[props_start..end])
-            .map_err(|_| err("properties are not UTF-8"))?;
-        out.push(BatchEntry {
+        if out.is_empty() {
+            // Entries are usually alike: size the list from the first one.
+            out.reserve(b.len() / total as usize);
+        }
+        out.push(EncodedEntry {
             flag,
             body: body.slice(body_start..body_end),
-            properties: decode_properties(props),
+            properties: body.slice(props_start..end),
         });
         at = end;
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::store::record::RecordView;
+use bytes::Bytes;
 
 pub(crate) fn config() -> CommitLogConfig {
     CommitLogConfig {
@@ -151,4 +152,106 @@ fn queue_offset_table_can_be_seeded() {
     log.set_next_queue_offsets(HashMap::from([(("a".to_owned(), 2), 40)]));
     assert_eq!(log.append(&msg("a", 2, 1)).unwrap().queue_offset, 40);
     assert_eq!(log.next_queue_offsets()[&("a".to_owned(), 2)], 41);
+}
+
+fn encoded_batch(entries: &[(&[u8], &[u8])]) -> record::EncodedBatch {
+    record::EncodedBatch {
+        topic: "ignored".into(),
+        sys_flag: 0,
+        born_timestamp: 1_700_000_000_000,
+        born_host: "10.0.0.9:4242".parse().unwrap(),
+        reconsume_times: 0,
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, (body, props))| record::EncodedEntry {
+                flag: i as i32,
+                body: Bytes::copy_from_slice(body),
+                properties: Bytes::copy_from_slice(props),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn an_encoded_batch_is_stored_as_sent_in_one_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path());
+    log.append(&msg("E", 3, 10)).unwrap();
+    let entries: [(&[u8], &[u8]); 3] = [
+        (b"one", b"TAGS\x01t\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02"),
+        (b"", b""),
+        (b"three", b"region\x01eu\x02"),
+    ];
+    let batch = encoded_batch(&entries);
+    let plain = record::PlainBatch::check(&batch, &[]).unwrap();
+    let (ts, placed) = log.append_encoded(plain, "E", 3).unwrap();
+    let qos: Vec<u64> = placed.iter().map(|p| p.queue_offset).collect();
+    assert_eq!(qos, [1, 2, 3]);
+    assert_eq!(log.next_queue_offset("E", 3), 4);
+    for (p, (i, (body, props))) in placed.iter().zip(entries.iter().enumerate()) {
+        let rec = log.read(p.phys_offset, p.size).unwrap();
+        let view = record::decode(&rec).unwrap();
+        view.verify_strict().unwrap();
+        assert_eq!(view.body(), *body);
+        let raw = view.properties_raw();
+        assert_eq!(&raw[..raw.len() - record::CRC32_PROPERTY_LEN], *props);
+        assert_eq!(
+            (view.topic(), view.queue_id(), view.flag()),
+            ("E", 3, i as i32)
+        );
+        assert_eq!(view.queue_offset() as u64, p.queue_offset);
+        assert_eq!(view.store_timestamp(), ts);
+        assert_eq!(view.born_host().to_string(), "10.0.0.9:4242");
+    }
+}
+
+#[test]
+fn a_batch_with_one_entry_not_in_the_stored_form_is_not_plain() {
+    let entries: [(&[u8], &[u8]); 2] = [(b"ok", b"A\x011\x02"), (b"bad", b"A\x011")];
+    let batch = encoded_batch(&entries);
+    assert!(record::PlainBatch::check(&batch, &[]).is_none());
+    assert!(record::PlainBatch::check(&encoded_batch(&entries[..1]), &["A"]).is_none());
+    assert!(record::PlainBatch::check(&encoded_batch(&entries[..1]), &["B"]).is_some());
+}
+
+#[test]
+fn pre_faulting_ahead_changes_no_byte_and_recovers_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    // Memory-mapped appends (async flush), where pre-faulting applies.
+    let cfg = CommitLogConfig {
+        write_through: false,
+        ..config()
+    };
+    let (log, _) = CommitLog::open(dir.path(), cfg.clone(), Recovery::Full).unwrap();
+    let mut written = Vec::new();
+    // Warm, append, warm again, across several segment rolls.
+    for round in 0..12 {
+        log.warm_ahead(1 << 20).unwrap();
+        let batch: Vec<Message> = (0..3).map(|i| msg("w", i, 5_000 + round)).collect();
+        written.extend(log.append_batch(&batch).unwrap());
+    }
+    assert!(log.segments().len() > 1);
+    log.warm_ahead(1 << 20).unwrap();
+    let end = log.max_offset();
+    // Nothing above the written position was changed.
+    let last = log.segments().last().cloned().unwrap();
+    let tail = std::fs::read(&last.path).unwrap();
+    assert!(tail[last.written as usize..].iter().all(|b| *b == 0));
+    log.flush().unwrap();
+    drop(log);
+
+    let (log, report) = CommitLog::open(dir.path(), cfg, Recovery::Full).unwrap();
+    assert_eq!(report.recovered_end, end);
+    assert_eq!(log.max_offset(), end);
+    let seen: Vec<u64> = log
+        .records_from(0)
+        .map(|r| {
+            let r = r.unwrap();
+            record::decode(&r).unwrap().verify_strict().unwrap();
+            r.phys_offset()
+        })
+        .collect();
+    let expected: Vec<u64> = written.iter().map(|r| r.phys_offset).collect();
+    assert_eq!(seen, expected);
 }

@@ -13,7 +13,7 @@ pub(crate) mod mapped;
 mod queue;
 mod table;
 
-pub use entry::{CqEntry, ENTRY_SIZE, java_string_hash, tag_hash};
+pub use entry::{CqEntry, ENTRY_SIZE, java_string_hash, java_string_hash_from, tag_hash};
 pub use queue::{ConsumeQueue, CqBatch};
 pub use table::ConsumeQueues;
 

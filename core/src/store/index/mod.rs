@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use self::file::IndexFile;
 use crate::error::{Error, Result};
-use crate::store::consume_queue::java_string_hash;
+use crate::store::consume_queue::{java_string_hash, java_string_hash_from};
 
 /// RocketMQ's default hash slots per index file.
 pub const DEFAULT_SLOTS: u32 = 5_000_000;
@@ -147,7 +147,7 @@ impl IndexStore {
                 "phys offset {phys_offset} exceeds i64::MAX"
             )));
         }
-        let hash = java_string_hash(&index_key(topic, key));
+        let hash = key_hash(topic, key);
         let mut w = self.lock_writer();
         let last = self
             .files
@@ -222,7 +222,7 @@ impl IndexStore {
         end_ms: i64,
         max: usize,
     ) -> Result<Vec<u64>> {
-        let hash = java_string_hash(&index_key(topic, key));
+        let hash = key_hash(topic, key);
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for file in self.snapshot().iter().rev() {
@@ -314,8 +314,9 @@ impl IndexStore {
 }
 
 /// RocketMQ's indexed key: `topic#key`.
-fn index_key(topic: &str, key: &str) -> String {
-    format!("{topic}#{key}")
+/// RocketMQ's hash of the index key `<topic>#<key>` (Java `String.hashCode()`).
+fn key_hash(topic: &str, key: &str) -> i32 {
+    java_string_hash_from(java_string_hash_from(java_string_hash(topic), "#"), key)
 }
 
 /// Visits a slot's chain newest first while `visit` returns true. Stops at a

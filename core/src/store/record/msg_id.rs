@@ -10,16 +10,22 @@ use crate::error::{Error, Result};
 /// RocketMQ's offset message id: uppercase hex of the store host address
 /// (4 or 16 bytes), its port (4 bytes) and the physical offset (8 bytes).
 pub fn encode_msg_id(store_host: SocketAddr, phys_offset: u64) -> String {
+    let mut s = String::with_capacity(56);
+    push_msg_id(&mut s, store_host, phys_offset);
+    s
+}
+
+/// [`encode_msg_id`] appended to `out` (a batch's ids go into one string).
+pub fn push_msg_id(out: &mut String, store_host: SocketAddr, phys_offset: u64) {
     let mut raw = Vec::with_capacity(28);
     put_host(&mut raw, &store_host);
     raw.extend_from_slice(&phys_offset.to_be_bytes());
-    let mut s = String::with_capacity(raw.len() * 2);
+    out.reserve(raw.len() * 2);
     for b in raw {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        s.push(HEX[usize::from(b >> 4)] as char);
-        s.push(HEX[usize::from(b & 15)] as char);
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
     }
-    s
 }
 
 /// Inverse of [`encode_msg_id`]; accepts either case.

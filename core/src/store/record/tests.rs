@@ -1,6 +1,7 @@
 //! Unit tests of the record codec: round trips, limits, bit flips, message ids.
 
 use super::*;
+use crate::Error;
 
 fn v4(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -211,4 +212,107 @@ fn message_property_helpers() {
     assert_eq!(m.keys().count(), 0);
     assert_eq!(m.remove_property(property::TAGS).as_deref(), Some("B"));
     assert_eq!(m.tags(), None);
+}
+
+fn joined(pairs: &[(String, String)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(NAME_VALUE_SEPARATOR);
+        out.extend_from_slice(v.as_bytes());
+        out.push(PROPERTY_SEPARATOR);
+    }
+    out
+}
+
+#[test]
+fn pre_encoded_properties_make_the_same_record_as_pairs() {
+    let store = v4("127.0.0.1:10911");
+    // Small (CRC of the stamped bytes) and large (combined piece CRCs) records.
+    for body_len in [11, 6000] {
+        let mut m = sample();
+        m.body = Bytes::from(vec![7u8; body_len]);
+        let raw = joined(&m.properties);
+        assert!(is_plain_properties(&raw, &[]));
+        let stamp = Stamp {
+            queue_offset: 9,
+            phys_offset: 1 << 33,
+            store_timestamp: 1_700_000_000_999,
+        };
+        let from_pairs = encode_stamped(&m, store, stamp);
+        let mut parts = Parts::of(&m);
+        parts.properties = Props::Encoded(&raw);
+        let mut from_raw = Vec::new();
+        let enc = encode_parts(&parts, &store, &mut from_raw).unwrap();
+        enc.stamp(&mut from_raw, &stamp).unwrap();
+        assert_eq!(from_raw, from_pairs, "body of {body_len} bytes");
+        let view = decode(&from_raw).unwrap();
+        view.verify_strict().unwrap();
+        assert_eq!(view.to_message(), m);
+    }
+}
+
+#[test]
+fn plain_properties_are_exactly_the_encoder_form() {
+    let plain = |s: &[u8]| is_plain_properties(s, &[property::DELAY_TIME_LEVEL]);
+    assert!(plain(b""));
+    assert!(plain(
+        b"TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02e\x01\x02"
+    ));
+    assert!(plain("r\u{1}\u{e9}t\u{e9}\u{2}".as_bytes()));
+    // Each of these is parsed the general way instead.
+    assert!(!plain(b"TAGS\x01a"), "no final separator");
+    assert!(!plain(b"TAGS\x01a\x02TAGS\x01b\x02"), "a repeated name");
+    assert!(!plain(b"\x01a\x02"), "an empty name");
+    assert!(!plain(b"junk\x02TAGS\x01a\x02"), "an item without a value");
+    assert!(!plain(b"A\x011\x012\x02"), "two name/value separators");
+    assert!(!plain(b"__CRC32#\x01123\x02"), "the store's own property");
+    assert!(!plain(b"DELAY\x013\x02"), "a reserved name");
+    assert!(!plain(b"A\x01\xff\x02"), "not UTF-8");
+    let many: Vec<u8> = (0..40)
+        .flat_map(|i| format!("p{i}\x01v\x02").into_bytes())
+        .collect();
+    assert!(
+        !plain(&many),
+        "more properties than the duplicate check handles"
+    );
+}
+
+#[test]
+fn properties_parse_like_java() {
+    let raw = "x\u{2}A\u{1}1\u{1}2\u{2}B\u{1}2\u{2}C\u{1}\u{2}B\u{1}3";
+    assert_eq!(
+        parse_properties(raw),
+        vec![("B".into(), "3".into()), ("C".into(), String::new())]
+    );
+}
+
+#[test]
+fn batch_ids_are_the_offset_ids_joined() {
+    let sent = BatchSent {
+        topic: "t".into(),
+        queue_id: 1,
+        store_host: v4("10.0.0.1:10911"),
+        store_timestamp: 1,
+        records: vec![
+            Placed {
+                phys_offset: 0,
+                size: 100,
+                queue_offset: 5,
+            },
+            Placed {
+                phys_offset: 100,
+                size: 50,
+                queue_offset: 6,
+            },
+        ],
+    };
+    let ids = format!(
+        "{},{}",
+        encode_msg_id(sent.store_host, 0),
+        encode_msg_id(sent.store_host, 100)
+    );
+    assert_eq!(sent.joined_msg_ids(','), ids);
+    assert_eq!(sent.msg_id(1), Some(encode_msg_id(sent.store_host, 100)));
+    assert_eq!(sent.end_offset(), 150);
 }

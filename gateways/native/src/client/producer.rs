@@ -14,13 +14,17 @@ use tracing::debug;
 
 use super::ClientConfig;
 use super::link::{Pushed, refused};
-use super::message::{Message, SendResult, now_ms, unique_id};
+use super::message::{Message, SendResult, now_ms, unique_id_at};
 use super::session::Session;
 use crate::Error;
 use crate::body::{MessageQueue, field, transaction};
 use crate::code::{request, response};
 use crate::codec::RemotingCommand;
-use crate::message::encode_batch_entry;
+use crate::message::encode_batch_entry_with;
+
+/// Bytes of a batch entry besides its body, for sizing the request body once: the
+/// fixed fields and typical properties (`UNIQ_KEY`, `WAIT`, a tag).
+const BATCH_ENTRY_OVERHEAD: usize = 22 + 80;
 use rocketgate_core::store::record::property;
 
 /// Sends messages. Cheap to clone; clones share connections and routes.
@@ -267,7 +271,9 @@ impl Inner {
     /// A `SEND_MESSAGE_V2` request for `msg` to queue `queue_id` (-1: the broker picks),
     /// and the unique id it carries.
     fn send_command(&self, msg: &Message, queue_id: i32) -> (RemotingCommand, String) {
-        let uniq = unique_id();
+        // One clock read for the id and the born timestamp.
+        let now = now_ms();
+        let uniq = unique_id_at(now as u64);
         let half = msg
             .properties
             .get(property::TRANSACTION_PREPARED)
@@ -287,7 +293,7 @@ impl Inner {
             .with_static_field("d", "4")
             .with_field("e", queue_id)
             .with_field("f", sys_flag)
-            .with_field("g", now_ms())
+            .with_field("g", now)
             .with_field("h", msg.flag)
             .with_field("i", msg.properties_string(&uniq))
             .with_static_field("j", "0")
@@ -440,11 +446,18 @@ impl Inner {
                 topic: topic.clone(),
             })?;
         let addr = self.addr(&mq)?;
-        let mut body = BytesMut::new();
+        let mut body = BytesMut::with_capacity(
+            msgs.iter()
+                .map(|m| m.body.len() + BATCH_ENTRY_OVERHEAD)
+                .sum(),
+        );
         let mut ids = Vec::with_capacity(msgs.len());
+        let now = now_ms();
         for m in &msgs {
-            let uniq = unique_id();
-            encode_batch_entry(m.flag, &m.body, &m.properties_string(&uniq), &mut body);
+            let uniq = unique_id_at(now as u64);
+            encode_batch_entry_with(m.flag, &m.body, &mut body, |out| {
+                m.write_properties(&uniq, out)
+            });
             ids.push(uniq);
         }
         let mut cmd = RemotingCommand::request(request::SEND_BATCH_MESSAGE, 0)
@@ -454,7 +467,7 @@ impl Inner {
             .with_static_field("d", "4")
             .with_field("e", mq.queue_id)
             .with_field("f", 0)
-            .with_field("g", now_ms())
+            .with_field("g", now)
             .with_field("h", 0)
             .with_field("i", "")
             .with_static_field("j", "0")

@@ -32,29 +32,33 @@ pub(super) fn decode_header(header: &Bytes) -> Result<RemotingCommand, CodecErro
         Some(utf8(remark_bytes, "remark is not UTF-8")?)
     };
 
-    let mut ext = take_sized(&mut b, "extFields")?;
-    let mut ext_fields = ExtFields::with_capacity(16);
-    while ext.has_remaining() {
-        if ext.remaining() < 2 {
-            return Err(malformed("extFields key length truncated"));
-        }
-        let key_len =
-            usize::try_from(ext.get_i16()).map_err(|_| malformed("negative key length"))?;
-        if ext.remaining() < key_len {
+    let ext = take_sized(&mut b, "extFields")?;
+    let e = &ext[..];
+    let mut ext_fields = ExtFields::decoding(ext.clone(), 16);
+    let mut at = 0usize;
+    while at < e.len() {
+        let key_len = e
+            .get(at..at + 2)
+            .map(|l| i16::from_be_bytes([l[0], l[1]]))
+            .ok_or_else(|| malformed("extFields key length truncated"))?;
+        let key_len = usize::try_from(key_len).map_err(|_| malformed("negative key length"))?;
+        let key = at + 2..at + 2 + key_len;
+        if key.end > e.len() {
             return Err(malformed("extFields key truncated"));
         }
-        let key = ext.split_to(key_len);
-        if ext.remaining() < 4 {
-            return Err(malformed("extFields value length truncated"));
-        }
+        let value_len = e
+            .get(key.end..key.end + 4)
+            .map(|l| i32::from_be_bytes([l[0], l[1], l[2], l[3]]))
+            .ok_or_else(|| malformed("extFields value length truncated"))?;
         let value_len =
-            usize::try_from(ext.get_i32()).map_err(|_| malformed("negative value length"))?;
-        if ext.remaining() < value_len {
+            usize::try_from(value_len).map_err(|_| malformed("negative value length"))?;
+        let value = key.end + 4..key.end + 4 + value_len;
+        if value.end > e.len() {
             return Err(malformed("extFields value truncated"));
         }
-        let value = ext.split_to(value_len);
+        at = value.end;
         ext_fields
-            .push_shared(key, value)
+            .push_span(key, value)
             .ok_or_else(|| malformed("extFields key or value is not UTF-8"))?;
     }
     // Like Java, bytes after the ext fields are ignored.

@@ -210,13 +210,14 @@ impl RemotingCommand {
     }
 
     pub fn with_field(mut self, key: impl Into<FieldName>, value: impl ToString) -> Self {
-        self.ext_fields.insert(key, value.to_string());
+        // A builder: appended, not searched for (a later value of a key wins).
+        self.ext_fields.append(key, value.to_string());
         self
     }
 
     /// [`RemotingCommand::with_field`] for a constant value, without allocating it.
     pub fn with_static_field(mut self, key: impl Into<FieldName>, value: &'static str) -> Self {
-        self.ext_fields.insert_static(key, value);
+        self.ext_fields.append_static(key, value);
         self
     }
 
@@ -241,6 +242,11 @@ impl RemotingCommand {
     /// An ext field by name.
     pub fn field(&self, key: &str) -> Option<&str> {
         self.ext_fields.get(key)
+    }
+
+    /// [`RemotingCommand::field`] as `Bytes` shared with the received frame.
+    pub fn field_bytes(&self, key: &str) -> Option<bytes::Bytes> {
+        self.ext_fields.get_bytes(key)
     }
 }
 

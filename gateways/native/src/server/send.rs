@@ -3,18 +3,21 @@
 
 use std::str::FromStr;
 
-use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
+use bytes::Bytes;
+use rocketgate_core::broker::{MessagingApi, QueueChoice, SEND_TIME_PROPERTIES, SendResult};
 use rocketgate_core::store::Message;
-use rocketgate_core::store::record::property;
+use rocketgate_core::store::record::{
+    BatchSent, EncodedBatch, EncodedEntry, is_plain_properties, property,
+};
 
 use super::Ctx;
 use super::conn::Peer;
 use super::handle::{Fail, Handled, core_fail};
 use super::txn;
-use crate::body::{SEND_V2_NAMES, field};
+use crate::body::field;
 use crate::code::{request, response};
 use crate::codec::RemotingCommand;
-use crate::message::{decode_batch, decode_properties};
+use crate::message::{decode_batch_encoded, decode_properties};
 
 /// A send header, whichever of the two layouts it came in.
 pub(crate) struct SendHeader {
@@ -24,32 +27,50 @@ pub(crate) struct SendHeader {
     pub sys_flag: i32,
     pub born_timestamp: i64,
     pub flag: i32,
-    pub properties: Vec<(String, String)>,
+    /// The `properties` field as sent (`name\x01value\x02…`), shared with the frame:
+    /// the core copies it into the record when it is plain.
+    pub properties: Bytes,
     pub reconsume_times: i32,
     pub batch: bool,
 }
 
-/// The header fields of a send request under their v1 names, read from the request
-/// itself whichever layout it came in (no renamed copy of the field map).
+/// A send header field: its v2 one-letter name and its v1 name (`SEND_V2_NAMES`),
+/// so a lookup is one scan of the request's fields, not a table scan first.
+type Name = (&'static str, &'static str);
+const PRODUCER_GROUP: Name = ("a", field::PRODUCER_GROUP);
+const TOPIC: Name = ("b", field::TOPIC);
+const QUEUE_ID: Name = ("e", field::QUEUE_ID);
+const SYS_FLAG: Name = ("f", field::SYS_FLAG);
+const BORN_TIMESTAMP: Name = ("g", field::BORN_TIMESTAMP);
+const FLAG: Name = ("h", field::FLAG);
+const PROPERTIES: Name = ("i", field::PROPERTIES);
+const RECONSUME_TIMES: Name = ("j", field::RECONSUME_TIMES);
+const BATCH: Name = ("m", field::BATCH);
+
+/// The header fields of a send request, read from the request itself whichever
+/// layout it came in (no renamed copy of the field map).
 struct Fields<'a> {
     req: &'a RemotingCommand,
     v2: bool,
 }
 
 impl Fields<'_> {
-    fn raw(&self, long: &str) -> Option<&str> {
-        if !self.v2 {
-            return self.req.field(long);
-        }
-        SEND_V2_NAMES
-            .iter()
-            .find(|(_, l)| *l == long)
-            .and_then(|(short, _)| self.req.field(short))
+    fn key(&self, (short, long): Name) -> &'static str {
+        if self.v2 { short } else { long }
+    }
+
+    fn raw(&self, name: Name) -> Option<&str> {
+        self.req.field(self.key(name))
+    }
+
+    fn raw_bytes(&self, name: Name) -> Option<Bytes> {
+        self.req.field_bytes(self.key(name))
     }
 
     /// Absent, empty or `null` is `None`; malformed is an error naming the v1 field.
-    fn opt<T: FromStr>(&self, long: &str) -> Result<Option<T>, Fail> {
-        match self.raw(long).map(str::trim) {
+    fn opt<T: FromStr>(&self, name: Name) -> Result<Option<T>, Fail> {
+        let long = name.1;
+        match self.raw(name).map(str::trim) {
             None | Some("") | Some("null") => Ok(None),
             Some(v) => v.parse().map(Some).map_err(|_| {
                 Fail::new(
@@ -66,7 +87,7 @@ impl SendHeader {
         let v2 = req.code == request::SEND_MESSAGE_V2
             || (req.code == request::SEND_BATCH_MESSAGE && req.field("b").is_some());
         let f = Fields { req, v2 };
-        let topic = f.raw(field::TOPIC).map(str::trim).ok_or_else(|| {
+        let topic = f.raw(TOPIC).map(str::trim).ok_or_else(|| {
             Fail::new(
                 response::SYSTEM_ERROR,
                 format!("the custom header field {} is missing", field::TOPIC),
@@ -76,15 +97,15 @@ impl SendHeader {
             return Err(Fail::new(response::MESSAGE_ILLEGAL, "the topic is empty"));
         }
         Ok(SendHeader {
-            producer_group: f.raw(field::PRODUCER_GROUP).unwrap_or_default().to_owned(),
+            producer_group: f.raw(PRODUCER_GROUP).unwrap_or_default().to_owned(),
             topic: topic.to_owned(),
-            queue_id: f.opt(field::QUEUE_ID)?.unwrap_or(-1),
-            sys_flag: f.opt(field::SYS_FLAG)?.unwrap_or(0),
-            born_timestamp: f.opt(field::BORN_TIMESTAMP)?.unwrap_or(0),
-            flag: f.opt(field::FLAG)?.unwrap_or(0),
-            properties: decode_properties(f.raw(field::PROPERTIES).unwrap_or_default()),
-            reconsume_times: f.opt(field::RECONSUME_TIMES)?.unwrap_or(0),
-            batch: f.opt(field::BATCH)?.unwrap_or(false),
+            queue_id: f.opt(QUEUE_ID)?.unwrap_or(-1),
+            sys_flag: f.opt(SYS_FLAG)?.unwrap_or(0),
+            born_timestamp: f.opt(BORN_TIMESTAMP)?.unwrap_or(0),
+            flag: f.opt(FLAG)?.unwrap_or(0),
+            properties: f.raw_bytes(PROPERTIES).unwrap_or_default(),
+            reconsume_times: f.opt(RECONSUME_TIMES)?.unwrap_or(0),
+            batch: f.opt(BATCH)?.unwrap_or(false),
         })
     }
 
@@ -95,14 +116,27 @@ impl SendHeader {
         }
     }
 
-    fn message(&self, peer: Peer, flag: i32, body: bytes::Bytes) -> Message {
+    /// The general-path message of a single send (transactional half messages).
+    fn message(&self, peer: Peer, body: Bytes) -> Message {
         let mut m = Message::new(self.topic.clone(), 0, body);
-        m.flag = flag;
+        m.flag = self.flag;
         m.sys_flag = self.sys_flag;
         m.born_timestamp = self.born_timestamp;
         m.born_host = peer.addr;
         m.reconsume_times = self.reconsume_times;
+        m.properties = decode_properties(&String::from_utf8_lossy(&self.properties));
         m
+    }
+
+    fn batch(&self, peer: Peer, entries: Vec<EncodedEntry>) -> EncodedBatch {
+        EncodedBatch {
+            topic: self.topic.clone(),
+            sys_flag: self.sys_flag,
+            born_timestamp: self.born_timestamp,
+            born_host: peer.addr,
+            reconsume_times: self.reconsume_times,
+            entries,
+        }
     }
 }
 
@@ -117,12 +151,12 @@ pub(crate) async fn send<B: MessagingApi>(
             "[TOO_MANY_REQUESTS] broker busy: too many sends in flight, try again later",
         ));
     };
-    let mut header = SendHeader::parse(req)?;
+    let header = SendHeader::parse(req)?;
     let resp = if req.code == request::SEND_BATCH_MESSAGE || header.batch {
         send_batch(ctx, peer, req, &header).await?
-    } else {
-        let mut m = header.message(peer, header.flag, req.body.clone());
-        m.properties = std::mem::take(&mut header.properties);
+    } else if !is_plain_properties(&header.properties, &SEND_TIME_PROPERTIES) {
+        // Delays, transactions, or properties not in the stored form: parsed.
+        let m = header.message(peer, req.body.clone());
         if m.property(property::TRANSACTION_PREPARED) == Some("true") {
             txn::send_half(ctx, req, &header, m).await?
         } else {
@@ -133,49 +167,52 @@ pub(crate) async fn send<B: MessagingApi>(
                 .map_err(core_fail)?;
             sent_response(req, &sent, sent.append.msg_id.clone())
         }
+    } else {
+        // The header's properties go to the core as they came (no `String` per
+        // name and value), copied into the record.
+        let entry = EncodedEntry {
+            flag: header.flag,
+            body: req.body.clone(),
+            properties: header.properties.clone(),
+        };
+        let sent = ctx
+            .broker
+            .send_encoded(header.batch(peer, vec![entry]), header.queue_choice())
+            .await
+            .map_err(core_fail)?;
+        let msg_id = sent.msg_id(0).unwrap_or_default();
+        batch_response(req, &sent, msg_id)
     };
     ctx.note_topic(&header.topic);
     Ok(resp)
 }
 
+/// A batch body's entries go to the core as slices of the request (body and
+/// properties), copied once into the commit log.
 async fn send_batch<B: MessagingApi>(
     ctx: &Ctx<B>,
     peer: Peer,
     req: &RemotingCommand,
     header: &SendHeader,
 ) -> Handled {
-    let entries =
-        decode_batch(&req.body).map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
+    let entries = decode_batch_encoded(&req.body)
+        .map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
     if entries.is_empty() {
         return Err(Fail::new(response::MESSAGE_ILLEGAL, "the batch is empty"));
     }
-    let messages: Vec<Message> = entries
-        .into_iter()
-        .map(|e| {
-            let mut m = header.message(peer, e.flag, e.body);
-            m.properties = e.properties;
-            m
-        })
-        .collect();
-    if messages
-        .iter()
-        .any(|m| m.property(property::TRANSACTION_PREPARED) == Some("true"))
-    {
-        return Err(Fail::new(
-            response::MESSAGE_ILLEGAL,
-            "a batch cannot hold transactional messages",
-        ));
-    }
     let sent = ctx
         .broker
-        .send_batch(messages, header.queue_choice())
+        .send_encoded(header.batch(peer, entries), header.queue_choice())
         .await
         .map_err(core_fail)?;
-    let first = sent
-        .first()
-        .ok_or_else(|| Fail::new(response::SYSTEM_ERROR, "nothing was stored"))?;
-    let ids: Vec<&str> = sent.iter().map(|s| s.append.msg_id.as_str()).collect();
-    Ok(sent_response(req, first, ids.join(",")))
+    let ids = sent.joined_msg_ids(',');
+    Ok(batch_response(req, &sent, ids))
+}
+
+/// `SendMessageResponseHeader` for what [`MessagingApi::send_encoded`] stored.
+fn batch_response(req: &RemotingCommand, sent: &BatchSent, msg_id: String) -> RemotingCommand {
+    let first = sent.records.first().map_or(0, |p| p.queue_offset);
+    response_fields(req, sent.queue_id, first, msg_id)
 }
 
 /// `SendMessageResponseHeader`: where the (first) message went.
@@ -184,10 +221,42 @@ pub(crate) fn sent_response(
     sent: &SendResult,
     msg_id: String,
 ) -> RemotingCommand {
+    response_fields(req, sent.queue_id, sent.append.queue_offset, msg_id)
+}
+
+fn response_fields(
+    req: &RemotingCommand,
+    queue_id: u32,
+    queue_offset: u64,
+    msg_id: String,
+) -> RemotingCommand {
     RemotingCommand::response_to(req, response::SUCCESS)
         .with_field(field::MSG_ID, msg_id)
-        .with_field(field::QUEUE_ID, sent.queue_id)
-        .with_field(field::QUEUE_OFFSET, sent.append.queue_offset)
+        .with_field(field::QUEUE_ID, queue_id)
+        .with_field(field::QUEUE_OFFSET, queue_offset)
         .with_static_field(field::MSG_REGION, "DefaultRegion")
         .with_static_field(field::TRACE_ON, "true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::SEND_V2_NAMES;
+
+    #[test]
+    fn field_names_are_the_v2_table() {
+        for name in [
+            PRODUCER_GROUP,
+            TOPIC,
+            QUEUE_ID,
+            SYS_FLAG,
+            BORN_TIMESTAMP,
+            FLAG,
+            PROPERTIES,
+            RECONSUME_TIMES,
+            BATCH,
+        ] {
+            assert!(SEND_V2_NAMES.contains(&name), "{name:?}");
+        }
+    }
 }
