@@ -84,7 +84,7 @@ where
     let max = shared.settings.max_packet_size as usize;
     let first = tokio::time::timeout(
         shared.settings.connect_timeout,
-        read_connect(&mut rd, &mut inbuf, max),
+        Box::pin(read_connect(&mut rd, &mut inbuf, max)),
     )
     .await;
     let (version, connect) = match first {
@@ -100,7 +100,6 @@ where
     let writer = tokio::spawn(write_loop(wr, wrx));
     let (inbox_tx, mut inbox_rx) = mpsc::channel::<Arc<Batch>>(64);
     let lagged = Arc::new(Notify::new());
-    let (offer_tx, mut offer_rx) = mpsc::channel(64);
     let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
     let conn_id = shared.next_id();
     let mut conn = Conn {
@@ -109,7 +108,7 @@ where
         peer,
         conn_id,
         session: Box::new(Session::new("", 0)),
-        out: BytesMut::with_capacity(16 * 1024),
+        out: BytesMut::new(),
         wtx,
         client_receive_max: usize::from(shared.settings.max_inflight.max(1)),
         client_max_packet: usize::MAX,
@@ -128,10 +127,12 @@ where
             overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             client_slow: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
-        shares: crate::share::Members::new(offer_tx),
+        shares: crate::share::Members::new(),
         pubs: Vec::new(),
     };
-    let keep_alive = match conn.accept(connect, tk_tx).await {
+    // Rare or one-off steps run boxed: their state would otherwise be part of
+    // every connection's task for its whole life (memory per idle connection).
+    let keep_alive = match Box::pin(conn.accept(connect, tk_tx)).await {
         Some(k) => k,
         None => {
             conn.flush().await;
@@ -142,9 +143,11 @@ where
     };
     // Packets that came in the same read as CONNECT.
     let mut early = if inbuf.is_empty() {
+        // Most clients wait for CONNACK: start the connection on a small buffer.
+        inbuf = BytesMut::with_capacity(READ_SMALL);
         None
     } else {
-        conn.on_bytes(&mut inbuf).await
+        Box::pin(conn.on_bytes(&mut inbuf)).await
     };
     let mut topics_rx = shared.router.topic_list();
     let mut shutdown = shared.shutdown.clone();
@@ -154,23 +157,30 @@ where
         if let Some(end) = early.take() {
             break end;
         }
-        conn.fill_ready().await;
+        if !conn.pending.is_empty() && conn.ready.len() < crate::deliver::READY_LOW {
+            Box::pin(conn.fill_ready()).await;
+        }
         conn.pump();
         conn.settle_acks();
         conn.flush().await;
         let deadline = keep_alive.map(|k| last_seen + k);
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
+        if inbuf.capacity() - inbuf.len() < READ_SMALL {
+            inbuf.reserve(READ_SMALL);
+        }
+        let spare = inbuf.capacity() - inbuf.len();
         tokio::select! {
             biased;
             _ = shutdown.changed() => break End::Shutdown,
             Some(t) = tk_rx.recv() => break End::Takeover(t),
             r = rd.read_buf(&mut inbuf) => match r {
                 Ok(0) | Err(_) => break End::Closed,
-                Ok(_) => {
+                Ok(n) => {
                     last_seen = Instant::now();
-                    if let Some(end) = conn.on_bytes(&mut inbuf).await {
+                    if let Some(end) = Box::pin(conn.on_bytes(&mut inbuf)).await {
                         break end;
                     }
+                    size_read_buffer(&mut inbuf, n, spare);
                 }
             },
             Some(b) = inbox_rx.recv(), if room => {
@@ -179,29 +189,49 @@ where
                     conn.on_batch(b);
                 }
             }
-            _ = lagged.notified() => conn.recheck().await,
-            Some(o) = offer_rx.recv(), if room => {
+            _ = lagged.notified() => Box::pin(conn.recheck()).await,
+            Some(o) = crate::share::recv(&mut conn.shares.rx), if room => {
                 conn.on_offer(o);
                 while conn.ready.len() < crate::deliver::READY_HIGH
-                    && let Ok(o) = offer_rx.try_recv()
+                    && let Some(Ok(o)) = conn.shares.rx.as_mut().map(|r| r.try_recv())
                 {
                     conn.on_offer(o);
                 }
             }
             Ok(()) = topics_rx.changed() => {
                 let list = topics_rx.borrow_and_update().clone();
-                conn.on_topics(&list).await;
+                Box::pin(conn.on_topics(&list)).await;
             }
             _ = sleep_until(deadline) => break End::Server(
                 DisconnectReasonCode::KeepAliveTimeout,
                 "no packet within 1.5 times the keep-alive".into(),
             ),
-            _ = tick.tick() => conn.commit().await,
+            _ = tick.tick() => Box::pin(conn.commit()).await,
         }
     };
-    conn.finish(end, &mut tk_rx).await;
+    Box::pin(conn.finish(end, &mut tk_rx)).await;
     drop(conn);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+/// A quiet connection's read buffer: small, so thousands of idle connections
+/// hold a few hundred bytes each instead of kilobytes (it is part of the
+/// memory per connection that issue #10 measures).
+const READ_SMALL: usize = 256;
+/// What a busy connection reads at most in one go.
+const READ_LARGE: usize = 64 * 1024;
+
+/// After a read of `n` bytes into `spare` free bytes has been handled: a read
+/// that filled the buffer means more is coming, so it grows (up to
+/// [`READ_LARGE`] free); a short
+/// read that left nothing over means the client went quiet, so a large buffer
+/// is swapped for a small one.
+fn size_read_buffer(inbuf: &mut BytesMut, n: usize, spare: usize) {
+    if n >= spare {
+        inbuf.reserve((2 * n).clamp(8 * 1024, READ_LARGE));
+    } else if inbuf.is_empty() && n < READ_SMALL && inbuf.capacity() > READ_SMALL {
+        *inbuf = BytesMut::with_capacity(READ_SMALL);
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -304,6 +334,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub async fn flush(&mut self) {
         if !self.out.is_empty() {
             let chunk = self.out.split().freeze();
+            if chunk.len() < 4096 {
+                // Not a busy stream: don't keep a large buffer for the next few
+                // bytes (an idle connection then holds none).
+                self.out = BytesMut::new();
+            }
             // A full writer channel means the client does not read fast enough.
             let slow = self.wtx.capacity() == 0;
             self.inbox

@@ -25,7 +25,7 @@ use crate::topic::{self, TopicFilter};
 /// Stop taking router batches above this many messages waiting for the window.
 pub const READY_HIGH: usize = 1024;
 /// Catch up by pulling while fewer than this many are waiting.
-const READY_LOW: usize = 256;
+pub(crate) const READY_LOW: usize = 256;
 const PULL_BATCH: usize = 128;
 
 /// A message ready to go out once the window allows.

@@ -111,20 +111,43 @@ struct Membership {
 
 /// A connection's side of its shared subscriptions.
 pub(crate) struct Members {
-    /// Every group this connection is a member of sends here.
-    offers: mpsc::Sender<Offer>,
+    /// Every group this connection is a member of sends here; made at the first
+    /// join (most connections never join one, and a channel costs memory).
+    offers: Option<mpsc::Sender<Offer>>,
+    /// The receiving end, read by the connection's loop ([`Members::recv`]).
+    pub rx: Option<mpsc::Receiver<Offer>>,
     joined: HashMap<u64, Membership>,
     /// Settled since the last loop turn, sent to the groups in one message each.
     settled: Vec<(Arc<Link>, u32, u64)>,
 }
 
 impl Members {
-    pub fn new(offers: mpsc::Sender<Offer>) -> Members {
+    pub fn new() -> Members {
         Members {
-            offers,
+            offers: None,
+            rx: None,
             joined: HashMap::new(),
             settled: Vec::new(),
         }
+    }
+
+    fn sender(&mut self) -> mpsc::Sender<Offer> {
+        let rx = &mut self.rx;
+        self.offers
+            .get_or_insert_with(|| {
+                let (tx, r) = mpsc::channel(64);
+                *rx = Some(r);
+                tx
+            })
+            .clone()
+    }
+}
+
+/// The next offer for this connection; pending forever while it is in no group.
+pub(crate) async fn recv(rx: &mut Option<mpsc::Receiver<Offer>>) -> Option<Offer> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -157,7 +180,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let (joined, answer) = oneshot::channel();
         let join = Cmd::Join {
             member,
-            offers: self.shares.offers.clone(),
+            offers: self.shares.sender(),
             credit: credit(self.client_receive_max),
             client_slow: self.inbox.client_slow.clone(),
             joined,
