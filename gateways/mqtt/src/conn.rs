@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::codec::{self, CodecError, Version};
 use crate::deliver::Ready;
-use crate::router::{Batch, Inbox};
+use crate::router::{Feed, Inbox, Interest};
 use crate::server::{Shared, Slot, Takeover, lock};
 use crate::session::Session;
 use crate::state::WillRecord;
@@ -102,7 +102,7 @@ where
     };
     let (wtx, wrx) = mpsc::channel::<Bytes>(64);
     let writer = tokio::spawn(write_loop(wr, wrx));
-    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Arc<Batch>>(64);
+    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Feed>(64);
     let lagged = Arc::new(Notify::new());
     let (pop_tx, mut pop_rx) = mpsc::channel(64);
     let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
@@ -167,6 +167,12 @@ where
         conn.flush().await;
         let deadline = keep_alive.map(|k| last_seen + k);
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
+        // Not taking feeds because the client's window is full, or its socket:
+        // the router must not wait for this session (see router.rs).
+        conn.inbox.client_slow.store(
+            !room || conn.wtx.capacity() == 0,
+            std::sync::atomic::Ordering::Release,
+        );
         tokio::select! {
             biased;
             _ = shutdown.changed() => break End::Shutdown,
@@ -182,7 +188,9 @@ where
             },
             Some(b) = inbox_rx.recv(), if room => {
                 conn.on_batch(b);
-                while let Ok(b) = inbox_rx.try_recv() {
+                while conn.ready.len() < crate::deliver::READY_HIGH
+                    && let Ok(b) = inbox_rx.try_recv()
+                {
                     conn.on_batch(b);
                 }
             }
@@ -304,12 +312,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub async fn flush(&mut self) {
         if !self.out.is_empty() {
             let chunk = self.out.split().freeze();
-            // A full writer channel means the client does not read fast enough.
-            let slow = self.wtx.capacity() == 0;
-            self.inbox
-                .client_slow
-                .store(slow, std::sync::atomic::Ordering::Release);
+            if self.wtx.capacity() == 0 {
+                // The client does not read fast enough: while this waits, the
+                // router must not wait for the session.
+                self.inbox
+                    .client_slow
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             let _ = self.wtx.send(chunk).await;
+        }
+    }
+
+    /// Tells the router what the subscriptions want of each followed core topic
+    /// (after they changed), so the session is handed only what it may match.
+    pub(crate) fn refresh_interest(&self) {
+        for t in &self.joined {
+            let interest = Interest::of(&self.session.subs, t);
+            self.shared.router.join(t, self.inbox.clone(), interest);
         }
     }
 

@@ -20,7 +20,7 @@ use rocketgate_core::store::RecordView;
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Batch, READER_GROUP, queue_end};
+use crate::router::{Feed, Interest, READER_GROUP, queue_end};
 use crate::session::{Inflight, Source, Sub};
 use crate::state::share_group;
 use crate::topic::{self, TopicFilter};
@@ -134,7 +134,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.pending.insert(key);
             }
         }
-        self.shared.router.join(topic, self.inbox.clone());
+        let interest = Interest::of(&self.session.subs, topic);
+        self.shared.router.join(topic, self.inbox.clone(), interest);
         self.joined.insert(name);
     }
 
@@ -216,7 +217,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
     }
 
-    pub(crate) fn on_batch(&mut self, b: Arc<Batch>) {
+    pub(crate) fn on_batch(&mut self, feed: Feed) {
+        let b = &*feed.batch;
         let key = (b.topic.clone(), b.queue);
         if !self.joined.contains(&b.topic) || self.pending.contains(&key) {
             return;
@@ -231,16 +233,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
             return;
         }
         let mut cur = cur;
-        if b.from > cur && self.skipping.remove(&key) && self.qos0_only() {
+        // The feed covers `feed.from..b.next`: the router handed the session
+        // every message of that range it may match (only those).
+        if feed.from > cur && self.skipping.remove(&key) && self.qos0_only() {
             // QoS 0 only and overflowed: rejoin the live stream, dropping the gap.
-            self.skipped(b.from - cur);
-            cur = b.from;
+            self.skipped(feed.from - cur);
+            cur = feed.from;
         }
-        if b.from > cur || self.ready.len() >= READY_HIGH {
+        if feed.from > cur || self.ready.len() >= READY_HIGH {
             self.pending.insert(key);
             return;
         }
-        for (m, name) in b.messages.iter().zip(&b.names) {
+        for (m, name) in feed.messages() {
             if m.queue_offset >= cur
                 && let Some(name) = name
             {
@@ -627,6 +631,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if !added.is_empty() {
             let topics = self.current_topics().await;
             self.sync_following(&topics, Start::End).await;
+            self.refresh_interest();
             for (sub, existed) in &added {
                 let send = sub.filter.share.is_none()
                     && (sub.retain_handling == 0 || (sub.retain_handling == 1 && !*existed));
@@ -708,6 +713,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.session.cursors.retain(|(ct, _), _| *ct != t);
             }
         }
+        self.refresh_interest();
         self.send(&Packet::UnsubAck(ack));
         self.save_session();
     }
