@@ -196,6 +196,12 @@ impl Flow {
         lock(&self.handed).get(queue as usize).copied()
     }
 
+    /// Nobody follows the topic any more: publishers waiting on it go on.
+    fn close(&self) {
+        lock(&self.handed).clear();
+        self.moved.notify_waiters();
+    }
+
     fn set(&self, queue: u32, at: u64) {
         if let Some(h) = lock(&self.handed).get_mut(queue as usize) {
             *h = at;
@@ -351,8 +357,7 @@ impl<B: MessagingApi + 'static> Router<B> {
         };
         if empty && let Some(entry) = topics.remove(topic) {
             entry.task.abort();
-            // Publishers waiting on this reader go on.
-            entry.flow.moved.notify_waiters();
+            entry.flow.close();
         }
     }
 
@@ -360,7 +365,7 @@ impl<B: MessagingApi + 'static> Router<B> {
     pub fn stop(&self) {
         for (_, entry) in lock(&self.topics).drain() {
             entry.task.abort();
-            entry.flow.moved.notify_waiters();
+            entry.flow.close();
         }
         if let Some(w) = lock(&self.watcher).take() {
             w.abort();
@@ -393,6 +398,8 @@ async fn run_topic<B: MessagingApi + 'static>(
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
+    // Until its reader starts, a queue holds no publisher back.
+    *lock(&flow.handed) = vec![u64::MAX; queues as usize];
     let mut set = tokio::task::JoinSet::new();
     for q in 0..queues {
         set.spawn(read_queue(
@@ -448,13 +455,7 @@ async fn read_queue<B: MessagingApi>(
             None => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     };
-    {
-        let mut handed = lock(&flow.handed);
-        if handed.len() <= queue as usize {
-            handed.resize(queue as usize + 1, 0);
-        }
-        handed[queue as usize] = offset;
-    }
+    flow.set(queue, offset);
     // Sessions that joined before this reader existed may be behind its start.
     for m in &lock(&members).list {
         m.inbox.lagged.notify_one();
@@ -606,7 +607,7 @@ mod tests {
         send(api, 1, "x").await; // creates the topic
         let router = Router::new(api.clone(), Duration::from_secs(60));
         router.join("t", inbox, interest);
-        while handed(&router).is_none() {
+        while handed(&router).is_none_or(|h| h == u64::MAX) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         router
