@@ -220,8 +220,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub(crate) fn on_batch(&mut self, feed: Feed) {
         let b = &*feed.batch;
         let key = (b.topic.clone(), b.queue);
-        if !self.joined.contains(&b.topic) || self.pending.contains(&key) {
+        if !self.joined.contains(&b.topic) {
             return;
+        }
+        if self.pending.contains(&key) {
+            // Catching up: rejoin the shared stream as soon as a feed covers the
+            // cursor (pulling alone may never overtake a busy queue).
+            let covers = self
+                .session
+                .cursors
+                .get(&key)
+                .is_some_and(|&c| feed.from <= c && c < b.next);
+            if !covers || self.ready.len() >= READY_HIGH {
+                return;
+            }
+            self.pending.remove(&key);
         }
         let Some(&cur) = self.session.cursors.get(&key) else {
             // A queue first seen now: its messages are all new to the session.

@@ -392,10 +392,19 @@ async fn run_topic<B: MessagingApi + 'static>(
     members: SharedMembers,
     flow: Arc<Flow>,
 ) {
+    // A topic that did not exist when its first session joined holds only
+    // messages newer than every session following it: its readers start at the
+    // beginning, so those sessions take them live instead of each catching up
+    // from the log (under a flood that started with the topic, pulling would
+    // never overtake the publishers).
+    let mut from_start = false;
     let queues = loop {
         match api.topic(&topic).await {
             Ok(c) => break c.read_queues,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(_) => {
+                from_start = true;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
         }
     };
     // Until its reader starts, a queue holds no publisher back.
@@ -406,6 +415,7 @@ async fn run_topic<B: MessagingApi + 'static>(
             api.clone(),
             topic.clone(),
             q,
+            from_start,
             members.clone(),
             flow.clone(),
         ));
@@ -446,10 +456,14 @@ async fn read_queue<B: MessagingApi>(
     api: Arc<B>,
     topic: Arc<str>,
     queue: u32,
+    from_start: bool,
     members: SharedMembers,
     flow: Arc<Flow>,
 ) {
     let mut offset = loop {
+        if from_start {
+            break 0; // a moved offset is corrected by the first pull
+        }
         match queue_end(&*api, &topic, queue).await {
             Some(o) => break o,
             None => tokio::time::sleep(Duration::from_millis(500)).await,
