@@ -76,6 +76,8 @@ pub(crate) struct Conn<B> {
     pub to_ack: Vec<String>,
     pub committed: HashMap<(Arc<str>, u32), u64>,
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
+    /// The last catch-up pull ended far from the end of its queue.
+    pub far_behind: bool,
 }
 
 pub(crate) async fn run<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
@@ -137,6 +139,7 @@ where
         to_ack: Vec::new(),
         committed: HashMap::new(),
         pubs: Vec::new(),
+        far_behind: false,
     };
     let keep_alive = match conn.accept(connect, tk_tx).await {
         Some(k) => k,
@@ -167,6 +170,16 @@ where
         conn.flush().await;
         let deadline = keep_alive.map(|k| last_seen + k);
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
+        // While catching up from near the end of the log, take no feeds: the
+        // router then waits for this session as for any that does not drain, so
+        // the publishers it follows slow down and the catch-up can overtake them
+        // (discarding the feeds instead, it raced unthrottled publishers through
+        // the log). One far behind (a reconnecting session with a backlog) goes on
+        // discarding them and holds nobody back. Either way go on pulling at once
+        // instead of waiting for the next event.
+        let catching_up = !conn.pending.is_empty();
+        let hold = catching_up && !conn.far_behind;
+        let pull_more = catching_up && conn.ready.len() < crate::deliver::READY_LOW;
         // Not taking feeds because the client's window is full, or its socket:
         // the router must not wait for this session (see router.rs).
         conn.inbox.client_slow.store(
@@ -186,7 +199,7 @@ where
                     }
                 }
             },
-            Some(b) = inbox_rx.recv(), if room => {
+            Some(b) = inbox_rx.recv(), if room && !hold => {
                 conn.on_batch(b);
                 while conn.ready.len() < crate::deliver::READY_HIGH
                     && let Ok(b) = inbox_rx.try_recv()
@@ -195,6 +208,7 @@ where
                 }
             }
             _ = lagged.notified() => conn.recheck().await,
+            _ = std::future::ready(()), if pull_more => {}
             Some((raw, p)) = pop_rx.recv(), if room => conn.on_popped(&raw, p),
             Ok(()) = topics_rx.changed() => {
                 let list = topics_rx.borrow_and_update().clone();

@@ -28,7 +28,10 @@ use crate::topic::{self, TopicFilter};
 /// Stop taking router batches above this many messages waiting for the window.
 pub const READY_HIGH: usize = 1024;
 /// Catch up by pulling while fewer than this many are waiting.
-const READY_LOW: usize = 256;
+pub const READY_LOW: usize = 256;
+/// A session catching up from further back than this does not hold the router
+/// (and so the publishers) back while it does (see `conn.rs`).
+const FAR_BEHIND: u64 = 16 * 1024;
 const PULL_BATCH: usize = 128;
 
 /// A message ready to go out once the window allows.
@@ -318,6 +321,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         }
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
+                    self.far_behind = r.max_offset.saturating_sub(r.next_offset) > FAR_BEHIND;
                     let done =
                         r.status == PullStatus::NoNewMessage || r.next_offset >= r.max_offset;
                     if done || r.next_offset == cur && r.status != PullStatus::Found {
