@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::codec::{self, CodecError, Version};
 use crate::deliver::Ready;
-use crate::router::{Batch, Inbox};
+use crate::router::{Feed, Inbox, Interest};
 use crate::server::{Shared, Slot, Takeover, lock};
 use crate::session::Session;
 use crate::state::WillRecord;
@@ -72,6 +72,8 @@ pub(crate) struct Conn<B> {
     pub inbox: Inbox,
     pub shares: crate::share::Members,
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
+    /// The last catch-up pull ended far from the end of its queue.
+    pub far_behind: bool,
 }
 
 pub(crate) async fn run<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
@@ -98,7 +100,7 @@ where
     };
     let (wtx, wrx) = mpsc::channel::<Bytes>(64);
     let writer = tokio::spawn(write_loop(wr, wrx));
-    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Arc<Batch>>(64);
+    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Feed>(64);
     let lagged = Arc::new(Notify::new());
     let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
     let conn_id = shared.next_id();
@@ -129,6 +131,7 @@ where
         },
         shares: crate::share::Members::new(),
         pubs: Vec::new(),
+        far_behind: false,
     };
     // Rare or one-off steps run boxed: their state would otherwise be part of
     // every connection's task for its whole life (memory per idle connection).
@@ -169,6 +172,22 @@ where
             inbuf.reserve(READ_SMALL);
         }
         let spare = inbuf.capacity() - inbuf.len();
+        // While catching up from near the end of the log, take no feeds: the
+        // router then waits for this session as for any that does not drain, so
+        // the publishers it follows slow down and the catch-up can overtake them
+        // (discarding the feeds instead, it raced unthrottled publishers through
+        // the log). One far behind (a reconnecting session with a backlog) goes on
+        // discarding them and holds nobody back. Either way go on pulling at once
+        // instead of waiting for the next event.
+        let catching_up = !conn.pending.is_empty();
+        let hold = catching_up && !conn.far_behind;
+        let pull_more = catching_up && conn.ready.len() < crate::deliver::READY_LOW;
+        // Not taking feeds because the client's window is full, or its socket:
+        // the router must not wait for this session (see router.rs).
+        conn.inbox.client_slow.store(
+            !room || conn.wtx.capacity() == 0,
+            std::sync::atomic::Ordering::Release,
+        );
         tokio::select! {
             biased;
             _ = shutdown.changed() => break End::Shutdown,
@@ -183,13 +202,16 @@ where
                     size_read_buffer(&mut inbuf, n, spare);
                 }
             },
-            Some(b) = inbox_rx.recv(), if room => {
+            Some(b) = inbox_rx.recv(), if room && !hold => {
                 conn.on_batch(b);
-                while let Ok(b) = inbox_rx.try_recv() {
+                while conn.ready.len() < crate::deliver::READY_HIGH
+                    && let Ok(b) = inbox_rx.try_recv()
+                {
                     conn.on_batch(b);
                 }
             }
             _ = lagged.notified() => Box::pin(conn.recheck()).await,
+            _ = std::future::ready(()), if pull_more => {}
             Some(o) = crate::share::recv(&mut conn.shares.rx), if room => {
                 conn.on_offer(o);
                 while conn.ready.len() < crate::deliver::READY_HIGH
@@ -339,12 +361,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 // bytes (an idle connection then holds none).
                 self.out = BytesMut::new();
             }
-            // A full writer channel means the client does not read fast enough.
-            let slow = self.wtx.capacity() == 0;
-            self.inbox
-                .client_slow
-                .store(slow, std::sync::atomic::Ordering::Release);
+            if self.wtx.capacity() == 0 {
+                // The client does not read fast enough: while this waits, the
+                // router must not wait for the session.
+                self.inbox
+                    .client_slow
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             let _ = self.wtx.send(chunk).await;
+        }
+    }
+
+    /// Tells the router what the subscriptions want of each followed core topic
+    /// (after they changed), so the session is handed only what it may match.
+    pub(crate) fn refresh_interest(&self) {
+        for t in &self.joined {
+            let interest = Interest::of(&self.session.subs, t);
+            self.shared.router.join(t, self.inbox.clone(), interest);
         }
     }
 

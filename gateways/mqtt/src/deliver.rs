@@ -18,14 +18,17 @@ use rocketgate_core::store::RecordView;
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Batch, READER_GROUP, queue_end};
+use crate::router::{Feed, Interest, READER_GROUP, queue_end};
 use crate::session::{Inflight, Source, Sub};
 use crate::topic::{self, TopicFilter};
 
 /// Stop taking router batches above this many messages waiting for the window.
 pub const READY_HIGH: usize = 1024;
 /// Catch up by pulling while fewer than this many are waiting.
-pub(crate) const READY_LOW: usize = 256;
+pub const READY_LOW: usize = 256;
+/// A session catching up from further back than this does not hold the router
+/// (and so the publishers) back while it does (see `conn.rs`).
+const FAR_BEHIND: u64 = 16 * 1024;
 const PULL_BATCH: usize = 128;
 
 /// A message ready to go out once the window allows.
@@ -144,7 +147,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.pending.insert(key);
             }
         }
-        self.shared.router.join(topic, self.inbox.clone());
+        let interest = Interest::of(&self.session.subs, topic);
+        self.shared.router.join(topic, self.inbox.clone(), interest);
         self.joined.insert(name);
     }
 
@@ -187,10 +191,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
     }
 
-    pub(crate) fn on_batch(&mut self, b: Arc<Batch>) {
+    pub(crate) fn on_batch(&mut self, feed: Feed) {
+        let b = &*feed.batch;
         let key = (b.topic.clone(), b.queue);
-        if !self.joined.contains(&b.topic) || self.pending.contains(&key) {
+        if !self.joined.contains(&b.topic) {
             return;
+        }
+        if self.pending.contains(&key) {
+            // Catching up: rejoin the shared stream as soon as a feed covers the
+            // cursor (pulling alone may never overtake a busy queue).
+            let covers = self
+                .session
+                .cursors
+                .get(&key)
+                .is_some_and(|&c| feed.from <= c && c < b.next);
+            if !covers || self.ready.len() >= READY_HIGH {
+                return;
+            }
+            self.pending.remove(&key);
         }
         let Some(&cur) = self.session.cursors.get(&key) else {
             // A queue first seen now: its messages are all new to the session.
@@ -202,16 +220,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
             return;
         }
         let mut cur = cur;
-        if b.from > cur && self.skipping.remove(&key) && self.qos0_only() {
+        // The feed covers `feed.from..b.next`: the router handed the session
+        // every message of that range it may match (only those).
+        if feed.from > cur && self.skipping.remove(&key) && self.qos0_only() {
             // QoS 0 only and overflowed: rejoin the live stream, dropping the gap.
-            self.skipped(b.from - cur);
-            cur = b.from;
+            self.skipped(feed.from - cur);
+            cur = feed.from;
         }
-        if b.from > cur || self.ready.len() >= READY_HIGH {
+        if feed.from > cur || self.ready.len() >= READY_HIGH {
             self.pending.insert(key);
             return;
         }
-        for (m, name) in b.messages.iter().zip(&b.names) {
+        for (m, name) in feed.messages() {
             if m.queue_offset >= cur
                 && let Some(name) = name
             {
@@ -272,6 +292,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         }
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
+                    self.far_behind = r.max_offset.saturating_sub(r.next_offset) > FAR_BEHIND;
                     let done =
                         r.status == PullStatus::NoNewMessage || r.next_offset >= r.max_offset;
                     if done || r.next_offset == cur && r.status != PullStatus::Found {
@@ -550,6 +571,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if !added.is_empty() {
             let topics = self.current_topics().await;
             self.sync_following(&topics, Start::End).await;
+            self.refresh_interest();
             for (sub, existed) in &added {
                 let send = sub.filter.share.is_none()
                     && (sub.retain_handling == 0 || (sub.retain_handling == 1 && !*existed));
@@ -622,6 +644,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.session.committed.retain(|(ct, _), _| *ct != t);
             }
         }
+        self.refresh_interest();
         self.send(&Packet::UnsubAck(ack));
         self.save_session();
     }

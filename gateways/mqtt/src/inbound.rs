@@ -10,7 +10,7 @@ use mqttbytes::v5::{
     DisconnectReasonCode, Packet, PubAck, PubAckProperties, PubAckReason, PubRec, PubRecProperties,
     PubRecReason, Publish,
 };
-use rocketgate_core::broker::{MessagingApi, QueueChoice};
+use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
 use rocketgate_core::store::Message;
 
 use crate::codec::Version;
@@ -30,9 +30,11 @@ pub(crate) struct PendingPub {
 }
 
 const MAX_PUB_BATCH: usize = 128;
-/// A publisher waits while the live readers of its core topic are more than this
-/// many entries behind (the node stores faster than it can read: overload).
-const MAX_BEHIND: u64 = 4096;
+/// A publisher waits while more than this many entries of its queue are stored
+/// but not yet handed to the sessions following the topic (the node stores
+/// faster than it delivers: overload). Small enough that what is stored follows
+/// delivery closely, large enough for a few router batches in flight.
+const MAX_AHEAD: u64 = 1024;
 /// ... but never longer than this per batch (a reader stuck for another reason
 /// must not stop publishing).
 const MAX_THROTTLE: Duration = Duration::from_secs(1);
@@ -167,19 +169,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
         end
     }
 
-    /// Backpressure under overload: while the router's readers of `topic` are far
-    /// behind the end of the log, wait before acknowledging and reading on, so the
-    /// publisher's TCP window fills up instead of the live path falling behind
-    /// without bound (QoS 0 publishers have no other limit).
-    async fn throttle(&self, topic: &str) {
-        let router = &self.shared.router;
-        if router.behind(topic) <= MAX_BEHIND {
-            return;
-        }
-        let started = tokio::time::Instant::now();
-        while router.behind(topic) > MAX_BEHIND && started.elapsed() < MAX_THROTTLE {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+    /// Backpressure from delivery: before acknowledging and reading on, wait
+    /// until the router has handed what this publisher stored (all but
+    /// [`MAX_AHEAD`] entries) to the sessions of the topic, which it does only as
+    /// fast as they drain. So the publisher's TCP window fills up instead of the
+    /// node storing what it cannot deliver (QoS 0 publishers have no other limit).
+    async fn throttle(&self, topic: &str, stored: &[SendResult]) {
+        let Some(last) = stored.last() else { return };
+        let upto = (last.append.queue_offset + 1).saturating_sub(MAX_AHEAD);
+        // While this waits the connection takes no feeds: if it also subscribes
+        // to the topic, the router must not wait for it in turn.
+        self.inbox
+            .client_slow
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .router
+            .wait_handed(topic, last.queue_id, upto, MAX_THROTTLE)
+            .await;
     }
 
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
@@ -205,11 +211,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
         let mut failure = None;
         let topic = messages.first().map(|m| m.topic.clone());
+        let mut results = Vec::new();
         if !messages.is_empty() {
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
             let stored = if messages.iter().any(is_delayed) {
                 // The core stores delayed messages one by one, never in a batch.
-                let mut result = Ok(());
+                let mut result = Ok(Vec::new());
                 for m in messages {
                     if let Err(e) = self.shared.api.send(m, key.clone()).await {
                         result = Err(e);
@@ -218,10 +225,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
                 result
             } else {
-                self.shared.api.send_batch(messages, key).await.map(drop)
+                self.shared.api.send_batch(messages, key).await
             };
             match stored {
-                Ok(()) => {
+                Ok(r) => {
+                    results = r;
                     let mut props = retained_props.into_iter();
                     let mut any = false;
                     for p in &pubs {
@@ -256,7 +264,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             ));
         }
         if let Some(topic) = topic {
-            self.throttle(&topic).await;
+            self.throttle(&topic, &results).await;
         }
         for p in pubs {
             let refused = if p.stored { failure.clone() } else { p.refused };

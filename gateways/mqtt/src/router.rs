@@ -1,33 +1,43 @@
-//! One reader per (core topic, queue), fanning each batch it reads out to every
-//! connected session that follows the topic (rumqttd's router idea), instead of
+//! One reader per (core topic, queue), handing each batch it reads to the
+//! connected sessions that follow the topic (rumqttd's router idea), instead of
 //! every session long-polling the same queue.
 //!
-//! A batch carries the offset range it covers. A session that is exactly at the
-//! batch's start takes the messages it matches and moves on; one that is behind
-//! (it was offline, was slow and had a batch dropped, or follows a topic that just
-//! appeared) catches up by pulling from its own cursor, then rejoins the shared
-//! stream. A full session channel never slows the reader: the batch is dropped for
-//! that session and it is told it lagged (and that it overflowed, so a session
-//! that only takes QoS 0 can skip ahead instead of catching up, see `deliver.rs`).
+//! **Who gets what.** The router keeps an index from exact MQTT topic name to the
+//! sessions whose filters on that core topic are all exact ([`Interest::Names`]):
+//! such a session is handed only the messages of a batch with one of its names
+//! (in point-to-point use many sessions follow one core topic and match one tag
+//! each; without the index each of them looked at every record). A session with
+//! any wildcard filter on the topic ([`Interest::All`]) is handed every message.
+//! The reader works out each message's MQTT name once per batch.
 //!
-//! The reader also works out each message's MQTT topic name once per batch, so the
-//! sessions following a topic only compare names instead of each parsing every
-//! record (in point-to-point use many sessions follow one core topic and match
-//! one tag each).
+//! **Cursors.** A [`Feed`] says which range of the queue it covers: `from` is
+//! where the previous feed to that session ended, so the messages skipped in
+//! between (none of them for the session) are covered too, and a session's
+//! cursor still moves past records not for it. A session that is exactly at a
+//! feed's `from` takes its messages and moves to the batch's end; one that is
+//! behind (it was offline, had a feed dropped, or follows a topic that just
+//! appeared) catches up by pulling from its own cursor, then rejoins. A session
+//! handed nothing for a while gets an empty feed now and then, so its committed
+//! offset does not stay far behind.
 //!
-//! Each reader also publishes how far it is behind the end of its queue. A reader
-//! that falls behind means the node cannot read as fast as it stores (CPU
-//! overload: publishers flooding, typically at QoS 0, which has no window); the
-//! publishing connections then wait a little before reading more from their
-//! sockets (see [`Router::behind`]), so TCP slows the publishers down, as a broker
-//! that forwards inline would, instead of the live path falling ever further behind.
+//! **Backpressure.** A session whose channel is full although its client reads
+//! (the node, not the client, is slow) is waited for (a bounded time): the reader
+//! slows down, and so do the publishers, which wait until the reader has handed
+//! out what they stored (see [`Router::wait_handed`]) before reading more from
+//! their sockets. So a publisher goes only as fast as the sessions of its topic
+//! drain, as with a broker that forwards inline, instead of the node storing
+//! what it then cannot deliver (QoS 0 publishers have no window). A session whose
+//! client does not read (its outgoing socket is full, or its QoS 1/2 window is)
+//! is never waited for: its feed is dropped and it is told it lagged (and that it
+//! overflowed, so a session that only takes QoS 0 can skip ahead instead of
+//! catching up, see `deliver.rs`).
 //!
 //! The router also watches the topic list, so subscriptions whose first level is a
 //! wildcard see new core topics as they appear.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rocketgate_core::broker::{
@@ -36,6 +46,8 @@ use rocketgate_core::broker::{
 use rocketgate_core::store::RecordView;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
+
+use crate::session::Sub;
 
 /// Messages read from one queue: offsets `from..next` (some may be absent from
 /// `messages` only if the core skipped them).
@@ -50,40 +62,159 @@ pub struct Batch {
     pub names: Vec<Option<Box<str>>>,
 }
 
+/// What one session is handed of a batch.
+#[derive(Debug)]
+pub struct Feed {
+    pub batch: Arc<Batch>,
+    /// The session was handed everything of the queue it can match from here to
+    /// `batch.next` (where the previous feed to it ended; `batch.from` or before).
+    pub from: u64,
+    /// The indices in `batch.messages` the session may match (`None`: all of them).
+    pub picks: Option<Box<[u32]>>,
+}
+
+impl Feed {
+    /// The messages of the batch handed to the session, with their MQTT names.
+    pub fn messages(&self) -> impl Iterator<Item = (&Delivered, Option<&str>)> {
+        let b = &*self.batch;
+        let all = self.picks.is_none().then_some(0..b.messages.len());
+        let picked = self
+            .picks
+            .iter()
+            .flat_map(|p| p.iter().map(|&i| i as usize));
+        all.into_iter()
+            .flatten()
+            .chain(picked)
+            .filter_map(move |i| Some((b.messages.get(i)?, b.names.get(i)?.as_deref())))
+    }
+}
+
 /// A session's inbox at the router.
 #[derive(Clone)]
 pub struct Inbox {
     pub id: u64,
-    pub tx: mpsc::Sender<Arc<Batch>>,
+    pub tx: mpsc::Sender<Feed>,
     pub lagged: Arc<Notify>,
-    /// Set when a batch was dropped because the session's channel was full.
+    /// Set when a feed was dropped because the session's channel was full.
     pub overflowed: Arc<AtomicBool>,
-    /// Set by the session while its client does not read fast enough (its
-    /// outgoing channel is full): its overflows are the client's, not the node's.
+    /// Set by the session while its client does not take messages fast enough
+    /// (its outgoing socket or its QoS 1/2 window is full): the reader does not
+    /// wait for it, so a client that does not read never slows the publishers.
     pub client_slow: Arc<AtomicBool>,
 }
 
-type Inboxes = Arc<RwLock<Vec<Inbox>>>;
+/// Which messages of a core topic a session may match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interest {
+    /// Every message: a filter with a wildcard must look at each name.
+    All,
+    /// Only these MQTT names: every plain filter on the topic is exact.
+    Names(Vec<Box<str>>),
+}
+
+impl Interest {
+    /// What a session's plain subscriptions want of core topic `topic`.
+    pub fn of(subs: &[Sub], topic: &str) -> Interest {
+        let mut names: Vec<Box<str>> = Vec::new();
+        for s in subs {
+            if s.filter.share.is_some() || s.filter.core_topic().is_some_and(|t| t != topic) {
+                continue;
+            }
+            match s.filter.exact_name() {
+                Some(n) if !names.iter().any(|x| **x == *n) => names.push(n.into()),
+                Some(_) => {}
+                None => return Interest::All,
+            }
+        }
+        Interest::Names(names)
+    }
+}
+
+struct Member {
+    inbox: Inbox,
+    interest: Interest,
+}
+
+/// The sessions following one core topic and the index over their names.
+/// Rebuilt on every join and leave (rare next to batches) and shared read-only
+/// with the readers.
+#[derive(Default)]
+struct Members {
+    list: Vec<Member>,
+    /// Exact MQTT name -> the members (indices in `list`) wanting it.
+    by_name: HashMap<Box<str>, Vec<u32>>,
+}
+
+impl Members {
+    fn build(list: Vec<Member>) -> Members {
+        let mut by_name: HashMap<Box<str>, Vec<u32>> = HashMap::new();
+        for (i, m) in list.iter().enumerate() {
+            if let Interest::Names(names) = &m.interest {
+                for n in names {
+                    by_name.entry(n.clone()).or_default().push(i as u32);
+                }
+            }
+        }
+        Members { list, by_name }
+    }
+
+    /// With `picks`: each exact member's indices in the batch (all members of
+    /// `list`, empty for the `All` ones).
+    fn pick(&self, batch: &Batch) -> Vec<Vec<u32>> {
+        let mut picks = vec![Vec::new(); self.list.len()];
+        if self.by_name.is_empty() {
+            return picks;
+        }
+        for (i, name) in batch.names.iter().enumerate() {
+            let Some(ms) = name.as_deref().and_then(|n| self.by_name.get(n)) else {
+                continue;
+            };
+            for &m in ms {
+                picks[m as usize].push(i as u32);
+            }
+        }
+        picks
+    }
+}
+
+/// Copy-on-write: the readers take the current `Arc` per batch (one short lock),
+/// join and leave swap in a new one. Locked only briefly, never across an await.
+type SharedMembers = Arc<Mutex<Arc<Members>>>;
+
+/// How far each reader of a topic has handed out its queue, for the publishers
+/// waiting on it.
+#[derive(Default)]
+pub struct Flow {
+    /// Per queue: every entry below this was handed to the sessions (or dropped
+    /// for those whose clients do not read). Short lock, never across an await.
+    handed: Mutex<Vec<u64>>,
+    moved: Notify,
+}
+
+impl Flow {
+    fn handed(&self, queue: u32) -> Option<u64> {
+        lock(&self.handed).get(queue as usize).copied()
+    }
+
+    /// Nobody follows the topic any more: publishers waiting on it go on.
+    fn close(&self) {
+        lock(&self.handed).clear();
+        self.moved.notify_waiters();
+    }
+
+    fn set(&self, queue: u32, at: u64) {
+        if let Some(h) = lock(&self.handed).get_mut(queue as usize) {
+            *h = at;
+        }
+        self.moved.notify_waiters();
+    }
+}
 
 struct TopicEntry {
-    inboxes: Inboxes,
-    /// Entries between each reader and the end of its queue.
-    lag: Lag,
+    members: SharedMembers,
+    flow: Arc<Flow>,
     task: JoinHandle<()>,
 }
-
-/// How a topic's readers keep up: entries behind per queue, and until when
-/// publishers should pause because sessions overflowed although their clients read.
-#[derive(Default)]
-struct Progress {
-    behind: Vec<u64>,
-    congested_until: Option<tokio::time::Instant>,
-}
-
-type Lag = Arc<Mutex<Progress>>;
-
-/// How long publishers pause after a session overflowed under CPU overload.
-const CONGESTION_PAUSE: Duration = Duration::from_millis(5);
 
 pub struct Router<B> {
     api: Arc<B>,
@@ -95,6 +226,18 @@ pub struct Router<B> {
 const READ_BATCH: usize = 256;
 const WAIT: Duration = Duration::from_secs(10);
 pub const READER_GROUP: &str = "mqtt%router";
+/// How long a reader waits for a session whose channel is full although its
+/// client reads, before dropping the feed (the session then catches up, or
+/// skips ahead at QoS 0). Only a session task that does not run at all gets here.
+const SESSION_WAIT: Duration = if cfg!(test) {
+    // Long in unit tests, so a slow test machine does not look like a stuck session.
+    Duration::from_secs(20)
+} else {
+    Duration::from_millis(100)
+};
+/// A session handed nothing for this many entries of a queue gets an empty feed,
+/// so its cursor (and committed offset) follows the queue.
+const PROGRESS_EVERY: u64 = 1024;
 
 impl<B: MessagingApi + 'static> Router<B> {
     pub fn new(api: Arc<B>, topic_poll: Duration) -> Arc<Router<B>> {
@@ -132,58 +275,89 @@ impl<B: MessagingApi + 'static> Router<B> {
         self.list.subscribe()
     }
 
-    pub fn join(&self, topic: &str, inbox: Inbox) {
+    /// Follows `topic` for `inbox`, or changes what it wants of it (same id).
+    pub fn join(&self, topic: &str, inbox: Inbox, interest: Interest) {
         let mut topics = lock(&self.topics);
+        let id = inbox.id;
+        let member = Member { inbox, interest };
         if let Some(entry) = topics.get(topic) {
-            let mut v = entry.inboxes.write().unwrap_or_else(|p| p.into_inner());
-            v.retain(|i| i.id != inbox.id);
-            v.push(inbox);
+            let mut current = lock(&entry.members);
+            let list = current
+                .list
+                .iter()
+                .filter(|m| m.inbox.id != id)
+                .map(|m| Member {
+                    inbox: m.inbox.clone(),
+                    interest: m.interest.clone(),
+                })
+                .chain(std::iter::once(member))
+                .collect();
+            *current = Arc::new(Members::build(list));
             return;
         }
         let name: Arc<str> = Arc::from(topic);
-        let inboxes: Inboxes = Arc::new(RwLock::new(vec![inbox]));
-        let lag: Lag = Arc::default();
+        let members: SharedMembers = Arc::new(Mutex::new(Arc::new(Members::build(vec![member]))));
+        let flow: Arc<Flow> = Arc::default();
         let task = tokio::spawn(run_topic(
             self.api.clone(),
             name.clone(),
-            inboxes.clone(),
-            lag.clone(),
+            members.clone(),
+            flow.clone(),
         ));
-        topics.insert(name, TopicEntry { inboxes, lag, task });
+        topics.insert(
+            name,
+            TopicEntry {
+                members,
+                flow,
+                task,
+            },
+        );
     }
 
-    /// How many entries the slowest reader of a core topic is behind the end of
-    /// its queue (0 when nobody follows the topic).
-    pub fn behind(&self, topic: &str) -> u64 {
-        let topics = lock(&self.topics);
-        topics
-            .get(topic)
-            .map(|e| {
-                let p = lock(&e.lag);
-                let congested = p
-                    .congested_until
-                    .is_some_and(|t| t > tokio::time::Instant::now());
-                if congested {
-                    u64::MAX
-                } else {
-                    p.behind.iter().copied().max().unwrap_or(0)
-                }
-            })
-            .unwrap_or(0)
+    /// Waits (at most `max`) until the reader of `queue` of `topic` has handed
+    /// out every entry below `offset`. Returns at once when nobody follows the
+    /// topic or its reader has not started.
+    pub async fn wait_handed(&self, topic: &str, queue: u32, offset: u64, max: Duration) {
+        let Some(flow) = lock(&self.topics).get(topic).map(|e| e.flow.clone()) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let moved = flow.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if flow.handed(queue).is_none_or(|h| h >= offset) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, moved).await.is_err() {
+                return;
+            }
+        }
     }
 
     pub fn leave(&self, topic: &str, id: u64) {
         let mut topics = lock(&self.topics);
         let empty = match topics.get(topic) {
             Some(entry) => {
-                let mut v = entry.inboxes.write().unwrap_or_else(|p| p.into_inner());
-                v.retain(|i| i.id != id);
-                v.is_empty()
+                let mut current = lock(&entry.members);
+                let list: Vec<Member> = current
+                    .list
+                    .iter()
+                    .filter(|m| m.inbox.id != id)
+                    .map(|m| Member {
+                        inbox: m.inbox.clone(),
+                        interest: m.interest.clone(),
+                    })
+                    .collect();
+                let empty = list.is_empty();
+                *current = Arc::new(Members::build(list));
+                empty
             }
             None => false,
         };
         if empty && let Some(entry) = topics.remove(topic) {
             entry.task.abort();
+            entry.flow.close();
         }
     }
 
@@ -191,6 +365,7 @@ impl<B: MessagingApi + 'static> Router<B> {
     pub fn stop(&self) {
         for (_, entry) in lock(&self.topics).drain() {
             entry.task.abort();
+            entry.flow.close();
         }
         if let Some(w) = lock(&self.watcher).take() {
             w.abort();
@@ -214,24 +389,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn run_topic<B: MessagingApi + 'static>(
     api: Arc<B>,
     topic: Arc<str>,
-    inboxes: Inboxes,
-    lag: Lag,
+    members: SharedMembers,
+    flow: Arc<Flow>,
 ) {
+    // A topic that did not exist when its first session joined holds only
+    // messages newer than every session following it: its readers start at the
+    // beginning, so those sessions take them live instead of each catching up
+    // from the log (under a flood that started with the topic, pulling would
+    // never overtake the publishers).
+    let mut from_start = false;
     let queues = loop {
         match api.topic(&topic).await {
             Ok(c) => break c.read_queues,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(_) => {
+                from_start = true;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
         }
     };
-    lock(&lag).behind = vec![0; queues as usize];
+    // Until its reader starts, a queue holds no publisher back.
+    *lock(&flow.handed) = vec![u64::MAX; queues as usize];
     let mut set = tokio::task::JoinSet::new();
     for q in 0..queues {
         set.spawn(read_queue(
             api.clone(),
             topic.clone(),
             q,
-            inboxes.clone(),
-            lag.clone(),
+            from_start,
+            members.clone(),
+            flow.clone(),
         ));
     }
     // Lives until aborted (dropping the set aborts the readers).
@@ -270,19 +456,25 @@ async fn read_queue<B: MessagingApi>(
     api: Arc<B>,
     topic: Arc<str>,
     queue: u32,
-    inboxes: Inboxes,
-    lag: Lag,
+    from_start: bool,
+    members: SharedMembers,
+    flow: Arc<Flow>,
 ) {
     let mut offset = loop {
+        if from_start {
+            break 0; // a moved offset is corrected by the first pull
+        }
         match queue_end(&*api, &topic, queue).await {
             Some(o) => break o,
             None => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     };
+    flow.set(queue, offset);
     // Sessions that joined before this reader existed may be behind its start.
-    for inbox in inboxes.read().unwrap_or_else(|p| p.into_inner()).iter() {
-        inbox.lagged.notify_one();
+    for m in &lock(&members).list {
+        m.inbox.lagged.notify_one();
     }
+    let mut fanout = Fanout::default();
     loop {
         let r = api
             .pull(PullRequest {
@@ -296,7 +488,6 @@ async fn read_queue<B: MessagingApi>(
                 wait: WAIT,
             })
             .await;
-        let mut congested = false;
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -315,26 +506,221 @@ async fn read_queue<B: MessagingApi>(
                 messages: r.messages,
                 names,
             });
-            let v = inboxes.read().unwrap_or_else(|p| p.into_inner());
-            for inbox in v.iter() {
-                if let Err(mpsc::error::TrySendError::Full(_)) = inbox.tx.try_send(batch.clone()) {
-                    inbox.overflowed.store(true, Ordering::Release);
-                    inbox.lagged.notify_one();
-                    if !inbox.client_slow.load(Ordering::Acquire) {
-                        // The session could not keep up although its client reads:
-                        // the node is overloaded; publishers pause briefly.
-                        congested = true;
+            let current = lock(&members).clone();
+            fanout.hand(&current, batch).await;
+        }
+        offset = r.next_offset;
+        flow.set(queue, offset);
+    }
+}
+
+/// One reader's view of its sessions: where the last feed to each ended.
+#[derive(Default)]
+struct Fanout {
+    covered: HashMap<u64, u64>,
+    /// The member list `covered` was last pruned against.
+    seen: Option<Arc<Members>>,
+}
+
+impl Fanout {
+    /// Hands a batch to every member that may match some of it.
+    async fn hand(&mut self, members: &Arc<Members>, batch: Arc<Batch>) {
+        if !self.seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, members)) {
+            let ids: HashSet<u64> = members.list.iter().map(|m| m.inbox.id).collect();
+            self.covered.retain(|id, _| ids.contains(id));
+            self.seen = Some(members.clone());
+        }
+        let picks = members.pick(&batch);
+        for (m, picked) in members.list.iter().zip(picks) {
+            let from = *self.covered.entry(m.inbox.id).or_insert(batch.from);
+            let picks = match m.interest {
+                Interest::All => None,
+                Interest::Names(_) if !picked.is_empty() => Some(picked.into_boxed_slice()),
+                // Nothing for it: only now and then an empty feed for its cursor.
+                Interest::Names(_) if batch.next.saturating_sub(from) >= PROGRESS_EVERY => {
+                    Some(Box::default())
+                }
+                Interest::Names(_) => continue,
+            };
+            let progress_only = picks.as_ref().is_some_and(|p| p.is_empty());
+            let feed = Feed {
+                batch: batch.clone(),
+                from,
+                picks,
+            };
+            match m.inbox.tx.try_send(feed) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                // Dropping an empty feed loses nothing: the next one covers it.
+                Err(mpsc::error::TrySendError::Full(_)) if progress_only => continue,
+                Err(mpsc::error::TrySendError::Full(feed)) => {
+                    let wait = !m.inbox.client_slow.load(Ordering::Acquire)
+                        && !m.inbox.overflowed.load(Ordering::Acquire);
+                    // The node, not the client, is slow: wait for the session
+                    // (which slows the publishers down through `Flow`).
+                    let sent = wait
+                        && matches!(
+                            tokio::time::timeout(SESSION_WAIT, m.inbox.tx.send(feed)).await,
+                            Ok(Ok(()))
+                        );
+                    if !sent {
+                        m.inbox.overflowed.store(true, Ordering::Release);
+                        m.inbox.lagged.notify_one();
                     }
                 }
             }
+            self.covered.insert(m.inbox.id, batch.next);
         }
-        offset = r.next_offset;
-        let mut p = lock(&lag);
-        if let Some(l) = p.behind.get_mut(queue as usize) {
-            *l = r.max_offset.saturating_sub(offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocketgate_core::broker::{Broker, BrokerOptions, QueueChoice, SystemClock};
+    use rocketgate_core::store::record::property;
+    use rocketgate_core::store::{Message, Store, StoreDeps, StoreOptions};
+
+    fn node(dir: &std::path::Path) -> Arc<Broker> {
+        let store = Arc::new(
+            Store::open(dir, StoreOptions::default(), StoreDeps::default())
+                .unwrap()
+                .0,
+        );
+        Arc::new(Broker::open(store, BrokerOptions::default(), Arc::new(SystemClock)).unwrap())
+    }
+
+    async fn send(api: &Broker, n: usize, tag: &str) {
+        let msgs = (0..n)
+            .map(|i| {
+                let mut m = Message::new("t", 0, format!("{i}").into_bytes());
+                m.insert_property(property::TAGS, tag);
+                m
+            })
+            .collect();
+        api.send_batch(msgs, QueueChoice::Queue(0)).await.unwrap();
+    }
+
+    fn inbox(id: u64, capacity: usize) -> (Inbox, mpsc::Receiver<Feed>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let inbox = Inbox {
+            id,
+            tx,
+            lagged: Arc::new(Notify::new()),
+            overflowed: Arc::default(),
+            client_slow: Arc::default(),
+        };
+        (inbox, rx)
+    }
+
+    fn handed<B>(r: &Router<B>) -> Option<u64> {
+        lock(&r.topics).get("t").and_then(|e| e.flow.handed(0))
+    }
+
+    /// The router with `inbox` following topic `t`, its reader of queue 0 started.
+    async fn started(api: &Arc<Broker>, inbox: Inbox, interest: Interest) -> Arc<Router<Broker>> {
+        send(api, 1, "x").await; // creates the topic
+        let router = Router::new(api.clone(), Duration::from_secs(60));
+        router.join("t", inbox, interest);
+        while handed(&router).is_none_or(|h| h == u64::MAX) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        if congested {
-            p.congested_until = Some(tokio::time::Instant::now() + CONGESTION_PAUSE);
+        router
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_session_whose_client_reads_holds_the_reader_and_the_publishers() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let (ib, mut rx) = inbox(1, 2);
+        let overflowed = ib.overflowed.clone();
+        let router = started(&api, ib, Interest::All).await;
+        let start = handed(&router).unwrap();
+        send(&api, 3000, "x").await;
+        let end = start + 3000;
+        let waiter = {
+            let router = router.clone();
+            tokio::spawn(async move {
+                router
+                    .wait_handed("t", 0, end, Duration::from_secs(60))
+                    .await
+            })
+        };
+        // Nothing taken yet: the reader hands at most what fits in the channel
+        // plus the batch it is waiting to hand, and the publisher waits.
+        while rx.capacity() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let bound = start + 3 * READ_BATCH as u64;
+        assert!(handed(&router).unwrap() <= bound);
+        assert!(!waiter.is_finished(), "the publisher waits for delivery");
+        // Taking feeds lets it go on, never dropping one.
+        let mut next = start;
+        while next < end {
+            let f = rx.recv().await.unwrap();
+            assert_eq!(f.from, next, "contiguous feeds");
+            assert_eq!(f.batch.from, next);
+            next = f.batch.next;
+            assert!(handed(&router).unwrap() <= next + 3 * READ_BATCH as u64);
+        }
+        waiter.await.unwrap();
+        assert!(!overflowed.load(Ordering::Acquire), "nothing was dropped");
+        router.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_whose_client_does_not_read_never_holds_the_publishers() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let (ib, _rx) = inbox(1, 2);
+        ib.client_slow.store(true, Ordering::Release);
+        let overflowed = ib.overflowed.clone();
+        let router = started(&api, ib, Interest::All).await;
+        let start = handed(&router).unwrap();
+        send(&api, 3000, "x").await;
+        router
+            .wait_handed("t", 0, start + 3000, Duration::from_secs(60))
+            .await;
+        assert_eq!(handed(&router), Some(start + 3000));
+        assert!(overflowed.load(Ordering::Acquire), "told it lost feeds");
+        router.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exact_sessions_get_only_their_messages_and_feeds_cover_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let (mine, mut rx_mine) = inbox(1, 64);
+        let (all, mut rx_all) = inbox(2, 64);
+        let router = started(&api, mine, Interest::Names(vec!["t/a".into()])).await;
+        router.join("t", all, Interest::All);
+        let start = handed(&router).unwrap();
+        // Many batches of others' messages, then one of ours, then more others.
+        send(&api, 2000, "b").await;
+        send(&api, 1, "a").await;
+        send(&api, 500, "b").await;
+        let end = start + 2501;
+        router
+            .wait_handed("t", 0, end, Duration::from_secs(60))
+            .await;
+        let mut covered = start;
+        let mut got = Vec::new();
+        while let Ok(f) = rx_mine.try_recv() {
+            assert_eq!(f.from, covered, "each feed starts where the last ended");
+            covered = f.batch.next;
+            for (m, name) in f.messages() {
+                got.push((m.queue_offset, name.map(str::to_owned)));
+            }
+        }
+        assert_eq!(got, [(start + 2000, Some("t/a".to_owned()))]);
+        assert!(
+            covered + PROGRESS_EVERY > end,
+            "empty feeds keep the cursor near the end"
+        );
+        let mut n = 0;
+        while let Ok(f) = rx_all.try_recv() {
+            n += f.messages().count();
+        }
+        assert_eq!(n, 2501, "a wildcard session sees everything");
+        router.stop();
     }
 }

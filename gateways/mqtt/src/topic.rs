@@ -93,6 +93,11 @@ impl TopicFilter {
         (first != "+" && first != "#").then_some(first)
     }
 
+    /// The one topic name this filter matches, when it has no wildcard.
+    pub fn exact_name(&self) -> Option<&str> {
+        self.exact.then_some(self.filter.as_str())
+    }
+
     pub fn matches(&self, name: &str) -> bool {
         if self.exact {
             return self.filter == name;

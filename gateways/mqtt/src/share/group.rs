@@ -12,7 +12,7 @@ use rocketgate_core::broker::{Delivered, MessagingApi, PullRequest, PullStatus, 
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered};
-use crate::router::{Batch, Inbox, READER_GROUP, mqtt_name, queue_end};
+use crate::router::{Batch, Feed, Inbox, Interest, READER_GROUP, mqtt_name, queue_end};
 use crate::server::{Shared, lock};
 use crate::topic::TopicFilter;
 
@@ -82,7 +82,7 @@ impl<B: MessagingApi + 'static> Group<B> {
         filter: TopicFilter,
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
     ) {
-        let (tx, mut batches) = mpsc::channel::<Arc<Batch>>(64);
+        let (tx, mut batches) = mpsc::channel::<Feed>(64);
         let lagged = Arc::new(Notify::new());
         let inbox = Inbox {
             id: shared.next_id(),
@@ -103,7 +103,10 @@ impl<B: MessagingApi + 'static> Group<B> {
             committed: HashMap::new(),
         };
         g.add_queues(true).await;
-        g.shared.router.join(&g.key.1, g.inbox.clone());
+        // Every message of the topic: the group matches its own filter (wildcards).
+        g.shared
+            .router
+            .join(&g.key.1, g.inbox.clone(), Interest::All);
         let mut tick = tokio::time::interval(COMMIT_EVERY);
         loop {
             g.assign();
@@ -120,9 +123,9 @@ impl<B: MessagingApi + 'static> Group<B> {
                     None => break,
                 },
                 Some(b) = batches.recv(), if room => {
-                    g.on_batch(&b);
+                    g.on_batch(&b.batch);
                     while g.waiting.len() < WAITING_HIGH && let Ok(b) = batches.try_recv() {
-                        g.on_batch(&b);
+                        g.on_batch(&b.batch);
                     }
                 }
                 _ = lagged.notified() => g.recheck().await,
