@@ -5,7 +5,8 @@ Usage: story_mqtt.py HOST PORT CLIENT_ID FILTER COUNT
 Connects with clean start off and a one-hour session expiry, subscribes FILTER at QoS 1
 unless the session was still there (prints READY once it is subscribed), then for every message prints
 `MSG <topic> <payload>` and only then PUBACKs it (manual acks): whatever is acked was
-printed first. With COUNT > 0 it acks exactly COUNT messages, leaves any later ones
+printed first. With COUNT < 0 it only makes sure the session exists and is subscribed,
+prints and acks nothing, and disconnects. With COUNT > 0 it acks exactly COUNT messages, leaves any later ones
 un-acked (they stay in the session) and disconnects cleanly; with COUNT = 0 it runs
 until its stdin is closed, then disconnects the same way. It prints BYE at the end.
 """
@@ -41,6 +42,8 @@ def on_connect(c, userdata, flags, rc, props):
         return
     if flags.session_present:
         print("READY", flush=True)  # the session still holds the subscription
+        if COUNT < 0:
+            done.set()
     else:
         c.subscribe(FILTER, qos=1)
 
@@ -54,12 +57,14 @@ def on_subscribe(c, userdata, mid, rcs, props):
         synced.set()
     else:
         print("READY", flush=True)
+        if COUNT < 0:
+            done.set()
 
 
 def on_message(c, userdata, msg):
     global acked
     with lock:
-        if stopping or (COUNT and acked >= COUNT):
+        if stopping or COUNT < 0 or (COUNT and acked >= COUNT):
             return  # left un-acked: the session redelivers it
         print(f"MSG {msg.topic} {msg.payload.decode('utf-8', 'replace')}", flush=True)
         c.ack(msg.mid, msg.qos)

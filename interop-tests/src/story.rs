@@ -318,9 +318,12 @@ impl StoryConsumer {
                     client_id: group.to_string(),
                     filter: format!("{topic}/#"),
                 };
-                // Creates the session and its subscription, then leaves (cleanly).
-                let mut p = c.paho(0)?;
-                p.stop()?;
+                // Creates the session and its subscription, then leaves (cleanly)
+                // without taking anything: after the restart the session already
+                // has messages for it, and whatever this run printed and acked
+                // would be lost to the story.
+                let mut p = c.paho_open()?;
+                p.wait()?;
                 c
             }
         })
@@ -462,7 +465,16 @@ impl StoryConsumer {
         }
     }
 
+    /// A run that only makes sure the session exists and is subscribed.
+    fn paho_open(&self) -> anyhow::Result<Paho> {
+        self.paho_run(-1)
+    }
+
     fn paho(&self, count: usize) -> anyhow::Result<Paho> {
+        self.paho_run(i64::try_from(count)?)
+    }
+
+    fn paho_run(&self, count: i64) -> anyhow::Result<Paho> {
         let StoryConsumer::Mqtt {
             host,
             port,
@@ -577,7 +589,7 @@ impl Paho {
         port: u16,
         client_id: &str,
         filter: &str,
-        count: usize,
+        count: i64,
     ) -> anyhow::Result<Paho> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/story_mqtt.py");
         let mut child = Command::new("python3")
