@@ -68,16 +68,23 @@ async fn wait_committed(node: &Node) {
     }
 }
 
+/// A persistent session subscribed to `orders/#` that got five messages and
+/// committed its place past them.
+async fn session_past_five(node: &Node) -> V4 {
+    let mut sub = v4(node, "reset-sub", false);
+    sub.connack().await;
+    sub.subscribe("orders/#", rumqttc::QoS::AtLeastOnce).await;
+    publish_five(node).await;
+    expect_five(&mut sub).await;
+    wait_committed(node).await;
+    sub
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_reaches_a_connected_persistent_session() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
-    let mut sub = v4(&node, "reset-sub", false);
-    sub.connack().await;
-    sub.subscribe("orders/#", rumqttc::QoS::AtLeastOnce).await;
-    publish_five(&node).await;
-    expect_five(&mut sub).await;
-    wait_committed(&node).await;
+    let mut sub = session_past_five(&node).await;
 
     let moved = node
         .broker
@@ -101,12 +108,7 @@ async fn a_reset_reaches_a_connected_persistent_session() {
 async fn a_reset_while_offline_wins_over_the_sessions_own_cursors() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
-    let mut sub = v4(&node, "reset-sub", false);
-    sub.connack().await;
-    sub.subscribe("orders/#", rumqttc::QoS::AtLeastOnce).await;
-    publish_five(&node).await;
-    expect_five(&mut sub).await;
-    wait_committed(&node).await;
+    let mut sub = session_past_five(&node).await;
     sub.client.disconnect().await.unwrap();
     let _ = tokio::time::timeout(support::WAIT, &mut sub.task).await;
 
