@@ -293,3 +293,50 @@ async fn an_offset_reset_moves_a_running_group() {
     assert_eq!(counts(&again).len(), 20, "after the reset: {again:?}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_first_gets_messages_while_the_group_is_away_is_read_from_its_start() {
+    use bytes::Bytes;
+    use rocketgate_core::broker::{MessagingApi, QueueChoice};
+    use rocketgate_core::store::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let send = |queue: u32, body: String| {
+        let broker = node.broker.clone();
+        async move {
+            let m = Message::new("jobs", 0, Bytes::from(body)).with_tags("q");
+            broker.send(m, QueueChoice::Queue(queue)).await.unwrap();
+        }
+    };
+    // The group starts before its topic exists; only queue 0 gets messages while it runs.
+    let mut members = vec![member(&node, "away-a").await];
+    let first = payloads("q0", 5);
+    for b in &first {
+        send(0, b.clone()).await;
+    }
+    let got = collect(&mut members, &first.iter().cloned().collect()).await;
+    assert_eq!(counts(&got).len(), 5);
+    for m in &mut members {
+        m.subscribe("unrelated/sync", QoS::AtMostOnce, None).await;
+        m.client.disconnect().await.unwrap();
+    }
+    drop(members);
+    // With no member, queue 3 gets its first messages.
+    let away = payloads("q3", 5);
+    for b in &away {
+        send(3, b.clone()).await;
+    }
+    // The group comes back (a new task on this node, and again after a restart).
+    let mut members = vec![member(&node, "away-a").await];
+    let want: BTreeSet<String> = away.iter().cloned().collect();
+    let got = collect(&mut members, &want).await;
+    let missing: Vec<_> = want
+        .iter()
+        .filter(|b| !counts(&got).contains_key(*b))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "published while the group was away, never delivered: {missing:?}"
+    );
+    node.stop().await;
+}

@@ -172,6 +172,7 @@ impl<B: MessagingApi + 'static> Group<B> {
         let Ok(config) = self.shared.api.topic(topic).await else {
             return; // not created yet: its queues appear in router batches
         };
+        let mut offsets = Vec::new();
         for q in 0..config.read_queues {
             if self.queues.contains_key(&q) {
                 continue;
@@ -183,13 +184,21 @@ impl<B: MessagingApi + 'static> Group<B> {
                 .await
                 .ok()
                 .flatten();
+            offsets.push((q, committed));
+        }
+        // A group that committed any queue of the topic existed before (a restart, or
+        // its members all left and came back): a queue without an offset got its
+        // first messages while the group was away, and they are the group's. Only a
+        // group with no offsets at all is new and starts at the end.
+        let existed = offsets.iter().any(|(_, c)| c.is_some()) || !self.committed.is_empty();
+        for (q, committed) in offsets {
             if let Some(at) = committed {
                 // Known as the core has it, so a later change is seen as a reset.
                 self.committed.insert(q, at);
             }
             let (cursor, catching_up) = match committed {
                 Some(at) => (at, true),
-                None if starting => (
+                None if starting && !existed => (
                     queue_end(&*self.shared.api, topic, q).await.unwrap_or(0),
                     false,
                 ),
