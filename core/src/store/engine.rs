@@ -31,6 +31,8 @@ use super::index::IndexStore;
 use super::record::{self, Message, RecordView};
 use crate::{Error, Result};
 
+mod dispatch;
+
 /// When an append is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
@@ -711,13 +713,6 @@ impl Drop for Store {
     }
 }
 
-/// How far past the written position the dispatcher thread keeps the commit log
-/// pre-faulted: 20 ms of appends at several hundred MB/s.
-const WARM_AHEAD: u64 = 16 << 20;
-
-/// During a long catch-up, publish the dispatched position this often (records).
-const DISPATCH_PUBLISH_EVERY: u64 = 1024;
-
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(name.into())
@@ -731,138 +726,6 @@ impl Inner {
             usage_percent: self.disk_usage_bp.load(Ordering::Relaxed) as f64 / 100.0,
             limit_percent: self.opts.disk_hard_ratio * 100.0,
         }
-    }
-
-    fn dispatch_limit(&self) -> u64 {
-        match self.opts.flush {
-            FlushMode::Sync { .. } => self.log.flushed_offset(),
-            FlushMode::Async { .. } => self.log.max_offset(),
-        }
-    }
-
-    fn lock_dispatch(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.dispatching.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Under async flush the appender dispatches what was appended, unless another
-    /// thread is dispatching right now (that one loops until nothing is left). A
-    /// cross-thread wake-up per append cost more than the dispatch itself (a futex
-    /// wake, a context switch and a contended lock for every message); at high rates
-    /// one appender now dispatches many records in one pass.
-    ///
-    /// Why nothing is left behind: an appender that finds the lock taken has already
-    /// published its record (`written`) and fenced; the holder fences after unlocking
-    /// and re-reads the limit, so it sees that record and goes round again (or a new
-    /// appender takes over). The dispatcher thread still wakes every 20 ms as a backstop.
-    fn dispatch_inline(&self) {
-        loop {
-            std::sync::atomic::fence(Ordering::SeqCst);
-            let guard = match self.dispatching.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            };
-            if let Err(e) = self.dispatch_until(self.dispatch_limit()) {
-                drop(guard);
-                tracing::warn!(error = %e, "inline dispatch failed; the dispatcher retries");
-                self.wake.notify();
-                return;
-            }
-            drop(guard);
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if self.dispatched.load(Ordering::Acquire) >= self.dispatch_limit() {
-                return;
-            }
-        }
-    }
-
-    fn dispatch_loop(&self) {
-        let mut seen = 0;
-        while !self.closing.load(Ordering::Acquire) {
-            let r = {
-                let _g = self.lock_dispatch();
-                self.dispatch_until(self.dispatch_limit())
-            };
-            if let Err(e) = r {
-                tracing::error!(error = %e, "dispatch failed; retrying");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            // This thread wakes every 20 ms anyway (the maintenance thread only every
-            // second, too coarse at 100+ MB/s): keep the next pages of the log
-            // pre-faulted, so page faults and the kernel's page zeroing happen here
-            // and not inside appends.
-            if let Err(e) = self.log.warm_ahead(WARM_AHEAD) {
-                tracing::warn!(error = %e, "pre-faulting the commit log failed; not trying again");
-            }
-            seen = self.wake.wait(seen, Duration::from_millis(20));
-        }
-    }
-
-    /// Writes consume-queue and index entries for every record in
-    /// `[dispatched, limit)`. Idempotent: entries land at their queue offset.
-    fn dispatch_until(&self, limit: u64) -> Result<u64> {
-        let from = self.dispatched.load(Ordering::Acquire);
-        if from >= limit {
-            return Ok(0);
-        }
-        let mut count = 0u64;
-        let mut pos = from;
-        let mut last_queue: Option<(String, u32, Arc<super::consume_queue::ConsumeQueue>)> = None;
-        for item in self.log.records_from(from) {
-            let rec = item?;
-            let phys = rec.phys_offset();
-            if phys >= limit {
-                break;
-            }
-            if count > 0 && count.is_multiple_of(DISPATCH_PUBLISH_EVERY) {
-                // Let long-polling readers see progress during a long catch-up.
-                self.dispatched.store(phys, Ordering::Release);
-                self.dispatched_tx.send_replace(phys);
-            }
-            let view = RecordView::parse(&rec)?;
-            let tx = view.sys_flag() & record::sys_flag::TRANSACTION_TYPE_MASK;
-            if tx != record::sys_flag::TRANSACTION_PREPARED_TYPE
-                && tx != record::sys_flag::TRANSACTION_ROLLBACK_TYPE
-            {
-                let [tags, keys, uniq] = view.properties_named([
-                    record::property::TAGS,
-                    record::property::KEYS,
-                    record::property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                ]);
-                // Consecutive records mostly share a queue (a batch is one queue):
-                // reuse the last one instead of a hashed lookup per record.
-                let qid = view.queue_id() as u32;
-                let q = match &last_queue {
-                    Some((t, id, q)) if *id == qid && t == view.topic() => q.clone(),
-                    _ => {
-                        let q = self.queues.get_or_create(view.topic(), qid)?;
-                        last_queue = Some((view.topic().to_owned(), qid, q.clone()));
-                        q
-                    }
-                };
-                q.put(
-                    view.queue_offset() as u64,
-                    CqEntry {
-                        phys_offset: phys,
-                        size: rec.len() as u32,
-                        tag_hash: tags.map(tag_hash).unwrap_or(0),
-                    },
-                )?;
-                let ts = view.store_timestamp();
-                let keys = keys.unwrap_or("").split(record::property::KEY_SEPARATOR);
-                for key in keys.filter(|k| !k.is_empty()) {
-                    self.index.put(view.topic(), key, phys, ts)?;
-                }
-                if let Some(uniq) = uniq {
-                    self.index.put(view.topic(), uniq, phys, ts)?;
-                }
-            }
-            pos = phys + rec.len() as u64;
-            count += 1;
-        }
-        self.dispatched.store(pos, Ordering::Release);
-        self.dispatched_tx.send_replace(pos);
-        Ok(count)
     }
 
     fn maintain_loop(&self) {
