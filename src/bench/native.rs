@@ -102,20 +102,7 @@ async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
             })
             .collect::<Vec<_>>()
     };
-    let identity = BrokerIdentity {
-        cluster: "DefaultCluster".into(),
-        name: "broker-a".into(),
-        id: 0,
-        addr: addr.to_string(),
-        ha_addr: String::new(),
-    };
-    let registrar = Registrar::new(
-        identity,
-        vec![ns_addr.to_string()],
-        Duration::from_secs(30),
-        Arc::new(topics),
-    )
-    .spawn();
+    let registrar = registrar(addr, ns_addr, Arc::new(topics));
     let settings = ServerSettings {
         store_host: addr,
         ..ServerSettings::default()
@@ -297,4 +284,26 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
+}
+
+/// Registers the bench's one broker (`broker-a` at `addr`) with the NameServer.
+pub(super) fn registrar(
+    addr: std::net::SocketAddr,
+    ns_addr: std::net::SocketAddr,
+    topics: Arc<dyn rocketgate_native::TopicSource>,
+) -> rocketgate_native::RegistrarHandle {
+    let identity = BrokerIdentity {
+        cluster: "DefaultCluster".into(),
+        name: "broker-a".into(),
+        id: 0,
+        addr: addr.to_string(),
+        ha_addr: String::new(),
+    };
+    Registrar::new(
+        identity,
+        vec![ns_addr.to_string()],
+        Duration::from_secs(30),
+        topics,
+    )
+    .spawn()
 }

@@ -5,14 +5,13 @@
 //! the real broker to show which side limits a figure.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::BytesMut;
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::body::field;
 use rocketgate_native::code::{request, response};
 use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{BrokerIdentity, FrameCodec, Registrar, RemotingCommand};
+use rocketgate_native::{FrameCodec, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -28,20 +27,7 @@ pub(super) async fn start(topic: &str, queues: u32) -> anyhow::Result<Node> {
     let ns = ns.spawn();
     let wire = WireTopic::new(topic.to_owned(), queues);
     let topics = move || vec![wire.clone()];
-    let identity = BrokerIdentity {
-        cluster: "DefaultCluster".into(),
-        name: "broker-a".into(),
-        id: 0,
-        addr: addr.to_string(),
-        ha_addr: String::new(),
-    };
-    let registrar = Registrar::new(
-        identity,
-        vec![ns_addr.to_string()],
-        Duration::from_secs(30),
-        Arc::new(topics),
-    )
-    .spawn();
+    let registrar = super::native::registrar(addr, ns_addr, Arc::new(topics));
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             let _ = sock.set_nodelay(true);

@@ -12,13 +12,13 @@ use mqttbytes::v5::{
     Packet, PubRel, Publish, RetainForwardRule, SubAck, SubAckProperties, Subscribe,
     SubscribeReasonCode, UnsubAck, UnsubAckReason, Unsubscribe,
 };
-use rocketgate_core::broker::{Delivered, MessagingApi, PullRequest, PullStatus, filter::Filter};
+use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use rocketgate_core::store::RecordView;
 
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Feed, Interest, READER_GROUP, queue_end};
+use crate::router::{Feed, Interest, queue_end, read_log};
 use crate::session::{Inflight, Source, Sub};
 use crate::topic::{self, TopicFilter};
 
@@ -263,20 +263,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 return;
             };
             let cur = self.session.cursors.get(&key).copied().unwrap_or(0);
-            let r = self
-                .shared
-                .api
-                .pull(PullRequest {
-                    group: READER_GROUP.into(),
-                    member: String::new(),
-                    topic: key.0.to_string(),
-                    queue_id: key.1,
-                    offset: cur,
-                    max_messages: PULL_BATCH,
-                    filter: Filter::all(),
-                    wait: Duration::ZERO,
-                })
-                .await;
+            let r = read_log(
+                &*self.shared.api,
+                &key.0,
+                key.1,
+                cur,
+                PULL_BATCH,
+                Duration::ZERO,
+            )
+            .await;
             match r {
                 Ok(r) => {
                     if self.skipping.remove(&key) && self.qos0_only() && r.max_offset > cur {

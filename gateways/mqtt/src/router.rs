@@ -130,6 +130,7 @@ impl Interest {
     }
 }
 
+#[derive(Clone)]
 struct Member {
     inbox: Inbox,
     interest: Interest,
@@ -286,10 +287,7 @@ impl<B: MessagingApi + 'static> Router<B> {
                 .list
                 .iter()
                 .filter(|m| m.inbox.id != id)
-                .map(|m| Member {
-                    inbox: m.inbox.clone(),
-                    interest: m.interest.clone(),
-                })
+                .cloned()
                 .chain(std::iter::once(member))
                 .collect();
             *current = Arc::new(Members::build(list));
@@ -344,10 +342,7 @@ impl<B: MessagingApi + 'static> Router<B> {
                     .list
                     .iter()
                     .filter(|m| m.inbox.id != id)
-                    .map(|m| Member {
-                        inbox: m.inbox.clone(),
-                        interest: m.interest.clone(),
-                    })
+                    .cloned()
                     .collect();
                 let empty = list.is_empty();
                 *current = Arc::new(Members::build(list));
@@ -428,20 +423,34 @@ async fn run_topic<B: MessagingApi + 'static>(
 /// publish already acknowledged (else a new subscriber would get it as new).
 pub async fn queue_end<B: MessagingApi>(api: &B, topic: &str, queue: u32) -> Option<u64> {
     api.sync_visible().await;
-    let r = api
-        .pull(PullRequest {
-            group: READER_GROUP.into(),
-            member: String::new(),
-            topic: topic.to_owned(),
-            queue_id: queue,
-            offset: u64::MAX,
-            max_messages: 1,
-            filter: Filter::all(),
-            wait: Duration::ZERO,
-        })
+    let r = read_log(api, topic, queue, u64::MAX, 1, Duration::ZERO)
         .await
         .ok()?;
     Some(r.max_offset)
+}
+
+/// Reads a queue of the log as the MQTT door's reader group (no offsets of its
+/// own, no filter): what the router's readers, catching-up sessions and shared
+/// groups all do.
+pub fn read_log<'a, B: MessagingApi>(
+    api: &'a B,
+    topic: &str,
+    queue: u32,
+    offset: u64,
+    max_messages: usize,
+    wait: Duration,
+) -> impl Future<Output = rocketgate_core::Result<rocketgate_core::broker::PullResult>> + Send + 'a
+{
+    api.pull(PullRequest {
+        group: READER_GROUP.into(),
+        member: String::new(),
+        topic: topic.to_owned(),
+        queue_id: queue,
+        offset,
+        max_messages,
+        filter: Filter::all(),
+        wait,
+    })
 }
 
 /// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`).
@@ -476,18 +485,7 @@ async fn read_queue<B: MessagingApi>(
     }
     let mut fanout = Fanout::default();
     loop {
-        let r = api
-            .pull(PullRequest {
-                group: READER_GROUP.into(),
-                member: String::new(),
-                topic: topic.to_string(),
-                queue_id: queue,
-                offset,
-                max_messages: READ_BATCH,
-                filter: Filter::all(),
-                wait: WAIT,
-            })
-            .await;
+        let r = read_log(&*api, &topic, queue, offset, READ_BATCH, WAIT).await;
         let r = match r {
             Ok(r) => r,
             Err(e) => {

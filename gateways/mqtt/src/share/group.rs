@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rocketgate_core::broker::{Delivered, MessagingApi, PullRequest, PullStatus, filter::Filter};
+use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered};
-use crate::router::{Batch, Feed, Inbox, Interest, READER_GROUP, mqtt_name, queue_end};
+use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, queue_end, read_log};
 use crate::server::{Shared, lock};
 use crate::topic::TopicFilter;
 
@@ -399,19 +399,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 && let Some(name) = name
                 && self.filter.matches(name)
             {
-                qs.out.insert(
-                    m.queue_offset,
-                    Out {
-                        member: None,
-                        record: m.record.clone(),
-                    },
-                );
-                self.waiting.push_back(Offered {
-                    queue: b.queue,
-                    offset: m.queue_offset,
-                    record: m.record.clone(),
-                    name: name.to_string(),
-                });
+                take(qs, &mut self.waiting, b.queue, m, name);
             }
         }
     }
@@ -444,20 +432,15 @@ impl<B: MessagingApi + 'static> Group<B> {
                 return;
             };
             let cursor = qs.cursor;
-            let r = self
-                .shared
-                .api
-                .pull(PullRequest {
-                    group: READER_GROUP.into(),
-                    member: String::new(),
-                    topic: self.key.1.to_string(),
-                    queue_id: q,
-                    offset: cursor,
-                    max_messages: PULL_BATCH,
-                    filter: Filter::all(),
-                    wait: Duration::ZERO,
-                })
-                .await;
+            let r = read_log(
+                &*self.shared.api,
+                &self.key.1,
+                q,
+                cursor,
+                PULL_BATCH,
+                Duration::ZERO,
+            )
+            .await;
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
@@ -482,19 +465,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                     && let Some(name) = name
                     && self.filter.matches(&name)
                 {
-                    qs.out.insert(
-                        m.queue_offset,
-                        Out {
-                            member: None,
-                            record: m.record.clone(),
-                        },
-                    );
-                    self.waiting.push_back(Offered {
-                        queue: q,
-                        offset: m.queue_offset,
-                        record: m.record.clone(),
-                        name: String::from(name),
-                    });
+                    take(qs, &mut self.waiting, q, m, &name);
                 }
             }
         }
@@ -559,4 +530,28 @@ impl<B: MessagingApi + 'static> Group<B> {
             self.committed.insert(q, core);
         }
     }
+}
+
+/// A message read for the group (live or from the log): unsettled until a member
+/// settles it, and waiting for one.
+fn take(
+    qs: &mut QueueState,
+    waiting: &mut VecDeque<Offered>,
+    queue: u32,
+    m: &Delivered,
+    name: &str,
+) {
+    qs.out.insert(
+        m.queue_offset,
+        Out {
+            member: None,
+            record: m.record.clone(),
+        },
+    );
+    waiting.push_back(Offered {
+        queue,
+        offset: m.queue_offset,
+        record: m.record.clone(),
+        name: name.to_owned(),
+    });
 }
