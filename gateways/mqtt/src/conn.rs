@@ -200,6 +200,11 @@ where
                         break end;
                     }
                     size_read_buffer(&mut inbuf, n, spare);
+                    if n >= FAIR_SHARE {
+                        // A busy publisher gives the worker back after each
+                        // large read (see FAIR_SHARE).
+                        tokio::task::yield_now().await;
+                    }
                 }
             },
             Some(b) = inbox_rx.recv(), if room && !hold => {
@@ -235,6 +240,15 @@ where
     drop(conn);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
+
+/// A read this large means the client streams: the connection yields to the
+/// other tasks of its worker after handling it. Tokio's cooperative budget
+/// counts socket reads, not bytes, so without this one QoS 0 publisher could
+/// handle 128 reads of 64 KiB (half a million small PUBLISHes) in one poll, and
+/// a hundred of them flat out left the subscribers' tasks unpolled for seconds:
+/// a shared group's members stopped taking messages and the group stopped
+/// delivering (issue #6).
+const FAIR_SHARE: usize = 16 * 1024;
 
 /// A quiet connection's read buffer: small, so thousands of idle connections
 /// hold a few hundred bytes each instead of kilobytes (it is part of the

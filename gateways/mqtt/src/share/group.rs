@@ -73,6 +73,8 @@ pub(super) struct Group<B> {
     turn: usize,
     waiting: VecDeque<Offered>,
     committed: HashMap<u32, u64>,
+    /// The queue the next catch-up pull starts looking from.
+    pull_from: u32,
 }
 
 impl<B: MessagingApi + 'static> Group<B> {
@@ -101,6 +103,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             turn: 0,
             waiting: VecDeque::new(),
             committed: HashMap::new(),
+            pull_from: 0,
         };
         g.add_queues(true).await;
         // Every message of the topic: the group matches its own filter (wildcards).
@@ -428,9 +431,18 @@ impl<B: MessagingApi + 'static> Group<B> {
             if self.waiting.len() >= WAITING_LOW || self.members.is_empty() {
                 return;
             }
-            let Some((&q, qs)) = self.queues.iter().find(|(_, qs)| qs.catching_up) else {
+            // Round the lagging queues, so one busy queue does not keep
+            // the others behind.
+            let lagging = |(_, qs): &(&u32, &QueueState)| qs.catching_up;
+            let next = self
+                .queues
+                .range(self.pull_from..)
+                .find(lagging)
+                .or_else(|| self.queues.iter().find(lagging));
+            let Some((&q, qs)) = next else {
                 return;
             };
+            self.pull_from = q + 1;
             let cursor = qs.cursor;
             let r = read_log(
                 &*self.shared.api,
