@@ -236,6 +236,16 @@ const SESSION_WAIT: Duration = if cfg!(test) {
 } else {
     Duration::from_millis(100)
 };
+/// The longest a reader waits for one session whose client reads (checking
+/// every [`SESSION_WAIT`] that it still does). It used to give up after one
+/// `SESSION_WAIT` and drop the feeds: under a flood of QoS 0 publishers the
+/// reader then ran free, so did the publishers, and they took the node from the
+/// subscribers (a shared group of 10 under 1,000 publishers delivered nothing).
+const NODE_WAIT: Duration = if cfg!(test) {
+    Duration::from_secs(20)
+} else {
+    Duration::from_secs(1)
+};
 /// A session handed nothing for this many entries of a queue gets an empty feed,
 /// so its cursor (and committed offset) follows the queue.
 const PROGRESS_EVERY: u64 = 1024;
@@ -551,15 +561,24 @@ impl Fanout {
                 // Dropping an empty feed loses nothing: the next one covers it.
                 Err(mpsc::error::TrySendError::Full(_)) if progress_only => continue,
                 Err(mpsc::error::TrySendError::Full(feed)) => {
-                    let wait = !m.inbox.client_slow.load(Ordering::Acquire)
-                        && !m.inbox.overflowed.load(Ordering::Acquire);
                     // The node, not the client, is slow: wait for the session
-                    // (which slows the publishers down through `Flow`).
-                    let sent = wait
-                        && matches!(
-                            tokio::time::timeout(SESSION_WAIT, m.inbox.tx.send(feed)).await,
-                            Ok(Ok(()))
-                        );
+                    // (which slows the publishers down through `Flow`), as long
+                    // as its client reads, up to NODE_WAIT.
+                    let mut sent = false;
+                    let deadline = tokio::time::Instant::now() + NODE_WAIT;
+                    while !m.inbox.client_slow.load(Ordering::Acquire)
+                        && tokio::time::Instant::now() < deadline
+                    {
+                        match tokio::time::timeout(SESSION_WAIT, m.inbox.tx.reserve()).await {
+                            Ok(Ok(permit)) => {
+                                permit.send(feed);
+                                sent = true;
+                                break;
+                            }
+                            Ok(Err(_)) => break, // the session ended
+                            Err(_) => {}
+                        }
+                    }
                     if !sent {
                         m.inbox.overflowed.store(true, Ordering::Release);
                         m.inbox.lagged.notify_one();
