@@ -8,7 +8,7 @@
 //! run of the same core topic, and acknowledged only after it returns. Outgoing
 //! messages are in `deliver.rs`.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,14 +64,20 @@ pub(crate) struct Conn<B> {
     pub client_max_packet: usize,
     pub client_alias_max: u16,
     pub problem_info: bool,
-    pub aliases_in: HashMap<u16, String>,
-    pub aliases_out: HashMap<String, u16>,
+    // B-tree maps and sets here: empty, they take 24 bytes where a hash map
+    // takes 48, and most connections keep them empty (memory per connection).
+    pub aliases_in: BTreeMap<u16, String>,
+    pub aliases_out: BTreeMap<String, u16>,
     pub ready: VecDeque<Ready>,
     pub pending: BTreeSet<(Arc<str>, u32)>,
     /// Queues of a QoS 0 session that overflowed: they skip ahead to live.
-    pub skipping: HashSet<(Arc<str>, u32)>,
-    pub joined: HashSet<Arc<str>>,
+    pub skipping: BTreeSet<(Arc<str>, u32)>,
+    pub joined: BTreeSet<Arc<str>>,
     pub inbox: Inbox,
+    /// Feeds from the router; made when the session first follows a topic
+    /// ([`Conn::router_inbox`]), as most connections of a device fleet follow few
+    /// or none and a channel costs each about a kilobyte.
+    feeds: Option<mpsc::Receiver<Feed>>,
     pub shares: crate::share::Members,
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
     /// The last catch-up pull ended far from the end of its queue.
@@ -100,9 +106,9 @@ where
         }
         Ok(Err(None)) | Err(_) => return,
     };
-    let (inbox_tx, mut inbox_rx) = mpsc::channel::<Feed>(64);
     let lagged = Arc::new(Notify::new());
-    let (tk_tx, mut tk_rx) = mpsc::channel::<Takeover>(1);
+    let (tk_tx, tk_rx) = oneshot::channel::<Takeover>();
+    let mut tk_rx = Some(tk_rx);
     let conn_id = shared.next_id();
     let mut conn = Conn {
         shared: shared.clone(),
@@ -115,19 +121,20 @@ where
         client_max_packet: usize::MAX,
         client_alias_max: 0,
         problem_info: true,
-        aliases_in: HashMap::new(),
-        aliases_out: HashMap::new(),
+        aliases_in: BTreeMap::new(),
+        aliases_out: BTreeMap::new(),
         ready: VecDeque::new(),
         pending: BTreeSet::new(),
-        skipping: HashSet::new(),
-        joined: HashSet::new(),
+        skipping: BTreeSet::new(),
+        joined: BTreeSet::new(),
         inbox: Inbox {
             id: conn_id,
-            tx: inbox_tx,
+            tx: crate::router::no_feeds(),
             lagged: lagged.clone(),
             overflowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             client_slow: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         },
+        feeds: None,
         shares: crate::share::Members::new(),
         pubs: Vec::new(),
         far_behind: false,
@@ -171,7 +178,6 @@ where
             conn.pump();
         }
         conn.settle_acks();
-        let deadline = keep_alive.map(|k| last_seen + k);
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
         if inbuf.capacity() - inbuf.len() < READ_SMALL {
             inbuf.reserve(READ_SMALL);
@@ -195,7 +201,19 @@ where
         tokio::select! {
             biased;
             _ = shutdown.changed() => break End::Shutdown,
-            Some(t) = tk_rx.recv() => break End::Takeover(t),
+            Some(t) = taken_over(&mut tk_rx) => break End::Takeover(t),
+            // Early in the order, so a busy session still commits every second.
+            // The keep-alive is checked here too (to the second: one timer per
+            // connection instead of a new one each turn of the loop).
+            _ = tick.tick() => {
+                if keep_alive.is_some_and(|k| last_seen.elapsed() >= k) {
+                    break End::Server(
+                        DisconnectReasonCode::KeepAliveTimeout,
+                        "no packet within 1.5 times the keep-alive".into(),
+                    );
+                }
+                Box::pin(conn.commit()).await
+            }
             r = drain(&mut wr, &mut conn.out), if !conn.out.is_empty() || unflushed => match r {
                 Err(_) | Ok(Drained::Closed) => break End::Closed,
                 Ok(Drained::Wrote) => {
@@ -226,10 +244,10 @@ where
                     }
                 }
             },
-            Some(b) = inbox_rx.recv(), if room && !hold => {
+            Some(b) = next_feed(&mut conn.feeds), if room && !hold => {
                 conn.on_batch(b);
                 while conn.ready.len() < crate::deliver::READY_HIGH
-                    && let Ok(b) = inbox_rx.try_recv()
+                    && let Some(Ok(b)) = conn.feeds.as_mut().map(|f| f.try_recv())
                 {
                     conn.on_batch(b);
                 }
@@ -248,11 +266,6 @@ where
                 let list = topics_rx.borrow_and_update().clone();
                 Box::pin(conn.on_topics(&list)).await;
             }
-            _ = sleep_until(deadline) => break End::Server(
-                DisconnectReasonCode::KeepAliveTimeout,
-                "no packet within 1.5 times the keep-alive".into(),
-            ),
-            _ = tick.tick() => Box::pin(conn.commit()).await,
         }
     };
     Box::pin(conn.finish(end, &mut tk_rx)).await;
@@ -266,6 +279,26 @@ where
 const OUT_HIGH: usize = 256 * 1024;
 /// An output buffer larger than this is dropped once written out.
 const OUT_KEEP: usize = 4096;
+
+/// The connection taking this one's session over; pending forever once the
+/// slot's sender is gone without one (the oneshot is not polled again).
+async fn taken_over(rx: &mut Option<oneshot::Receiver<Takeover>>) -> Option<Takeover> {
+    let Some(r) = rx.as_mut() else {
+        return std::future::pending().await;
+    };
+    let t = r.await.ok();
+    *rx = None;
+    t
+}
+
+/// The next feed from the router; pending forever while the session has no
+/// channel (it follows no topic).
+async fn next_feed(feeds: &mut Option<mpsc::Receiver<Feed>>) -> Option<Feed> {
+    match feeds {
+        Some(f) => f.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 enum Drained {
     Wrote,
@@ -323,13 +356,6 @@ fn size_read_buffer(inbuf: &mut BytesMut, n: usize, spare: usize) {
         inbuf.reserve((2 * n).clamp(8 * 1024, READ_LARGE));
     } else if inbuf.is_empty() && n < READ_SMALL && inbuf.capacity() > READ_SMALL {
         *inbuf = BytesMut::with_capacity(READ_SMALL);
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -408,11 +434,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
     /// Tells the router what the subscriptions want of each followed core topic
     /// (after they changed), so the session is handed only what it may match.
-    pub(crate) fn refresh_interest(&self) {
+    pub(crate) fn refresh_interest(&mut self) {
+        let inbox = self.router_inbox();
         for t in &self.joined {
             let interest = Interest::of(&self.session.subs, t);
-            self.shared.router.join(t, self.inbox.clone(), interest);
+            self.shared.router.join(t, inbox.clone(), interest);
         }
+    }
+
+    /// The session's inbox for joining the router, its channel made now if
+    /// it has none yet.
+    pub(crate) fn router_inbox(&mut self) -> Inbox {
+        if self.feeds.is_none() {
+            let (tx, rx) = mpsc::channel(64);
+            self.inbox.tx = tx;
+            self.feeds = Some(rx);
+        }
+        self.inbox.clone()
     }
 
     pub fn reason(&self, s: String) -> Option<String> {
@@ -424,7 +462,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     async fn accept(
         &mut self,
         c: Connect,
-        takeover: mpsc::Sender<Takeover>,
+        takeover: oneshot::Sender<Takeover>,
     ) -> Option<Option<Duration>> {
         let s = self.shared.settings.clone();
         let v5 = self.version == Version::V5;
@@ -518,7 +556,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Some(Slot::Offline { session, .. }) => Some(session),
             Some(Slot::Online { takeover, .. }) => {
                 let (tx, rx) = oneshot::channel();
-                if takeover.send(tx).await.is_ok() {
+                if takeover.send(tx).is_ok() {
                     tokio::time::timeout(Duration::from_secs(5), rx)
                         .await
                         .ok()
@@ -655,7 +693,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
     /// Ends the connection: DISCONNECT where due, offsets committed, session
     /// handed over or put offline, will published or scheduled.
-    async fn finish(&mut self, end: End, tk_rx: &mut mpsc::Receiver<Takeover>) {
+    async fn finish(&mut self, end: End, tk_rx: &mut Option<oneshot::Receiver<Takeover>>) {
         let client_id = self.session.client_id.clone();
         let disconnect = match &end {
             End::Server(code, why) => Some((*code, why.clone())),
@@ -696,8 +734,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 let ours = matches!(lock(&self.shared.sessions).get(&client_id), Some(Slot::Online { conn_id, .. }) if *conn_id == self.conn_id);
                 if ours {
                     self.shared.session_offline(session, publish_will).await;
-                } else if let Ok(Some(t)) =
-                    tokio::time::timeout(Duration::from_secs(5), tk_rx.recv()).await
+                } else if let Some(rx) = tk_rx.take()
+                    && let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), rx).await
                 {
                     // Taken over while ending: the new connection waits for the session.
                     self.hand_over(session, t).await;

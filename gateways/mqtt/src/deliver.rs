@@ -148,7 +148,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         let interest = Interest::of(&self.session.subs, topic);
-        self.shared.router.join(topic, self.inbox.clone(), interest);
+        let inbox = self.router_inbox();
+        self.shared.router.join(topic, inbox, interest);
         self.joined.insert(name);
     }
 
@@ -716,7 +717,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         // In-flight log messages stay in the session (resent on resumption); the
         // cursors above already point past them, so they are not read twice.
         // Shared messages in flight go to the group's other members.
-        for t in self.joined.drain() {
+        for t in std::mem::take(&mut self.joined) {
             self.shared.router.leave(&t, self.inbox.id);
         }
         self.skipping.clear();

@@ -103,6 +103,16 @@ pub struct Inbox {
     pub client_slow: Arc<AtomicBool>,
 }
 
+/// A sender whose channel is closed: the inbox of a session that follows no
+/// topic yet (one shared placeholder instead of a channel per connection; the
+/// session makes its own before it joins the router, and a feed sent here would
+/// be discarded like one to a session that ended).
+pub fn no_feeds() -> mpsc::Sender<Feed> {
+    static CLOSED: std::sync::LazyLock<mpsc::Sender<Feed>> =
+        std::sync::LazyLock::new(|| mpsc::channel(1).0);
+    CLOSED.clone()
+}
+
 /// Which messages of a core topic a session may match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Interest {

@@ -13,7 +13,7 @@ use mqttbytes::v5::Publish;
 use rocketgate_core::broker::{MessagingApi, QueueChoice};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -77,7 +77,8 @@ pub(crate) enum Slot {
     },
     Online {
         conn_id: u64,
-        takeover: mpsc::Sender<Takeover>,
+        /// Taken by the connection that takes the session over.
+        takeover: oneshot::Sender<Takeover>,
     },
 }
 
@@ -412,10 +413,11 @@ where
         return;
     }
     let guard = Active::new(shared.clone());
-    tokio::spawn(async move {
+    let f = async move {
         crate::conn::run(shared, io, peer).await;
         drop(guard);
-    });
+    };
+    tokio::spawn(f);
 }
 
 /// Counts a running connection until dropped (also when its task panics), so

@@ -27,7 +27,7 @@
 
 mod group;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -116,7 +116,7 @@ pub(crate) struct Members {
     offers: Option<mpsc::Sender<Offer>>,
     /// The receiving end, read by the connection's loop ([`Members::recv`]).
     pub rx: Option<mpsc::Receiver<Offer>>,
-    joined: HashMap<u64, Membership>,
+    joined: BTreeMap<u64, Membership>,
     /// Settled since the last loop turn, sent to the groups in one message each.
     settled: Vec<(Arc<Link>, u32, u64)>,
 }
@@ -126,7 +126,7 @@ impl Members {
         Members {
             offers: None,
             rx: None,
-            joined: HashMap::new(),
+            joined: BTreeMap::new(),
             settled: Vec::new(),
         }
     }
