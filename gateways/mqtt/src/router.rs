@@ -21,7 +21,7 @@
 //! offset does not stay far behind.
 //!
 //! **Backpressure.** A session whose channel is full although its client reads
-//! (the node, not the client, is slow) is waited for (a bounded time): the reader
+//! (the node, not the client, is slow) is waited for (up to a second): the reader
 //! slows down, and so do the publishers, which wait until the reader has handed
 //! out what they stored (see [`Router::wait_handed`]) before reading more from
 //! their sockets. So a publisher goes only as fast as the sessions of its topic
@@ -237,9 +237,10 @@ pub struct Router<B> {
 const READ_BATCH: usize = 256;
 const WAIT: Duration = Duration::from_secs(10);
 pub const READER_GROUP: &str = "mqtt%router";
-/// How long a reader waits for a session whose channel is full although its
-/// client reads, before dropping the feed (the session then catches up, or
-/// skips ahead at QoS 0). Only a session task that does not run at all gets here.
+/// While a reader waits for a session whose channel is full although its client
+/// reads, how often it checks that the client still reads (a client that stops
+/// reading is not waited for: its feed is dropped and it catches up, or skips
+/// ahead at QoS 0).
 const SESSION_WAIT: Duration = if cfg!(test) {
     // Long in unit tests, so a slow test machine does not look like a stuck session.
     Duration::from_secs(20)
@@ -247,7 +248,8 @@ const SESSION_WAIT: Duration = if cfg!(test) {
     Duration::from_millis(100)
 };
 /// The longest a reader waits for one session whose client reads (checking
-/// every [`SESSION_WAIT`] that it still does). It used to give up after one
+/// every [`SESSION_WAIT`] that it still does), then drops the feed as for a slow
+/// client: only a session task that does not run at all gets there. It used to give up after one
 /// `SESSION_WAIT` and drop the feeds: under a flood of QoS 0 publishers the
 /// reader then ran free, so did the publishers, and they took the node from the
 /// subscribers (a shared group of 10 under 1,000 publishers delivered nothing).
