@@ -225,7 +225,7 @@ where
                     }
                 }
             },
-            Some(b) = next_feed(&mut conn.feeds), if room && !hold => {
+            Some(b) = recv_made(&mut conn.feeds), if room && !hold => {
                 conn.on_batch(b);
                 while conn.ready.len() < crate::deliver::READY_HIGH
                     && let Some(Ok(b)) = conn.feeds.as_mut().map(|f| f.try_recv())
@@ -235,7 +235,7 @@ where
             }
             _ = lagged.notified() => Box::pin(conn.recheck()).await,
             _ = std::future::ready(()), if pull_more => {}
-            Some(o) = crate::share::recv(&mut conn.shares.rx), if room => {
+            Some(o) = recv_made(&mut conn.shares.rx), if room => {
                 conn.on_offer(o);
                 while conn.ready.len() < crate::deliver::READY_HIGH
                     && let Some(Ok(o)) = conn.shares.rx.as_mut().map(|r| r.try_recv())
@@ -265,11 +265,11 @@ async fn taken_over(rx: &mut Option<oneshot::Receiver<Takeover>>) -> Option<Take
     t
 }
 
-/// The next feed from the router; pending forever while the session has no
-/// channel (it follows no topic).
-async fn next_feed(feeds: &mut Option<mpsc::Receiver<Feed>>) -> Option<Feed> {
-    match feeds {
-        Some(f) => f.recv().await,
+/// The next message of a channel made on first use (the router's feeds, the
+/// shared groups' offers); pending forever while it does not exist.
+async fn recv_made<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(r) => r.recv().await,
         None => std::future::pending().await,
     }
 }

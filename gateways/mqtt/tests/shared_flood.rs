@@ -7,18 +7,8 @@ mod clients;
 mod support;
 
 use clients::*;
-use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5 as p5;
 use support::Node;
-
-const FILTER: &str = "$share/workers/jobs/#";
-
-async fn member(node: &Node, id: &str) -> V5 {
-    let mut m = v5_with(v5_opts(node, id));
-    m.connack().await;
-    m.subscribe(FILTER, QoS::AtLeastOnce, None).await;
-    m
-}
 
 /// QoS 0 publishers writing flat out (many PUBLISHes per socket write, as a
 /// load generator does) into a group must not starve the group's members: the
@@ -43,8 +33,8 @@ fn a_qos0_flood_does_not_stop_a_group() {
     let clients = tokio::runtime::Runtime::new().unwrap();
     let mut members = clients.block_on(async {
         vec![
-            member(&node, "flood-m0").await,
-            member(&node, "flood-m1").await,
+            share_member(&node, "flood-m0").await,
+            share_member(&node, "flood-m1").await,
         ]
     });
 

@@ -13,15 +13,6 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5 as p5;
 use support::{Node, Raw, WAIT};
 
-const FILTER: &str = "$share/workers/jobs/#";
-
-async fn member(node: &Node, id: &str) -> V5 {
-    let mut m = v5_with(v5_opts(node, id));
-    m.connack().await;
-    m.subscribe(FILTER, QoS::AtLeastOnce, None).await;
-    m
-}
-
 /// Publishes every payload at QoS 1 and waits until each is acknowledged (stored).
 async fn publish_all(p: &mut V5, topic: &str, payloads: &[String]) {
     for body in payloads {
@@ -83,9 +74,9 @@ async fn a_group_of_three_receives_every_message_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
     let mut members = vec![
-        member(&node, "three-a").await,
-        member(&node, "three-b").await,
-        member(&node, "three-c").await,
+        share_member(&node, "three-a").await,
+        share_member(&node, "three-b").await,
+        share_member(&node, "three-c").await,
     ];
     // Three publishers, so the messages spread over several core queues.
     let mut all = BTreeSet::new();
@@ -129,7 +120,7 @@ async fn unacked_messages_of_a_member_that_disconnects_reach_the_others() {
     let node = Node::start(dir.path()).await;
     // A member that receives but never sends PUBACK.
     let (mut silent, _) = Raw::connect_v5(node.addr, "silent", None).await;
-    let mut sub = raw5::Subscribe::new(FILTER, mqttbytes::QoS::AtLeastOnce);
+    let mut sub = raw5::Subscribe::new(SHARE_FILTER, mqttbytes::QoS::AtLeastOnce);
     sub.pkid = 1;
     silent.send(raw5::Packet::Subscribe(sub)).await;
     match silent.recv().await {
@@ -137,8 +128,8 @@ async fn unacked_messages_of_a_member_that_disconnects_reach_the_others() {
         other => panic!("expected SUBACK, got {other:?}"),
     }
     let mut others = vec![
-        member(&node, "steady-b").await,
-        member(&node, "steady-c").await,
+        share_member(&node, "steady-b").await,
+        share_member(&node, "steady-c").await,
     ];
     let mut publ = v5_with(v5_opts(&node, "steady-pub"));
     publ.connack().await;
@@ -184,8 +175,8 @@ async fn the_group_position_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
     let mut members = vec![
-        member(&node, "restart-a").await,
-        member(&node, "restart-b").await,
+        share_member(&node, "restart-a").await,
+        share_member(&node, "restart-b").await,
     ];
     let mut publ = v5_with(v5_opts(&node, "restart-pub"));
     publ.connack().await;
@@ -211,8 +202,8 @@ async fn the_group_position_survives_a_restart() {
 
     let node = node.restart().await;
     let mut members = vec![
-        member(&node, "restart-a").await,
-        member(&node, "restart-b").await,
+        share_member(&node, "restart-a").await,
+        share_member(&node, "restart-b").await,
     ];
     let mut publ = v5_with(v5_opts(&node, "restart-pub"));
     publ.connack().await;
@@ -238,7 +229,7 @@ async fn an_offset_reset_moves_a_running_group() {
     use rocketgate_core::broker::{MessagingApi, OffsetReset};
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
-    let mut members = vec![member(&node, "reset-a").await];
+    let mut members = vec![share_member(&node, "reset-a").await];
     let mut publ = v5_with(v5_opts(&node, "reset-pub"));
     publ.connack().await;
     let bodies = payloads("r", 20);
@@ -309,7 +300,7 @@ async fn a_queue_that_first_gets_messages_while_the_group_is_away_is_read_from_i
         }
     };
     // The group starts before its topic exists; only queue 0 gets messages while it runs.
-    let mut members = vec![member(&node, "away-a").await];
+    let mut members = vec![share_member(&node, "away-a").await];
     let first = payloads("q0", 5);
     for b in &first {
         send(0, b.clone()).await;
@@ -327,7 +318,7 @@ async fn a_queue_that_first_gets_messages_while_the_group_is_away_is_read_from_i
         send(3, b.clone()).await;
     }
     // The group comes back (a new task on this node, and again after a restart).
-    let mut members = vec![member(&node, "away-a").await];
+    let mut members = vec![share_member(&node, "away-a").await];
     let want: BTreeSet<String> = away.iter().cloned().collect();
     let got = collect(&mut members, &want).await;
     let missing: Vec<_> = want

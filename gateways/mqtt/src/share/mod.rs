@@ -114,7 +114,7 @@ pub(crate) struct Members {
     /// Every group this connection is a member of sends here; made at the first
     /// join (most connections never join one, and a channel costs memory).
     offers: Option<mpsc::Sender<Offer>>,
-    /// The receiving end, read by the connection's loop ([`Members::recv`]).
+    /// The receiving end, read by the connection's loop.
     pub rx: Option<mpsc::Receiver<Offer>>,
     joined: BTreeMap<u64, Membership>,
     /// Settled since the last loop turn, sent to the groups in one message each.
@@ -140,14 +140,6 @@ impl Members {
                 tx
             })
             .clone()
-    }
-}
-
-/// The next offer for this connection; pending forever while it is in no group.
-pub(crate) async fn recv(rx: &mut Option<mpsc::Receiver<Offer>>) -> Option<Offer> {
-    match rx {
-        Some(r) => r.recv().await,
-        None => std::future::pending().await,
     }
 }
 

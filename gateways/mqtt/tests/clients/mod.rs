@@ -87,6 +87,18 @@ pub struct V5 {
     pub task: JoinHandle<()>,
 }
 
+/// The shared subscription the shared-subscription tests' members hold.
+pub const SHARE_FILTER: &str = "$share/workers/jobs/#";
+
+/// A v5 client connected and subscribed to [`SHARE_FILTER`] at QoS 1.
+pub async fn share_member(node: &Node, id: &str) -> V5 {
+    let mut m = v5_with(v5_opts(node, id));
+    m.connack().await;
+    m.subscribe(SHARE_FILTER, c5::mqttbytes::QoS::AtLeastOnce, None)
+        .await;
+    m
+}
+
 pub fn v5_opts(node: &Node, id: &str) -> c5::MqttOptions {
     let mut o = c5::MqttOptions::new(id, "127.0.0.1", node.port());
     o.set_keep_alive(Duration::from_secs(30));
