@@ -1,6 +1,8 @@
-//! One client connection: a task that owns the socket's read half and the
-//! session while connected, and a writer task fed with whole batches of encoded
-//! packets (many packets per socket write).
+//! One client connection: one task that owns the socket and the session while
+//! connected. Outgoing packets are encoded into one buffer and written by the
+//! same task's loop whenever the socket takes them (many packets per socket
+//! write); there is no writer task, whose task and channel cost each idle
+//! connection more than a kilobyte (issue #10).
 //!
 //! Incoming PUBLISHes read in one go are stored with one core `send_batch` per
 //! run of the same core topic, and acknowledged only after it returns. Outgoing
@@ -55,8 +57,8 @@ pub(crate) struct Conn<B> {
     pub peer: SocketAddr,
     pub conn_id: u64,
     pub session: Box<Session>,
+    /// Encoded packets not yet written to the socket.
     pub out: BytesMut,
-    wtx: mpsc::Sender<Bytes>,
     /// The client's Receive Maximum (outgoing window) and Maximum Packet Size.
     pub client_receive_max: usize,
     pub client_max_packet: usize,
@@ -104,8 +106,6 @@ where
         }
         Ok(Err(None)) | Err(_) => return,
     };
-    let (wtx, wrx) = mpsc::channel::<Bytes>(64);
-    let writer = tokio::spawn(write_loop(wr, wrx));
     let lagged = Arc::new(Notify::new());
     let (tk_tx, tk_rx) = oneshot::channel::<Takeover>();
     let mut tk_rx = Some(tk_rx);
@@ -117,7 +117,6 @@ where
         conn_id,
         session: Box::new(Session::new("", 0)),
         out: BytesMut::new(),
-        wtx,
         client_receive_max: usize::from(shared.settings.max_inflight.max(1)),
         client_max_packet: usize::MAX,
         client_alias_max: 0,
@@ -145,9 +144,9 @@ where
     let keep_alive = match Box::pin(conn.accept(connect, tk_tx)).await {
         Some(k) => k,
         None => {
-            conn.flush().await;
+            let out = std::mem::take(&mut conn.out);
             drop(conn);
-            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+            write_out(&mut wr, out).await;
             return;
         }
     };
@@ -163,6 +162,8 @@ where
     let mut shutdown = shared.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_seen = Instant::now();
+    // Written but not flushed (a WebSocket stream frames on flush).
+    let mut unflushed = false;
     let end = loop {
         if let Some(end) = early.take() {
             break end;
@@ -170,9 +171,13 @@ where
         if !conn.pending.is_empty() && conn.ready.len() < crate::deliver::READY_LOW {
             Box::pin(conn.fill_ready()).await;
         }
-        conn.pump();
+        // While the client does not take what was written, make no more
+        // (the ready queue and the window hold the rest).
+        let writable = conn.out.len() < OUT_HIGH;
+        if writable {
+            conn.pump();
+        }
         conn.settle_acks();
-        conn.flush().await;
         let room = conn.ready.len() < crate::deliver::READY_HIGH;
         if inbuf.capacity() - inbuf.len() < READ_SMALL {
             inbuf.reserve(READ_SMALL);
@@ -190,10 +195,9 @@ where
         let pull_more = catching_up && conn.ready.len() < crate::deliver::READY_LOW;
         // Not taking feeds because the client's window is full, or its socket:
         // the router must not wait for this session (see router.rs).
-        conn.inbox.client_slow.store(
-            !room || conn.wtx.capacity() == 0,
-            std::sync::atomic::Ordering::Release,
-        );
+        conn.inbox
+            .client_slow
+            .store(!room || !writable, std::sync::atomic::Ordering::Release);
         tokio::select! {
             biased;
             _ = shutdown.changed() => break End::Shutdown,
@@ -210,7 +214,22 @@ where
                 }
                 Box::pin(conn.commit()).await
             }
-            r = rd.read_buf(&mut inbuf) => match r {
+            r = drain(&mut wr, &mut conn.out), if !conn.out.is_empty() || unflushed => match r {
+                Err(_) | Ok(Drained::Closed) => break End::Closed,
+                Ok(Drained::Wrote) => {
+                    if conn.out.is_empty() {
+                        unflushed = true;
+                        if conn.out.capacity() > OUT_KEEP {
+                            // Not kept for an idle connection.
+                            conn.out = BytesMut::new();
+                        }
+                    }
+                }
+                Ok(Drained::Flushed) => unflushed = false,
+            },
+            // Not reading while the client does not read: a client that only
+            // publishes would otherwise pile up acknowledgements here.
+            r = rd.read_buf(&mut inbuf), if writable => match r {
                 Ok(0) | Err(_) => break End::Closed,
                 Ok(n) => {
                     last_seen = Instant::now();
@@ -250,9 +269,16 @@ where
         }
     };
     Box::pin(conn.finish(end, &mut tk_rx)).await;
+    let out = std::mem::take(&mut conn.out);
     drop(conn);
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    write_out(&mut wr, out).await;
 }
+
+/// Encoded output beyond this and the connection stops making more (and stops
+/// reading) until the socket takes some: its client is slow.
+const OUT_HIGH: usize = 256 * 1024;
+/// An output buffer larger than this is dropped once written out.
+const OUT_KEEP: usize = 4096;
 
 /// The connection taking this one's session over; pending forever once the
 /// slot's sender is gone without one (the oneshot is not polled again).
@@ -272,6 +298,36 @@ async fn recv_made<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
         Some(r) => r.recv().await,
         None => std::future::pending().await,
     }
+}
+
+enum Drained {
+    Wrote,
+    Flushed,
+    Closed,
+}
+
+/// Writes what it can of `out` (one write), or flushes once it is all written.
+async fn drain<W: AsyncWrite + Unpin>(w: &mut W, out: &mut BytesMut) -> std::io::Result<Drained> {
+    if out.is_empty() {
+        w.flush().await?;
+        return Ok(Drained::Flushed);
+    }
+    match w.write_buf(out).await? {
+        0 => Ok(Drained::Closed),
+        _ => Ok(Drained::Wrote),
+    }
+}
+
+/// The last packets of a connection, then the end of the stream (bounded: a
+/// client that does not read is not waited for long).
+async fn write_out<W: AsyncWrite + Unpin>(w: &mut W, out: BytesMut) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        if w.write_all(&out).await.is_ok() {
+            let _ = w.flush().await;
+        }
+        let _ = w.shutdown().await;
+    })
+    .await;
 }
 
 /// A read this large means the client streams: the connection yields to the
@@ -301,23 +357,6 @@ fn size_read_buffer(inbuf: &mut BytesMut, n: usize, spare: usize) {
     } else if inbuf.is_empty() && n < READ_SMALL && inbuf.capacity() > READ_SMALL {
         *inbuf = BytesMut::with_capacity(READ_SMALL);
     }
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<Bytes>) {
-    while let Some(b) = rx.recv().await {
-        if w.write_all(&b).await.is_err() {
-            return;
-        }
-        while let Ok(b) = rx.try_recv() {
-            if w.write_all(&b).await.is_err() {
-                return;
-            }
-        }
-        if w.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = w.shutdown().await;
 }
 
 /// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
@@ -390,25 +429,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub fn send(&mut self, p: &Packet) {
         if let Err(e) = codec::write(self.version, p, &mut self.out) {
             tracing::warn!(error = %e, "encoding a packet failed");
-        }
-    }
-
-    pub async fn flush(&mut self) {
-        if !self.out.is_empty() {
-            let chunk = self.out.split().freeze();
-            if chunk.len() < 4096 {
-                // Not a busy stream: don't keep a large buffer for the next few
-                // bytes (an idle connection then holds none).
-                self.out = BytesMut::new();
-            }
-            if self.wtx.capacity() == 0 {
-                // The client does not read fast enough: while this waits, the
-                // router must not wait for the session.
-                self.inbox
-                    .client_slow
-                    .store(true, std::sync::atomic::Ordering::Release);
-            }
-            let _ = self.wtx.send(chunk).await;
         }
     }
 
@@ -701,7 +721,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 self.send(&Packet::Disconnect(d));
             }
         }
-        self.flush().await;
         self.detach().await;
         let publish_will = !matches!(end, End::Client { will: false } | End::Shutdown);
         let session = std::mem::replace(&mut self.session, Box::new(Session::new("", 0)));

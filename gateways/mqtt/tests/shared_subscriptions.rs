@@ -192,7 +192,7 @@ async fn the_group_position_survives_a_restart() {
     // every PUBACK sent before it has been handled when the SUBACK comes.
     for m in &mut members {
         m.subscribe("unrelated/sync", QoS::AtMostOnce, None).await;
-        m.client.disconnect().await.unwrap();
+        m.disconnect_and_wait().await;
     }
     drop(members);
     // Published while the group has no member: kept for it.
@@ -309,7 +309,7 @@ async fn a_queue_that_first_gets_messages_while_the_group_is_away_is_read_from_i
     assert_eq!(counts(&got).len(), 5);
     for m in &mut members {
         m.subscribe("unrelated/sync", QoS::AtMostOnce, None).await;
-        m.client.disconnect().await.unwrap();
+        m.disconnect_and_wait().await;
     }
     drop(members);
     // With no member, queue 3 gets its first messages.

@@ -136,6 +136,16 @@ pub fn v5_with(o: c5::MqttOptions) -> V5 {
 }
 
 impl V5 {
+    /// Sends DISCONNECT and waits until the server has closed the connection:
+    /// it has then handled the DISCONNECT (session offline, shared groups left).
+    /// `client.disconnect()` alone only queues the packet in the client: until
+    /// the server reads it, the connection still takes messages (and the client
+    /// acknowledges them), which a test of "published while away" must not race.
+    pub async fn disconnect_and_wait(&mut self) {
+        self.client.disconnect().await.unwrap();
+        let _ = tokio::time::timeout(WAIT, &mut self.task).await;
+    }
+
     pub async fn next<T>(&mut self, mut f: impl FnMut(p5::Packet) -> Option<T>) -> T {
         tokio::time::timeout(WAIT, async {
             loop {
