@@ -61,6 +61,59 @@ async fn a_waiting_pull_returns_when_a_message_is_put() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_pulls_are_woken_by_their_own_queue_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    env.broker
+        .create_topic(TopicConfig::new("t", 4))
+        .await
+        .unwrap();
+    let pull = |queue: u32| {
+        let broker = env.broker.clone();
+        let mut req = pull_req("g", "m", "t", queue, 0);
+        req.wait = Duration::from_secs(60);
+        tokio::spawn(async move { broker.pull(req).await })
+    };
+    let pullers: Vec<_> = (0..4).map(pull).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Many messages into queue 2 (and another topic): only queue 2's puller returns.
+    for i in 0..20 {
+        env.broker
+            .send(msg("t", &format!("q2-{i}")), QueueChoice::Queue(2))
+            .await
+            .unwrap();
+        env.broker
+            .send(msg("other", "x"), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+    }
+    let mut pullers = pullers.into_iter().map(Some).collect::<Vec<_>>();
+    let r = pullers[2].take().unwrap().await.unwrap().unwrap();
+    assert_eq!(r.status, PullStatus::Found);
+    assert_eq!(bodies(&r)[0], "q2-0");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for q in [0, 1, 3] {
+        assert!(
+            !pullers[q].as_ref().unwrap().is_finished(),
+            "queue {q} had no message: its pull still waits"
+        );
+    }
+    // Then each waiting queue gets its message, and its puller returns with it.
+    for q in [3u32, 0, 1] {
+        env.broker
+            .send(msg("t", &format!("q{q}")), QueueChoice::Queue(q))
+            .await
+            .unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), pullers[q as usize].take().unwrap())
+            .await
+            .expect("woken by its queue's message")
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&r), [format!("q{q}")]);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_pull_gives_up_after_its_timeout() {
     let dir = tempfile::tempdir().unwrap();

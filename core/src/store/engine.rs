@@ -585,6 +585,17 @@ impl Store {
     }
 
     /// A receiver that changes whenever new records are dispatched (long polling).
+    /// The consume queue a long-polling reader of `(topic, queue_id)` waits on
+    /// for new entries ([`ConsumeQueue::arrivals`](crate::store::consume_queue::ConsumeQueue::arrivals)); made (empty, no files) if
+    /// the queue has had no message yet.
+    pub fn queue_arrivals(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Arc<crate::store::consume_queue::ConsumeQueue>> {
+        self.inner.queues.get_or_create(topic, queue_id)
+    }
+
     pub fn watch_dispatch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.dispatched_tx.subscribe()
     }

@@ -120,6 +120,9 @@ pub struct ConsumeQueue {
     rewrites: AtomicU64,
     /// Serialises writers; holds what only the writer needs.
     writer: Mutex<WriterState>,
+    /// Long-polling readers of this queue wait here; the dispatcher wakes them
+    /// once per run of entries it published (see [`ConsumeQueue::arrivals`]).
+    arrived: tokio::sync::Notify,
 }
 
 impl ConsumeQueue {
@@ -154,9 +157,19 @@ impl ConsumeQueue {
             max_offset: AtomicU64::new(0),
             rewrites: AtomicU64::new(0),
             writer: Mutex::new(WriterState::default()),
+            arrived: tokio::sync::Notify::new(),
         };
         queue.recover()?;
         Ok(queue)
+    }
+
+    /// Where a reader waits for entries past `max_offset`: enable a
+    /// `notified()` future *before* reading the bounds, so entries published in
+    /// between still wake it. Only this queue's entries wake its readers (as
+    /// RocketMQ's `PullRequestHoldService` keys its waiters by queue), not every
+    /// append of the node.
+    pub fn arrivals(&self) -> &tokio::sync::Notify {
+        &self.arrived
     }
 
     pub fn topic(&self) -> &str {

@@ -92,6 +92,8 @@ impl Inner {
         let mut pos = from;
         let mut last_queue: Option<(String, u32, Arc<crate::store::consume_queue::ConsumeQueue>)> =
             None;
+        // The queues given entries since their readers were last woken.
+        let mut touched: Vec<Arc<crate::store::consume_queue::ConsumeQueue>> = Vec::new();
         for item in self.log.records_from(from) {
             let rec = item?;
             let phys = rec.phys_offset();
@@ -102,6 +104,7 @@ impl Inner {
                 // Let long-polling readers see progress during a long catch-up.
                 self.dispatched.store(phys, Ordering::Release);
                 self.dispatched_tx.send_replace(phys);
+                wake_readers(&mut touched);
             }
             let view = RecordView::parse(&rec)?;
             let tx = view.sys_flag() & record::sys_flag::TRANSACTION_TYPE_MASK;
@@ -124,6 +127,9 @@ impl Inner {
                         q
                     }
                 };
+                if !touched.last().is_some_and(|t| Arc::ptr_eq(t, &q)) {
+                    touched.push(q.clone());
+                }
                 q.put(
                     view.queue_offset() as u64,
                     CqEntry {
@@ -146,6 +152,17 @@ impl Inner {
         }
         self.dispatched.store(pos, Ordering::Release);
         self.dispatched_tx.send_replace(pos);
+        wake_readers(&mut touched);
         Ok(count)
+    }
+}
+
+/// Wakes the long-polling readers of each queue that got entries (after they
+/// were published: a woken reader sees them), once per queue.
+fn wake_readers(touched: &mut Vec<Arc<crate::store::consume_queue::ConsumeQueue>>) {
+    touched.sort_unstable_by_key(|q| Arc::as_ptr(q) as usize);
+    touched.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    for q in touched.drain(..) {
+        q.arrivals().notify_waiters();
     }
 }
