@@ -331,6 +331,75 @@ fn the_mqtt_load_generator_measures_its_sink() {
     assert!(result.contains("\"p99_us\""), "{result}");
 }
 
+/// A number field of the generator's `RESULT {json}` line.
+fn result_field(stdout: &str, field: &str) -> f64 {
+    let result = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .expect("a RESULT line");
+    result
+        .split(&format!("\"{field}\":"))
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {result}"))
+}
+
+/// `--arrivals spread` paces the publishers from the pacing thread: the fixed rate
+/// is kept (what each publisher owes is sent even if it wakes late) and deliveries
+/// are measured.
+#[test]
+fn the_mqtt_load_generator_spreads_a_fixed_rate() {
+    let (mut sink, addr, _lines) = start(
+        &["bench", "mqtt-sink", "--listen", "127.0.0.1:0"],
+        "mqtt-sink",
+    );
+    let out = bin()
+        .args([
+            "bench",
+            "mqtt",
+            "--broker",
+            &addr,
+            "--scenario",
+            "p2p",
+            "--publishers",
+            "4",
+            "--subscribers",
+            "4",
+            "--qos",
+            "1",
+            "--rate",
+            "2000",
+            "--arrivals",
+            "spread",
+            "--seconds",
+            "2",
+            "--warmup",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let _ = sink.kill();
+    let _ = sink.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let published = result_field(&stdout, "published_per_s");
+    assert!(
+        (1500.0..=2500.0).contains(&published),
+        "asked for 2,000 msgs/s, published {published}/s"
+    );
+    assert!(
+        result_field(&stdout, "delivered_per_s") > 1000.0,
+        "{stdout}"
+    );
+    assert!(result_field(&stdout, "p99_us") > 0.0, "{stdout}");
+}
+
 /// `curl -sS -w '\n%{http_code}' ARGS`: (status, body).
 fn curl(args: &[&str]) -> (u16, String) {
     let out = Command::new("curl")

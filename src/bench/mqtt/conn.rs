@@ -128,8 +128,74 @@ fn codec_err(e: mqttbytes::Error) -> anyhow::Error {
     anyhow::anyhow!("encoding an MQTT packet: {e:?}")
 }
 
+/// A publisher's place in a [`Pacer`]'s schedule: its k-th message is due at
+/// `base + offset + k / rate`.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    rate: f64,
+    base: Instant,
+    base_ns: u64,
+    offset: Duration,
+    wake: Arc<Notify>,
+}
+
+/// Spread arrivals (`--arrivals spread`): one thread wakes each of `n` publishers
+/// in turn, `1 / (n * rate)` apart, with sub-millisecond sleeps (tokio's timer
+/// wakes on 1 ms ticks, so publishers paced by it all send at once). A publisher
+/// stamps what it sends when it sends it, so how late the thread or the task's
+/// wake-up is does not count as the broker's latency.
+pub struct Pacer {
+    slots: Vec<Slot>,
+}
+
+impl Pacer {
+    pub fn start(n: usize, rate: f64, phase: Arc<Phase>) -> anyhow::Result<Pacer> {
+        let n = n.max(1);
+        let base = Instant::now();
+        let base_ns = now_ns();
+        let step = Duration::from_secs_f64(1.0 / (n as f64 * rate));
+        let slots: Vec<Slot> = (0..n)
+            .map(|i| Slot {
+                rate,
+                base,
+                base_ns,
+                offset: step * i as u32,
+                wake: Arc::new(Notify::new()),
+            })
+            .collect();
+        let wakes: Vec<Arc<Notify>> = slots.iter().map(|s| s.wake.clone()).collect();
+        std::thread::Builder::new()
+            .name("bench-pacer".into())
+            .spawn(move || {
+                // Sleep as precisely as the kernel will (the default slack is 50 µs).
+                // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+                let mut j: u64 = 0;
+                while !phase.stop.load(Ordering::Relaxed) {
+                    let due = base + step.mul_f64(j as f64);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    wakes[(j % n as u64) as usize].notify_one();
+                    j += 1;
+                }
+                // Let every publisher see the stop.
+                for w in &wakes {
+                    w.notify_one();
+                }
+            })
+            .context("starting the pacing thread")?;
+        Ok(Pacer { slots })
+    }
+
+    pub fn slot(&self, i: usize) -> Slot {
+        self.slots[i % self.slots.len()].clone()
+    }
+}
+
 /// How a publisher paces itself.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Pace {
     /// As fast as the broker takes them (QoS 1: bounded by the in-flight window).
     Max,
@@ -138,6 +204,8 @@ pub enum Pace {
     /// stalled broker shows up as latency, not as a lower rate; one sent on time is
     /// stamped when sent (the 1 ms pacing tick's own lateness is not the broker's).
     Rate(f64),
+    /// Open loop, woken by a [`Pacer`] at its own point of the schedule.
+    Spread(Slot),
 }
 
 /// A pre-encoded PUBLISH whose packet id and payload stamp are patched per message.
@@ -236,7 +304,20 @@ pub async fn publish(
             Pace::Rate(rate) => {
                 tick.tick().await;
                 let target = (started.elapsed().as_secs_f64() * rate) as u64;
-                (target.saturating_sub(seq).min(room), Some(rate))
+                (target.saturating_sub(seq).min(room), Some((start_ns, rate)))
+            }
+            Pace::Spread(ref slot) => {
+                slot.wake.notified().await;
+                let start = slot.base + slot.offset;
+                let target = match Instant::now().checked_duration_since(start) {
+                    Some(d) => (d.as_secs_f64() * slot.rate) as u64 + 1,
+                    None => 0,
+                };
+                let start_ns = slot.base_ns + slot.offset.as_nanos() as u64;
+                (
+                    target.saturating_sub(seq).min(room),
+                    Some((start_ns, slot.rate)),
+                )
             }
         };
         out.clear();
@@ -249,7 +330,7 @@ pub async fn publish(
                 // broker's. Later than that, the publisher
                 // was held up (a full window or socket: the broker's doing),
                 // and the message is stamped when it was due.
-                Some(rate) => {
+                Some((start_ns, rate)) => {
                     let due = start_ns + (seq as f64 * 1e9 / rate) as u64;
                     if now.saturating_sub(due) > PACING_GRAIN_NS {
                         due

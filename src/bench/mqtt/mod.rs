@@ -38,6 +38,12 @@ const CONNECT_AT_ONCE: usize = 64;
 const KEEP_ALIVE: u16 = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Arrivals {
+    Tick,
+    Spread,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     /// Publisher i → subscriber i, one topic each.
     P2p,
@@ -71,6 +77,12 @@ pub struct MqttBenchArgs {
     /// Total publish rate in messages/s; 0 = as fast as the broker takes them.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
+    /// With `--rate`: `tick` sends what each publisher owes on a shared 1 ms tick
+    /// (every publisher at once: bursts); `spread` staggers the publishers evenly
+    /// over each publisher's interval (a pacing thread with sub-millisecond sleeps),
+    /// so messages arrive one by one, as from independent devices.
+    #[arg(long, value_enum, default_value_t = Arrivals::Tick)]
+    pub arrivals: Arrivals,
     /// Measured seconds (after the warm-up).
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
@@ -223,13 +235,23 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         )));
     }
     let per_pub_rate = (args.rate > 0.0).then(|| args.rate / topics.len() as f64);
+    let pacer = match (per_pub_rate, args.arrivals) {
+        (Some(rate), Arrivals::Spread) => {
+            Some(conn::Pacer::start(topics.len(), rate, phase.clone())?)
+        }
+        _ => None,
+    };
     let mut pubs = Vec::new();
     let mut pub_stats = Vec::new();
-    for (topic, s) in topics.iter().zip(connected) {
+    for (i, (topic, s)) in topics.iter().zip(connected).enumerate() {
         let s = s?;
         let stats = Arc::new(PubStats::default());
         pub_stats.push(stats.clone());
-        let pace = per_pub_rate.map_or(Pace::Max, Pace::Rate);
+        let pace = match (per_pub_rate, &pacer) {
+            (None, _) => Pace::Max,
+            (Some(rate), None) => Pace::Rate(rate),
+            (Some(_), Some(p)) => Pace::Spread(p.slot(i)),
+        };
         let plan = conn::PublishPlan {
             topic: topic.clone(),
             qos,
