@@ -413,11 +413,10 @@ where
         return;
     }
     let guard = Active::new(shared.clone());
-    let f = async move {
+    tokio::spawn(async move {
         crate::conn::run(shared, io, peer).await;
         drop(guard);
-    };
-    tokio::spawn(f);
+    });
 }
 
 /// Counts a running connection until dropped (also when its task panics), so

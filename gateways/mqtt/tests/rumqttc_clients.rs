@@ -332,8 +332,7 @@ async fn will_is_published_on_abnormal_close_and_after_its_delay() {
     ));
     let mut polite = v5_with(o);
     polite.connack().await;
-    polite.client.disconnect().await.unwrap();
-    let _ = tokio::time::timeout(WAIT, &mut polite.task).await;
+    polite.disconnect_and_wait().await;
     let mut marker = v5_with(v5_opts(&node, "marker"));
     marker.connack().await;
     marker

@@ -318,8 +318,7 @@ async fn expired_messages_are_not_delivered_to_a_returning_session() {
     let mut sub = v5_with(o.clone());
     sub.connack().await;
     sub.subscribe("exp/#", QoS::AtLeastOnce, None).await;
-    sub.client.disconnect().await.unwrap();
-    let _ = tokio::time::timeout(WAIT, &mut sub.task).await;
+    sub.disconnect_and_wait().await;
 
     let mut publ = v5_with(v5_opts(&node, "exp-pub"));
     publ.connack().await;
