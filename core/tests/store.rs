@@ -385,3 +385,65 @@ fn a_segment_whose_creation_was_interrupted_is_removed_at_open() {
     assert!(!stray.exists());
     assert_eq!(bodies_of(&store, "t", 0), vec![b"kept".to_vec()]);
 }
+
+/// Resident kB of this process's mappings of `path` (`/proc/self/smaps`).
+#[cfg(target_os = "linux")]
+fn resident_kib(path: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let want = path.canonicalize().unwrap();
+    let mut inside = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() >= 6 && fields[0].contains('-') && fields[1].len() == 4 {
+            inside = Path::new(fields[5]) == want;
+        } else if inside && fields.first() == Some(&"Rss:") {
+            total += fields[1].parse::<u64>().unwrap();
+        }
+    }
+    total
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_log_tail_is_pre_faulted_by_an_idle_priority_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions {
+        segment_size: 64 << 20,
+        ..small(asynchronous())
+    };
+    let store = Store::open(dir.path(), opts, StoreDeps::default())
+        .unwrap()
+        .0;
+    store
+        .put(&Message::new("warm", 0, b"one".to_vec()))
+        .unwrap();
+    let seg = dir.path().join("commitlog").join(format!("{:020}", 0));
+    // The pre-faulter keeps the next 16 MiB past the written position mapped (it
+    // refills at half), so appends do not fault; at idle priority it may wait for
+    // a busy machine's cores, hence the long deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while resident_kib(&seg) < 8 << 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} KiB of the log's tail pre-faulted",
+            resident_kib(&seg)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Never past the window: a 64 MiB segment is not pre-faulted whole.
+    assert!(resident_kib(&seg) <= 17 << 10, "{} KiB", resident_kib(&seg));
+
+    // It runs at SCHED_IDLE (policy 5), so it only takes a core nobody else wants.
+    let idle = std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+        let t = t.unwrap().path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        let sched = std::fs::read_to_string(t.join("sched")).unwrap_or_default();
+        comm.trim() == "rg-prefault"
+            && sched
+                .lines()
+                .any(|l| l.starts_with("policy") && l.split(':').nth(1).map(str::trim) == Some("5"))
+    });
+    assert!(idle, "no rg-prefault thread at SCHED_IDLE");
+    store.close().unwrap();
+}

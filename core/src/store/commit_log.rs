@@ -216,6 +216,7 @@ impl CommitLog {
             .cloned()
             .ok_or_else(|| Error::InvalidArgument("recovery returned no segment".into()))?;
         let end = recovered.report.recovered_end;
+        active.advise_appending(end.saturating_sub(active.start()) as usize);
         let log = CommitLog {
             dir,
             config,
@@ -408,28 +409,28 @@ impl CommitLog {
             .unwrap_or_else(PoisonError::into_inner)
             .push(next.clone());
         st.pos = st.active.end();
-        st.active = next;
+        next.advise_appending(0);
+        let sealed = std::mem::replace(&mut st.active, next);
+        sealed.advise_sealed();
         // The filler is whole; publishing it now keeps `written == pos`.
         self.written.store(st.pos, Ordering::Release);
         Ok((st.active.clone(), st.pos))
     }
 
-    /// Pre-faults the pages of the active segment from the written position up to
-    /// `ahead` bytes past it (not into the next segment), so appends do not take a
-    /// page fault and the kernel's zeroing of a fresh page per 4 KiB written. Run
-    /// by a background thread; cheap when nothing moved. Returns how many bytes
-    /// it pre-faulted. A failure is returned once and then pre-faulting stops
-    /// (appends still work: they fault their pages themselves).
-    pub fn warm_ahead(&self, ahead: u64) -> Result<u64> {
+    /// Pre-faults at most `step` more bytes of the active segment, continuing from
+    /// what is already warm, toward `ahead` bytes past the written position (not
+    /// into the next segment), so appends do not take a page fault and the
+    /// kernel's zeroing of a fresh page per 4 KiB written. Returns how many bytes it
+    /// pre-faulted: 0 when the window is warm. Run by the store's `rg-prefault`
+    /// thread in small steps. A failure is returned once and
+    /// then pre-faulting stops (appends still work: they fault their pages
+    /// themselves).
+    pub fn warm_ahead(&self, ahead: u64, step: u64) -> Result<u64> {
         let warmed = self.warmed.load(Ordering::Acquire);
         if warmed == u64::MAX {
             return Ok(0);
         }
         let written = self.max_offset();
-        // Half the window at a time: one call per few MiB appended, not per tick.
-        if warmed >= written + ahead / 2 {
-            return Ok(0);
-        }
         let Some(seg) = self
             .segment_for(written)
             .or_else(|| self.segment_list().last().cloned())
@@ -437,7 +438,9 @@ impl CommitLog {
             return Ok(0);
         };
         let from = warmed.max(written).max(seg.start());
-        let to = (written + ahead).min(seg.end());
+        let to = (written + ahead)
+            .min(seg.end())
+            .min(from.saturating_add(step));
         if to <= from {
             return Ok(0);
         }
@@ -448,6 +451,17 @@ impl CommitLog {
         }
         self.warmed.fetch_max(to, Ordering::AcqRel);
         Ok(to - from)
+    }
+
+    /// How many bytes past the written position are pre-faulted (0 after a
+    /// segment roll until the new segment is warmed; `u64::MAX` when pre-faulting
+    /// is off).
+    pub fn warm_margin(&self) -> u64 {
+        let warmed = self.warmed.load(Ordering::Acquire);
+        if warmed == u64::MAX {
+            return u64::MAX;
+        }
+        warmed.saturating_sub(self.max_offset())
     }
 
     /// Next queue offset the log will assign to (topic, queue id).

@@ -327,6 +327,10 @@ impl Store {
         }
         {
             let inner = inner.clone();
+            threads.push(spawn("rg-prefault", move || inner.prefault_loop()));
+        }
+        {
+            let inner = inner.clone();
             threads.push(spawn("rg-maintain", move || inner.maintain_loop()));
         }
         Ok((

@@ -47,3 +47,28 @@ pub(crate) unsafe fn release(base: *mut u8, len: usize, range: Range<usize>) {
     #[cfg(not(target_os = "linux"))]
     let _ = base;
 }
+
+/// The `VmFlags` of every mapping of `path` in this process, as (start offset in
+/// the file, flags).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn mapping_flags(path: &std::path::Path) -> Vec<(u64, Vec<String>)> {
+    use std::path::Path;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let want = path.canonicalize().unwrap();
+    let mut out = Vec::new();
+    let mut current: Option<u64> = None;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(off) = current.take() {
+                out.push((off, flags.split_whitespace().map(String::from).collect()));
+            }
+        } else if fields.len() >= 6 && fields[0].contains('-') && fields[1].len() == 4 {
+            // A mapping header: range, perms, offset, device, inode, path.
+            current =
+                (Path::new(fields[5]) == want).then(|| u64::from_str_radix(fields[2], 16).unwrap());
+        }
+    }
+    out.sort();
+    out
+}

@@ -227,12 +227,12 @@ fn pre_faulting_ahead_changes_no_byte_and_recovers_the_same() {
     let mut written = Vec::new();
     // Warm, append, warm again, across several segment rolls.
     for round in 0..12 {
-        log.warm_ahead(1 << 20).unwrap();
+        while log.warm_ahead(1 << 20, 64 << 10).unwrap() > 0 {}
         let batch: Vec<Message> = (0..3).map(|i| msg("w", i, 5_000 + round)).collect();
         written.extend(log.append_batch(&batch).unwrap());
     }
     assert!(log.segments().len() > 1);
-    log.warm_ahead(1 << 20).unwrap();
+    while log.warm_ahead(1 << 20, 64 << 10).unwrap() > 0 {}
     let end = log.max_offset();
     // Nothing above the written position was changed.
     let last = log.segments().last().cloned().unwrap();
@@ -254,4 +254,64 @@ fn pre_faulting_ahead_changes_no_byte_and_recovers_the_same() {
         .collect();
     let expected: Vec<u64> = written.iter().map(|r| r.phys_offset).collect();
     assert_eq!(seen, expected);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn appends_go_where_read_ahead_is_off_and_a_full_segment_gets_it_back() {
+    use crate::store::resident::mapping_flags;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CommitLogConfig {
+        write_through: false,
+        ..config()
+    };
+    let (log, _) = CommitLog::open(dir.path(), cfg.clone(), Recovery::Full).unwrap();
+    let first = log.segments()[0].path.clone();
+    // The fresh segment takes appends: all of it random-access ("rr").
+    let flags = mapping_flags(&first);
+    assert!(!flags.is_empty(), "the segment is mapped");
+    assert!(
+        flags.iter().all(|(_, f)| f.iter().any(|x| x == "rr")),
+        "{flags:?}"
+    );
+    // Roll past it: the full one gets normal read-ahead back, the new one has none.
+    let mut appended = 0;
+    while log.segments().len() < 2 {
+        log.append_batch(&[msg("ra", 0, 2_000)]).unwrap();
+        appended += 1;
+    }
+    let flags = mapping_flags(&first);
+    assert!(
+        flags.iter().all(|(_, f)| !f.iter().any(|x| x == "rr")),
+        "{flags:?}"
+    );
+    let second = log.segments()[1].path.clone();
+    let flags = mapping_flags(&second);
+    assert!(
+        flags.iter().all(|(_, f)| f.iter().any(|x| x == "rr")),
+        "{flags:?}"
+    );
+    for _ in 0..4 {
+        log.append_batch(&[msg("ra", 0, 2_000)]).unwrap();
+        appended += 1;
+    }
+    log.flush().unwrap();
+    let written = log.segments()[1].written;
+    assert!(written > 4096);
+    drop(log);
+
+    // Reopened, the active segment keeps read-ahead for what it holds (consumers
+    // read it from disk now) and has none from the page of the write position on.
+    let (log, _) = CommitLog::open(dir.path(), cfg, Recovery::Full).unwrap();
+    let flags = mapping_flags(&second);
+    assert_eq!(flags.len(), 2, "split at the write position: {flags:?}");
+    assert!(!flags[0].1.iter().any(|x| x == "rr"), "{flags:?}");
+    assert_eq!(flags[1].0, written & !4095);
+    assert!(flags[1].1.iter().any(|x| x == "rr"), "{flags:?}");
+    // And the records are all there.
+    let bodies = log
+        .records_from(0)
+        .map(|r| RecordView::parse(&r.unwrap()).unwrap().body().len())
+        .collect::<Vec<_>>();
+    assert_eq!(bodies, vec![2_000; appended]);
 }
