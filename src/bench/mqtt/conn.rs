@@ -83,30 +83,42 @@ pub async fn handshake(
 
 /// Subscribes to `filter` and waits for the SUBACK.
 pub async fn subscribe(stream: &mut TcpStream, filter: &str, qos: QoS) -> anyhow::Result<()> {
-    let mut sub = Subscribe::new(filter, qos);
-    sub.pkid = 1;
-    let mut out = BytesMut::new();
-    sub.write(&mut out).map_err(codec_err)?;
-    stream.write_all(&out).await?;
     let mut buf = BytesMut::new();
-    loop {
-        match read_one(stream, &mut buf).await? {
-            Packet::SubAck(ack) => {
-                let failed = ack
-                    .return_codes
-                    .iter()
-                    .any(|c| matches!(c, v4::SubscribeReasonCode::Failure));
-                if failed {
-                    bail!("the broker refused the subscription to {filter}");
+    // A refusal is asked again a few times: NATS refuses a QoS 1 wildcard now and
+    // then while its JetStream is still setting up just after it started.
+    for attempt in 1..=SUBSCRIBE_ATTEMPTS {
+        let mut sub = Subscribe::new(filter, qos);
+        sub.pkid = attempt;
+        let mut out = BytesMut::new();
+        sub.write(&mut out).map_err(codec_err)?;
+        stream.write_all(&out).await?;
+        loop {
+            match read_one(stream, &mut buf).await? {
+                Packet::SubAck(ack) => {
+                    let failed = ack
+                        .return_codes
+                        .iter()
+                        .any(|c| matches!(c, v4::SubscribeReasonCode::Failure));
+                    if !failed {
+                        return Ok(());
+                    }
+                    break;
                 }
-                return Ok(());
+                // Retained or early messages may arrive first; they don't count.
+                Packet::Publish(_) => continue,
+                other => bail!("expected SUBACK, got {other:?}"),
             }
-            // Retained or early messages may arrive first; they don't count.
-            Packet::Publish(_) => continue,
-            other => bail!("expected SUBACK, got {other:?}"),
+        }
+        if attempt < SUBSCRIBE_ATTEMPTS {
+            eprintln!("the broker refused the subscription to {filter}; asking again in 1 s");
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+    bail!("the broker refused the subscription to {filter} ({SUBSCRIBE_ATTEMPTS} times)")
 }
+
+/// How often a refused subscription is asked for (1 s apart).
+const SUBSCRIBE_ATTEMPTS: u16 = 5;
 
 async fn read_one(stream: &mut TcpStream, buf: &mut BytesMut) -> anyhow::Result<Packet> {
     loop {
@@ -477,4 +489,62 @@ pub async fn consume(
     v4::Disconnect.write(&mut bye).map_err(codec_err)?;
     let _ = wr.write_all(&bye).await;
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A broker that answers each SUBSCRIBE with the next of `grants` (true =
+    /// granted QoS 1), and the packet ids it saw.
+    async fn broker(grants: Vec<bool>) -> (SocketAddr, tokio::task::JoinHandle<Vec<u16>>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = BytesMut::new();
+            let mut seen = Vec::new();
+            for grant in grants {
+                let Ok(Packet::Subscribe(sub)) = read_one(&mut s, &mut buf).await else {
+                    break;
+                };
+                seen.push(sub.pkid);
+                let code = if grant {
+                    v4::SubscribeReasonCode::Success(QoS::AtLeastOnce)
+                } else {
+                    v4::SubscribeReasonCode::Failure
+                };
+                let mut out = BytesMut::new();
+                v4::SubAck::new(sub.pkid, vec![code])
+                    .write(&mut out)
+                    .unwrap();
+                s.write_all(&out).await.unwrap();
+            }
+            seen
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn a_refused_subscription_is_asked_for_again() {
+        let (addr, server) = broker(vec![false, true]).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        subscribe(&mut s, "a/#", QoS::AtLeastOnce).await.unwrap();
+        assert_eq!(server.await.unwrap(), vec![1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_subscription_refused_every_time_is_an_error() {
+        let (addr, server) = broker(vec![false; SUBSCRIBE_ATTEMPTS as usize]).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let err = subscribe(&mut s, "a/#", QoS::AtLeastOnce)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("refused the subscription to a/#"),
+            "{err}"
+        );
+        assert_eq!(server.await.unwrap().len(), SUBSCRIBE_ATTEMPTS as usize);
+    }
 }
