@@ -283,43 +283,47 @@ fn a_broker_without_namesrvs_is_a_clear_error() {
 /// subscribes, publishes at QoS 1 and reports deliveries with latencies.
 #[test]
 fn the_mqtt_load_generator_measures_its_sink() {
+    let stdout = generate_against_sink(&[
+        "--scenario",
+        "fanin",
+        "--publishers",
+        "4",
+        "--subscribers",
+        "2",
+        "--qos",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert!(result_field(&stdout, "delivered_per_s") > 0.0, "{stdout}");
+    // Present (a p99 of 0 µs would still be a figure).
+    result_field(&stdout, "p99_us");
+}
+
+/// Runs `rocketgate bench mqtt ARGS --json` against a fresh `bench mqtt-sink`;
+/// the generator must succeed. Its stdout.
+fn generate_against_sink(args: &[&str]) -> String {
     let (mut sink, addr, _lines) = start(
         &["bench", "mqtt-sink", "--listen", "127.0.0.1:0"],
         "mqtt-sink",
     );
     let out = bin()
-        .args([
-            "bench",
-            "mqtt",
-            "--broker",
-            &addr,
-            "--scenario",
-            "fanin",
-            "--publishers",
-            "4",
-            "--subscribers",
-            "2",
-            "--qos",
-            "1",
-            "--seconds",
-            "1",
-            "--warmup",
-            "0",
-            "--json",
-        ])
+        .args(["bench", "mqtt", "--broker", &addr])
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     let _ = sink.kill();
     let _ = sink.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(result_field(&stdout, "delivered_per_s") > 0.0, "{stdout}");
-    // Present (a p99 of 0 µs would still be a figure).
-    result_field(&stdout, "p99_us");
+    stdout
 }
 
 /// A number field of the generator's `RESULT {json}` line.
@@ -341,44 +345,24 @@ fn result_field(stdout: &str, field: &str) -> f64 {
 /// are measured.
 #[test]
 fn the_mqtt_load_generator_spreads_a_fixed_rate() {
-    let (mut sink, addr, _lines) = start(
-        &["bench", "mqtt-sink", "--listen", "127.0.0.1:0"],
-        "mqtt-sink",
-    );
-    let out = bin()
-        .args([
-            "bench",
-            "mqtt",
-            "--broker",
-            &addr,
-            "--scenario",
-            "p2p",
-            "--publishers",
-            "4",
-            "--subscribers",
-            "4",
-            "--qos",
-            "1",
-            "--rate",
-            "2000",
-            "--arrivals",
-            "spread",
-            "--seconds",
-            "2",
-            "--warmup",
-            "1",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let _ = sink.kill();
-    let _ = sink.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = generate_against_sink(&[
+        "--scenario",
+        "p2p",
+        "--publishers",
+        "4",
+        "--subscribers",
+        "4",
+        "--qos",
+        "1",
+        "--rate",
+        "2000",
+        "--arrivals",
+        "spread",
+        "--seconds",
+        "2",
+        "--warmup",
+        "1",
+    ]);
     let published = result_field(&stdout, "published_per_s");
     assert!(
         (1500.0..=2500.0).contains(&published),

@@ -2,6 +2,11 @@
 //! crash recovery of a torn or damaged tail, retention, typed errors, and sync
 //! flush with group commit.
 
+#[cfg(target_os = "linux")]
+mod smaps_support;
+#[cfg(target_os = "linux")]
+use smaps_support::mapped_rss_kib;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -510,29 +515,6 @@ fn the_record_crc_is_right_for_small_and_large_records() {
             RecordView::parse(&bytes).unwrap().verify_strict().unwrap();
         }
     }
-}
-
-/// Resident KiB of the mappings of files under `dir` (Linux `/proc/self/smaps`).
-#[cfg(target_os = "linux")]
-fn mapped_rss_kib(dir: &Path) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let dir = dir.to_str().unwrap();
-    let mut total = 0;
-    let mut ours = false;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            ours = line.contains(dir);
-        } else if ours && let Some(kib) = line.strip_prefix("Rss:") {
-            total += kib
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .unwrap();
-        }
-    }
-    total
 }
 
 #[cfg(target_os = "linux")]

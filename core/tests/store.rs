@@ -1,6 +1,11 @@
 //! The store as a whole: append, dispatch, lookups, restart, recovery of a torn tail,
 //! retention and disk watermarks — everything a broker on top would notice.
 
+#[cfg(target_os = "linux")]
+mod smaps_support;
+#[cfg(target_os = "linux")]
+use smaps_support::mapped_rss_kib;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -386,24 +391,6 @@ fn a_segment_whose_creation_was_interrupted_is_removed_at_open() {
     assert_eq!(bodies_of(&store, "t", 0), vec![b"kept".to_vec()]);
 }
 
-/// Resident kB of this process's mappings of `path` (`/proc/self/smaps`).
-#[cfg(target_os = "linux")]
-fn resident_kib(path: &Path) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let want = path.canonicalize().unwrap();
-    let mut inside = false;
-    let mut total = 0;
-    for line in smaps.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() >= 6 && fields[0].contains('-') && fields[1].len() == 4 {
-            inside = Path::new(fields[5]) == want;
-        } else if inside && fields.first() == Some(&"Rss:") {
-            total += fields[1].parse::<u64>().unwrap();
-        }
-    }
-    total
-}
-
 #[cfg(target_os = "linux")]
 #[test]
 fn the_log_tail_is_pre_faulted_by_an_idle_priority_thread() {
@@ -418,21 +405,26 @@ fn the_log_tail_is_pre_faulted_by_an_idle_priority_thread() {
     store
         .put(&Message::new("warm", 0, b"one".to_vec()))
         .unwrap();
-    let seg = dir.path().join("commitlog").join(format!("{:020}", 0));
+    // The only file there: one 64 MiB segment.
+    let log_dir = dir.path().join("commitlog");
     // The pre-faulter keeps the next 16 MiB past the written position mapped (it
     // refills at half), so appends do not fault; at idle priority it may wait for
     // a busy machine's cores, hence the long deadline.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while resident_kib(&seg) < 8 << 10 {
+    while mapped_rss_kib(&log_dir) < 8 << 10 {
         assert!(
             std::time::Instant::now() < deadline,
             "only {} KiB of the log's tail pre-faulted",
-            resident_kib(&seg)
+            mapped_rss_kib(&log_dir)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     // Never past the window: a 64 MiB segment is not pre-faulted whole.
-    assert!(resident_kib(&seg) <= 17 << 10, "{} KiB", resident_kib(&seg));
+    assert!(
+        mapped_rss_kib(&log_dir) <= 17 << 10,
+        "{} KiB",
+        mapped_rss_kib(&log_dir)
+    );
 
     // It runs at SCHED_IDLE (policy 5), so it only takes a core nobody else wants.
     let idle = std::fs::read_dir("/proc/self/task").unwrap().any(|t| {

@@ -588,7 +588,6 @@ impl Store {
         self.inner.queues.remove_topic(topic)
     }
 
-    /// A receiver that changes whenever new records are dispatched (long polling).
     /// The consume queue a long-polling reader of `(topic, queue_id)` waits on
     /// for new entries ([`ConsumeQueue::arrivals`](crate::store::consume_queue::ConsumeQueue::arrivals)); made (empty, no files) if
     /// the queue has had no message yet.
@@ -600,6 +599,7 @@ impl Store {
         self.inner.queues.get_or_create(topic, queue_id)
     }
 
+    /// A receiver that changes whenever new records are dispatched (long polling).
     pub fn watch_dispatch(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.dispatched_tx.subscribe()
     }

@@ -181,7 +181,10 @@ impl Pacer {
             .spawn(move || {
                 // Sleep as precisely as the kernel will (the default slack is 50 µs).
                 // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
-                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+                #[cfg(target_os = "linux")]
+                unsafe {
+                    libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0)
+                };
                 let mut j: u64 = 0;
                 while !phase.stop.load(Ordering::Relaxed) {
                     let due = base + step.mul_f64(j as f64);

@@ -13,6 +13,15 @@ pub(crate) fn config() -> CommitLogConfig {
     }
 }
 
+/// Memory-mapped appends (async flush), where pre-faulting and the mapping's
+/// advice apply.
+fn mapped_config() -> CommitLogConfig {
+    CommitLogConfig {
+        write_through: false,
+        ..config()
+    }
+}
+
 fn open(dir: &Path) -> CommitLog {
     CommitLog::open(dir, config(), Recovery::Full).unwrap().0
 }
@@ -218,11 +227,7 @@ fn a_batch_with_one_entry_not_in_the_stored_form_is_not_plain() {
 #[test]
 fn pre_faulting_ahead_changes_no_byte_and_recovers_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    // Memory-mapped appends (async flush), where pre-faulting applies.
-    let cfg = CommitLogConfig {
-        write_through: false,
-        ..config()
-    };
+    let cfg = mapped_config();
     let (log, _) = CommitLog::open(dir.path(), cfg.clone(), Recovery::Full).unwrap();
     let mut written = Vec::new();
     // Warm, append, warm again, across several segment rolls.
@@ -261,10 +266,7 @@ fn pre_faulting_ahead_changes_no_byte_and_recovers_the_same() {
 fn appends_go_where_read_ahead_is_off_and_a_full_segment_gets_it_back() {
     use crate::store::resident::mapping_flags;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = CommitLogConfig {
-        write_through: false,
-        ..config()
-    };
+    let cfg = mapped_config();
     let (log, _) = CommitLog::open(dir.path(), cfg.clone(), Recovery::Full).unwrap();
     let first = log.segments()[0].path.clone();
     // The fresh segment takes appends: all of it random-access ("rr").
