@@ -20,7 +20,7 @@ use mqttbytes::v5::{
 };
 use rocketgate_core::broker::MessagingApi;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::codec::{self, CodecError, Version};
@@ -158,12 +158,21 @@ where
     } else {
         Box::pin(conn.on_bytes(&mut inbuf)).await
     };
-    let mut topics_rx = shared.router.topic_list();
     let mut shutdown = shared.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_seen = Instant::now();
     // Written but not flushed (a WebSocket stream frames on flush).
     let mut unflushed = false;
+    // The signals that rarely fire are waited on by futures that live across
+    // the turns of the loop: made anew each turn, each registered and removed a
+    // waiter under a lock (three per turn, several turns per message).
+    let stopping = shutdown.changed();
+    tokio::pin!(stopping);
+    let lag = lagged.notified();
+    tokio::pin!(lag);
+    let topics = topic_change(shared.router.topic_list());
+    tokio::pin!(topics);
+    let mut topics_open = true;
     let end = loop {
         if let Some(end) = early.take() {
             break end;
@@ -200,7 +209,7 @@ where
             .store(!room || !writable, std::sync::atomic::Ordering::Release);
         tokio::select! {
             biased;
-            _ = shutdown.changed() => break End::Shutdown,
+            _ = &mut stopping => break End::Shutdown,
             Some(t) = taken_over(&mut tk_rx) => break End::Takeover(t),
             // Early in the order, so a busy session still commits every second.
             // The keep-alive is checked here too (to the second: one timer per
@@ -214,18 +223,15 @@ where
                 }
                 Box::pin(conn.commit()).await
             }
-            r = drain(&mut wr, &mut conn.out), if !conn.out.is_empty() || unflushed => match r {
+            r = drain(&mut wr, &mut conn.out, &mut unflushed), if !conn.out.is_empty() || unflushed => match r {
                 Err(_) | Ok(Drained::Closed) => break End::Closed,
-                Ok(Drained::Wrote) => {
-                    if conn.out.is_empty() {
-                        unflushed = true;
-                        if conn.out.capacity() > OUT_KEEP {
-                            // Not kept for an idle connection.
-                            conn.out = BytesMut::new();
-                        }
+                Ok(Drained::Wrote) => {}
+                Ok(Drained::Flushed) => {
+                    if conn.out.capacity() > OUT_KEEP {
+                        // Not kept for an idle connection.
+                        conn.out = BytesMut::new();
                     }
                 }
-                Ok(Drained::Flushed) => unflushed = false,
             },
             // Not reading while the client does not read: a client that only
             // publishes would otherwise pile up acknowledgements here.
@@ -259,7 +265,10 @@ where
                     conn.on_batch(b);
                 }
             }
-            _ = lagged.notified() => Box::pin(conn.recheck()).await,
+            _ = &mut lag => {
+                lag.set(lagged.notified());
+                Box::pin(conn.recheck()).await
+            }
             _ = std::future::ready(()), if pull_more => {}
             Some(o) = recv_made(&mut conn.shares.rx), if room => {
                 conn.on_offer(o);
@@ -269,9 +278,13 @@ where
                     conn.on_offer(o);
                 }
             }
-            Ok(()) = topics_rx.changed() => {
-                let list = topics_rx.borrow_and_update().clone();
-                Box::pin(conn.on_topics(&list)).await;
+            (rx, changed) = &mut topics, if topics_open => {
+                topics_open = changed;
+                let list = changed.then(|| rx.borrow().clone());
+                topics.set(topic_change(rx));
+                if let Some(list) = list {
+                    Box::pin(conn.on_topics(&list)).await;
+                }
             }
         }
     };
@@ -307,22 +320,42 @@ async fn recv_made<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     }
 }
 
+/// The next change of the topic list (`false`: the router is gone), with the
+/// receiver back, so that one future waits across the turns of the loop.
+async fn topic_change<T>(mut rx: watch::Receiver<T>) -> (watch::Receiver<T>, bool) {
+    let changed = rx.changed().await.is_ok();
+    (rx, changed)
+}
+
 enum Drained {
+    /// Part of the output was written; the socket takes the rest later.
     Wrote,
+    /// All of it was written and flushed.
     Flushed,
     Closed,
 }
 
-/// Writes what it can of `out` (one write), or flushes once it is all written.
-async fn drain<W: AsyncWrite + Unpin>(w: &mut W, out: &mut BytesMut) -> std::io::Result<Drained> {
-    if out.is_empty() {
-        w.flush().await?;
-        return Ok(Drained::Flushed);
+/// Writes what it can of `out` (one write) and, once it is all written, flushes
+/// in the same turn (a no-op for TCP; a WebSocket stream frames on flush).
+/// `unflushed` is set while written bytes wait for a flush, so one that pends
+/// (and is dropped for another branch) is done on a later turn.
+async fn drain<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    out: &mut BytesMut,
+    unflushed: &mut bool,
+) -> std::io::Result<Drained> {
+    if !out.is_empty() {
+        if w.write_buf(out).await? == 0 {
+            return Ok(Drained::Closed);
+        }
+        *unflushed = true;
+        if !out.is_empty() {
+            return Ok(Drained::Wrote);
+        }
     }
-    match w.write_buf(out).await? {
-        0 => Ok(Drained::Closed),
-        _ => Ok(Drained::Wrote),
-    }
+    w.flush().await?;
+    *unflushed = false;
+    Ok(Drained::Flushed)
 }
 
 /// The last packets of a connection, then the end of the stream (bounded: a
