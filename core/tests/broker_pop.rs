@@ -289,6 +289,57 @@ async fn a_waiting_pop_wakes_on_a_new_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_sees_a_queue_added_while_it_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    b.create_topic(TopicConfig::new("t", 1)).await.unwrap();
+    let mut req = pop_req("g", "t", 4);
+    req.wait = Duration::from_secs(60);
+    let started = std::time::Instant::now();
+    let popper = {
+        let broker = env.broker.clone();
+        tokio::spawn(async move { broker.pop(req).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!popper.is_finished(), "the pop waits on an empty topic");
+    // The POP waits on the arrivals of the queues it knew (one); the topic
+    // grows to two and the message goes to the new one.
+    b.update_topic(TopicConfig::new("t", 2)).await.unwrap();
+    b.send(msg("t", "late"), QueueChoice::Queue(1))
+        .await
+        .unwrap();
+    let got = popper.await.unwrap().unwrap();
+    assert_eq!(bodies(&got), BTreeSet::from(["late".into()]));
+    assert_eq!(got[0].message.queue_id, 1);
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_is_not_answered_by_another_topics_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    b.create_topic(TopicConfig::new("quiet", 4)).await.unwrap();
+    b.create_topic(TopicConfig::new("busy", 4)).await.unwrap();
+    let mut req = pop_req("g", "quiet", 4);
+    req.wait = Duration::from_secs(60);
+    let popper = {
+        let broker = env.broker.clone();
+        tokio::spawn(async move { broker.pop(req).await })
+    };
+    send_all(b, "busy", names(0..200)).await;
+    env.dispatched();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!popper.is_finished(), "nothing arrived on its topic");
+    b.send(msg("quiet", "mine"), QueueChoice::Queue(3))
+        .await
+        .unwrap();
+    let got = popper.await.unwrap().unwrap();
+    assert_eq!(bodies(&got), BTreeSet::from(["mine".into()]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_pop_wakes_on_a_nack() {
     let dir = tempfile::tempdir().unwrap();
     let env = open(dir.path(), options());

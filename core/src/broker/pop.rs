@@ -10,8 +10,12 @@
 //! scanned range if the cursor did not move meanwhile (otherwise it scans again),
 //! so two POPs never hand out the same message and no store read happens under
 //! the lock. Deadlines use the broker's [`Clock`](super::Clock); the long-poll
-//! wait uses tokio time, like `pull`.
+//! wait uses tokio time, like `pull`, and like `pull` it waits on the arrivals of
+//! the topic's own queues, not on the node-wide dispatch position: with a waiter
+//! per HTTP or WebSocket consumer, that woke every one of them, on every topic,
+//! for each append anywhere.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,10 +41,10 @@ impl Broker {
             ));
         }
         let deadline = Instant::now() + req.wait;
-        let mut dispatched = self.store.watch_dispatch();
+        let mut topics = self.watch_topics();
         let mut sooner = self.pop.watch_sooner();
         loop {
-            dispatched.borrow_and_update();
+            topics.borrow_and_update();
             sooner.borrow_and_update();
             // Read each round: the topic may be updated or deleted while we wait.
             let config = self.topic_config(&req.topic)?;
@@ -51,6 +55,18 @@ impl Broker {
                 });
             }
             let queues = config.read_queues;
+            // Armed before the queues are read, so that an entry dispatched in
+            // between still wakes this POP; only its own topic's queues do.
+            let arrivals = (0..queues)
+                .map(|q| self.store.queue_arrivals(&req.topic, q))
+                .collect::<Result<Vec<_>>>()?;
+            let mut armed: Vec<_> = arrivals
+                .iter()
+                .map(|q| Box::pin(q.arrivals().notified()))
+                .collect();
+            for n in &mut armed {
+                n.as_mut().enable();
+            }
             let now = self.clock.now_ms();
             let until = now.saturating_add(millis(req.invisible));
             let first = self.pop.table().rotate(&req.group, &req.topic, queues);
@@ -81,16 +97,25 @@ impl Broker {
                 }
                 _ => deadline,
             };
-            // Woken by a dispatch, a lease made visible sooner, or the time.
+            // Woken by a dispatch to one of the topic's queues, a lease made
+            // visible sooner, a change of the topic table, or the time.
+            let arrived = std::future::poll_fn(|cx| {
+                if armed.iter_mut().any(|n| n.as_mut().poll(cx).is_ready()) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
             let woken = tokio::time::timeout_at(wake, async {
                 tokio::select! {
-                    r = dispatched.changed() => r.is_ok(),
+                    () = arrived => true,
                     r = sooner.changed() => r.is_ok(),
+                    r = topics.changed() => r.is_ok(),
                 }
             })
             .await;
             if woken == Ok(false) {
-                return Ok(out); // the store is gone
+                return Ok(out); // the broker is gone
             }
         }
     }
