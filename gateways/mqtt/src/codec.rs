@@ -11,7 +11,7 @@
 //! oversize packet is reported as such rather than as garbage; a v5 CONNACK
 //! always carries its property length.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use mqttbytes::v5::{self, Packet};
 use mqttbytes::{QoS, v4};
 
@@ -272,9 +272,56 @@ pub fn write_publish(
 ) -> Result<(), CodecError> {
     match version {
         Version::V5 => p.write(out).map(|_| ()).map_err(malformed),
-        Version::V4 => write(version, &Packet::Publish(p.clone()), out),
+        Version::V4 => write_publish_v4(p, out),
     }
 }
+
+/// A 3.1.1 PUBLISH straight from the v5 form (no properties): every delivery to a
+/// 3.1.1 client goes through here, and going through [`write`] cloned the packet
+/// (its topic and properties) into mqttbytes' v4 type first. Checked before
+/// anything is written, so a refused packet leaves `out` as it was.
+fn write_publish_v4(p: &v5::Publish, out: &mut BytesMut) -> Result<(), CodecError> {
+    let with_id = p.qos != QoS::AtMostOnce;
+    if with_id && p.pkid == 0 {
+        return Err(CodecError::Malformed(
+            "QoS 1/2 publish without a packet id".into(),
+        ));
+    }
+    let Ok(topic_len) = u16::try_from(p.topic.len()) else {
+        return Err(CodecError::Malformed(
+            "topic name longer than 65,535 bytes".into(),
+        ));
+    };
+    let remaining = 2 + p.topic.len() + if with_id { 2 } else { 0 } + p.payload.len();
+    if remaining > MAX_REMAINING {
+        return Err(CodecError::TooLarge {
+            size: remaining,
+            max: MAX_REMAINING,
+        });
+    }
+    out.reserve(5 + remaining);
+    out.put_u8(0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain));
+    let mut x = remaining;
+    loop {
+        let byte = (x % 128) as u8;
+        x /= 128;
+        if x == 0 {
+            out.put_u8(byte);
+            break;
+        }
+        out.put_u8(byte | 0x80);
+    }
+    out.put_u16(topic_len);
+    out.extend_from_slice(p.topic.as_bytes());
+    if with_id {
+        out.put_u16(p.pkid);
+    }
+    out.extend_from_slice(&p.payload);
+    Ok(())
+}
+
+/// The largest remaining length a packet can announce (four length bytes).
+const MAX_REMAINING: usize = 268_435_455;
 
 fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
     use v4::ConnectReturnCode as C4;
@@ -292,6 +339,53 @@ fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_v4_publish_is_encoded_as_mqttbytes_encodes_it() {
+        let long = "x".repeat(300);
+        for (qos, pkid, topic, payload) in [
+            (QoS::AtMostOnce, 0, "a/b", vec![]),
+            (QoS::AtLeastOnce, 7, "sensors/room-1/temp", b"21.5".to_vec()),
+            (QoS::ExactlyOnce, 65535, "t", vec![0xAB; 200]),
+            (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
+        ] {
+            for (dup, retain) in [(false, false), (true, true)] {
+                let mut p = v5::Publish::new(topic, qos, payload.clone());
+                p.pkid = pkid;
+                p.dup = dup;
+                p.retain = retain;
+                let mut ours = BytesMut::new();
+                write_publish(Version::V4, &p, &mut ours).unwrap();
+                let mut theirs = BytesMut::new();
+                let mut v4p = v4::Publish::new(topic, qos, payload.clone());
+                v4p.pkid = pkid;
+                v4p.dup = dup;
+                v4p.retain = retain;
+                v4p.write(&mut theirs).unwrap();
+                assert_eq!(
+                    ours,
+                    theirs,
+                    "{qos:?} {pkid} {} {dup} {retain}",
+                    topic.len()
+                );
+                // And it reads back as the same publish.
+                let back = read(Version::V4, &mut ours, 1 << 20).unwrap().unwrap();
+                assert!(
+                    matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic && b.payload[..] == payload[..])
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_v4_publish_that_cannot_be_encoded_leaves_the_buffer_alone() {
+        let mut out = BytesMut::from(&b"before"[..]);
+        let p = v5::Publish::new("t", QoS::AtLeastOnce, vec![1]); // packet id 0
+        assert!(write_publish(Version::V4, &p, &mut out).is_err());
+        let p = v5::Publish::new("x".repeat(70_000), QoS::AtMostOnce, vec![1]);
+        assert!(write_publish(Version::V4, &p, &mut out).is_err());
+        assert_eq!(&out[..], b"before");
+    }
 
     #[test]
     fn short_v5_disconnects_are_read() {
