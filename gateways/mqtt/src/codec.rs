@@ -265,34 +265,44 @@ pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<()
 }
 
 /// Appends one PUBLISH (the hot path: no packet enum, no clone for v5).
-pub fn write_publish(
+/// An outgoing PUBLISH as a session holds it: 3.1.1 straight from its parts,
+/// v5 through mqttbytes (properties).
+pub fn write_outgoing(
     version: Version,
-    p: &v5::Publish,
+    p: &crate::session::Outgoing,
     out: &mut BytesMut,
 ) -> Result<(), CodecError> {
     match version {
-        Version::V5 => p.write(out).map(|_| ()).map_err(malformed),
-        Version::V4 => write_publish_v4(p, out),
+        Version::V5 => p.to_publish().write(out).map(|_| ()).map_err(malformed),
+        Version::V4 => publish_v4(p.dup, p.qos, p.retain, &p.topic, p.pkid, &p.payload, out),
     }
 }
 
-/// A 3.1.1 PUBLISH straight from the v5 form (no properties): every delivery to a
-/// 3.1.1 client goes through here, and going through [`write`] cloned the packet
-/// (its topic and properties) into mqttbytes' v4 type first. Checked before
-/// anything is written, so a refused packet leaves `out` as it was.
-fn write_publish_v4(p: &v5::Publish, out: &mut BytesMut) -> Result<(), CodecError> {
-    let with_id = p.qos != QoS::AtMostOnce;
-    if with_id && p.pkid == 0 {
+/// A 3.1.1 PUBLISH straight from its parts: every delivery to a 3.1.1 client
+/// goes through here (through [`write`] it was first cloned into mqttbytes' v4
+/// type, its topic copied). Checked before anything is written, so a refused
+/// packet leaves `out` as it was.
+fn publish_v4(
+    dup: bool,
+    qos: QoS,
+    retain: bool,
+    topic: &str,
+    pkid: u16,
+    payload: &[u8],
+    out: &mut BytesMut,
+) -> Result<(), CodecError> {
+    let with_id = qos != QoS::AtMostOnce;
+    if with_id && pkid == 0 {
         return Err(CodecError::Malformed(
             "QoS 1/2 publish without a packet id".into(),
         ));
     }
-    let Ok(topic_len) = u16::try_from(p.topic.len()) else {
+    let Ok(topic_len) = u16::try_from(topic.len()) else {
         return Err(CodecError::Malformed(
             "topic name longer than 65,535 bytes".into(),
         ));
     };
-    let remaining = 2 + p.topic.len() + if with_id { 2 } else { 0 } + p.payload.len();
+    let remaining = 2 + topic.len() + if with_id { 2 } else { 0 } + payload.len();
     if remaining > MAX_REMAINING {
         return Err(CodecError::TooLarge {
             size: remaining,
@@ -300,7 +310,7 @@ fn write_publish_v4(p: &v5::Publish, out: &mut BytesMut) -> Result<(), CodecErro
         });
     }
     out.reserve(5 + remaining);
-    out.put_u8(0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain));
+    out.put_u8(0x30 | u8::from(dup) << 3 | (qos as u8) << 1 | u8::from(retain));
     let mut x = remaining;
     loop {
         let byte = (x % 128) as u8;
@@ -312,11 +322,11 @@ fn write_publish_v4(p: &v5::Publish, out: &mut BytesMut) -> Result<(), CodecErro
         out.put_u8(byte | 0x80);
     }
     out.put_u16(topic_len);
-    out.extend_from_slice(p.topic.as_bytes());
+    out.extend_from_slice(topic.as_bytes());
     if with_id {
-        out.put_u16(p.pkid);
+        out.put_u16(pkid);
     }
-    out.extend_from_slice(&p.payload);
+    out.extend_from_slice(payload);
     Ok(())
 }
 
@@ -340,6 +350,18 @@ fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
 mod tests {
     use super::*;
 
+    fn outgoing(topic: &str, qos: QoS, pkid: u16, payload: &[u8]) -> crate::session::Outgoing {
+        crate::session::Outgoing {
+            topic: topic.into(),
+            payload: bytes::Bytes::copy_from_slice(payload),
+            properties: None,
+            pkid,
+            qos,
+            retain: false,
+            dup: false,
+        }
+    }
+
     #[test]
     fn a_v4_publish_is_encoded_as_mqttbytes_encodes_it() {
         let long = "x".repeat(300);
@@ -350,12 +372,11 @@ mod tests {
             (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
         ] {
             for (dup, retain) in [(false, false), (true, true)] {
-                let mut p = v5::Publish::new(topic, qos, payload.clone());
-                p.pkid = pkid;
+                let mut p = outgoing(topic, qos, pkid, &payload);
                 p.dup = dup;
                 p.retain = retain;
                 let mut ours = BytesMut::new();
-                write_publish(Version::V4, &p, &mut ours).unwrap();
+                write_outgoing(Version::V4, &p, &mut ours).unwrap();
                 let mut theirs = BytesMut::new();
                 let mut v4p = v4::Publish::new(topic, qos, payload.clone());
                 v4p.pkid = pkid;
@@ -378,12 +399,27 @@ mod tests {
     }
 
     #[test]
+    fn a_v5_publish_is_encoded_with_its_properties() {
+        let mut p = outgoing("a/b", QoS::AtLeastOnce, 3, b"hi");
+        let mut props = crate::message::empty_props();
+        props.content_type = Some("text/plain".into());
+        p.properties = Some(Box::new(props));
+        let mut out = BytesMut::new();
+        write_outgoing(Version::V5, &p, &mut out).unwrap();
+        let back = read(Version::V5, &mut out, 1 << 20).unwrap().unwrap();
+        assert!(
+            matches!(back, Packet::Publish(b) if b.pkid == 3 && b.topic == "a/b"
+            && b.properties.as_ref().and_then(|p| p.content_type.as_deref()) == Some("text/plain"))
+        );
+    }
+
+    #[test]
     fn a_v4_publish_that_cannot_be_encoded_leaves_the_buffer_alone() {
         let mut out = BytesMut::from(&b"before"[..]);
-        let p = v5::Publish::new("t", QoS::AtLeastOnce, vec![1]); // packet id 0
-        assert!(write_publish(Version::V4, &p, &mut out).is_err());
-        let p = v5::Publish::new("x".repeat(70_000), QoS::AtMostOnce, vec![1]);
-        assert!(write_publish(Version::V4, &p, &mut out).is_err());
+        let p = outgoing("t", QoS::AtLeastOnce, 0, &[1]); // packet id 0
+        assert!(write_outgoing(Version::V4, &p, &mut out).is_err());
+        let p = outgoing(&"x".repeat(70_000), QoS::AtMostOnce, 0, &[1]);
+        assert!(write_outgoing(Version::V4, &p, &mut out).is_err());
         assert_eq!(&out[..], b"before");
     }
 

@@ -19,7 +19,7 @@ use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
 use crate::router::{Feed, Interest, queue_end, read_log};
-use crate::session::{Inflight, Source, Sub};
+use crate::session::{Inflight, Outgoing, Source, Sub};
 use crate::topic::{self, TopicFilter};
 
 /// Stop taking router batches above this many messages waiting for the window.
@@ -33,7 +33,7 @@ const PULL_BATCH: usize = 128;
 
 /// A message ready to go out once the window allows.
 pub struct Ready {
-    pub publish: Publish,
+    pub publish: Outgoing,
     pub source: Source,
 }
 
@@ -62,7 +62,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .session
             .inflight
             .iter()
-            .map(|(id, f)| (*id, f.released, f.publish.clone()))
+            .map(|(id, f)| (*id, f.released, f.publish.to_publish()))
             .collect();
         for (id, released, mut p) in inflight {
             if released {
@@ -311,17 +311,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
         core_topic: &Arc<str>,
         queue: u32,
         d: &Delivered,
-        name: Option<&str>,
+        name: Option<&Arc<str>>,
     ) {
-        let mut owned = String::new();
-        let name = match name {
-            Some(n) => n,
+        let name: Arc<str> = match name {
+            Some(n) => n.clone(),
             None => {
                 let Ok(view) = RecordView::parse(&d.record) else {
                     return;
                 };
+                let mut owned = String::new();
                 topic::join_into(&mut owned, view.topic(), view.tags());
-                owned.as_str()
+                owned.into()
             }
         };
         let mut granted: Option<QoS> = None;
@@ -329,7 +329,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let mut rap = false;
         let mut no_local = false;
         for s in &self.session.subs {
-            if s.filter.share.is_some() || !s.filter.matches(name) {
+            if s.filter.share.is_some() || !s.filter.matches(&name) {
                 continue;
             }
             if s.no_local {
@@ -348,7 +348,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if granted.is_none() {
             return;
         }
-        let name = name.to_owned();
         let Ok(view) = RecordView::parse(&d.record) else {
             return;
         };
@@ -381,14 +380,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));
         props.message_expiry_interval = expiry;
         props.subscription_identifiers = ids;
-        let publish = Publish {
+        let publish = Outgoing {
             dup: false,
             qos,
             retain: rap && meta.retain,
             topic: name,
             pkid: 0,
             payload: d.record.slice_ref(view.body()),
-            properties: v5.then_some(props),
+            properties: v5.then(|| Box::new(props)),
         };
         self.ready.push_back(Ready {
             publish,
@@ -419,7 +418,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     }
                 }
             }
-            if r.publish.len() + 5 > self.client_max_packet {
+            // Only a v5 client announces a maximum (3.1.1: usize::MAX).
+            if self.client_max_packet != usize::MAX
+                && r.publish.to_publish().len() + 5 > self.client_max_packet
+            {
                 // Larger than the client accepts: discarded for this client (MQTT 5 §3.1.2.11.4).
                 self.settle(r.source);
                 continue;
@@ -427,7 +429,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             let alias = self.outgoing_alias(&r.publish.topic);
             match alias {
                 Some((alias, known)) => {
-                    let mut wire = r.publish.clone();
+                    let mut wire = r.publish.to_publish();
                     if known {
                         wire.topic.clear();
                     }
@@ -438,7 +440,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
                 None => {
                     if let Err(e) =
-                        crate::codec::write_publish(self.version, &r.publish, &mut self.out)
+                        crate::codec::write_outgoing(self.version, &r.publish, &mut self.out)
                     {
                         tracing::warn!(error = %e, "encoding a publish failed");
                     }
@@ -602,14 +604,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
             props.message_expiry_interval = expiry;
             props.subscription_identifiers = sub.id.into_iter().collect();
             self.ready.push_back(Ready {
-                publish: Publish {
+                publish: Outgoing {
                     dup: false,
                     qos: min_qos(sub.qos, m.qos),
                     retain: true,
-                    topic: name,
+                    topic: Arc::from(name),
                     pkid: 0,
                     payload: m.payload.clone(),
-                    properties: v5.then_some(props),
+                    properties: v5.then(|| Box::new(props)),
                 },
                 source: Source::Retained,
             });

@@ -58,8 +58,9 @@ pub struct Batch {
     pub from: u64,
     pub next: u64,
     pub messages: Vec<Delivered>,
-    /// The MQTT topic name of each message (`None`: the record did not parse).
-    pub names: Vec<Option<Box<str>>>,
+    /// The MQTT topic name of each message (`None`: the record did not parse),
+    /// shared by every session it goes to.
+    pub names: Vec<Option<Arc<str>>>,
 }
 
 /// What one session is handed of a batch.
@@ -75,7 +76,7 @@ pub struct Feed {
 
 impl Feed {
     /// The messages of the batch handed to the session, with their MQTT names.
-    pub fn messages(&self) -> impl Iterator<Item = (&Delivered, Option<&str>)> {
+    pub fn messages(&self) -> impl Iterator<Item = (&Delivered, Option<&Arc<str>>)> {
         let b = &*self.batch;
         let all = self.picks.is_none().then_some(0..b.messages.len());
         let picked = self
@@ -85,7 +86,7 @@ impl Feed {
         all.into_iter()
             .flatten()
             .chain(picked)
-            .filter_map(move |i| Some((b.messages.get(i)?, b.names.get(i)?.as_deref())))
+            .filter_map(move |i| Some((b.messages.get(i)?, b.names.get(i)?.as_ref())))
     }
 }
 
@@ -476,11 +477,11 @@ pub fn read_log<'a, B: MessagingApi>(
 }
 
 /// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`).
-pub fn mqtt_name(m: &Delivered) -> Option<Box<str>> {
+pub fn mqtt_name(m: &Delivered) -> Option<Arc<str>> {
     let view = RecordView::parse(&m.record).ok()?;
     let mut name = String::with_capacity(view.topic().len() + 1 + view.tags().map_or(0, str::len));
     crate::topic::join_into(&mut name, view.topic(), view.tags());
-    Some(name.into_boxed_str())
+    Some(name.into())
 }
 
 async fn read_queue<B: MessagingApi>(
@@ -737,7 +738,7 @@ mod tests {
             assert_eq!(f.from, covered, "each feed starts where the last ended");
             covered = f.batch.next;
             for (m, name) in f.messages() {
-                got.push((m.queue_offset, name.map(str::to_owned)));
+                got.push((m.queue_offset, name.map(|n| n.to_string())));
             }
         }
         assert_eq!(got, [(start + 2000, Some("t/a".to_owned()))]);

@@ -288,7 +288,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 queue,
                 offset,
                 record,
-                name: name.map(String::from).unwrap_or_default(),
+                name: name.unwrap_or_else(|| Arc::from("")),
             });
         }
     }
@@ -466,7 +466,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             let done = r.status == PullStatus::NoNewMessage
                 || r.next_offset >= r.max_offset
                 || (r.next_offset == cursor && r.status != PullStatus::Found);
-            let names: Vec<Option<Box<str>>> = r.messages.iter().map(mqtt_name).collect();
+            let names: Vec<Option<Arc<str>>> = r.messages.iter().map(mqtt_name).collect();
             let Some(qs) = self.queues.get_mut(&q) else {
                 return;
             };
@@ -551,7 +551,7 @@ fn take(
     waiting: &mut VecDeque<Offered>,
     queue: u32,
     m: &Delivered,
-    name: &str,
+    name: &Arc<str>,
 ) {
     qs.out.insert(
         m.queue_offset,
@@ -564,6 +564,6 @@ fn take(
         queue,
         offset: m.queue_offset,
         record: m.record.clone(),
-        name: name.to_owned(),
+        name: name.clone(),
     });
 }

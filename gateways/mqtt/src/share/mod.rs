@@ -34,7 +34,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqttbytes::QoS;
-use mqttbytes::v5::Publish;
 use rocketgate_core::broker::MessagingApi;
 use rocketgate_core::store::RecordView;
 use tokio::sync::{mpsc, oneshot};
@@ -92,7 +91,7 @@ pub(crate) struct Offered {
     pub offset: u64,
     pub record: Bytes,
     /// The MQTT topic name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 /// A member's way back to its group; what a shared message's [`Source`] names.
@@ -217,14 +216,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
             };
             props.message_expiry_interval = expiry;
             props.subscription_identifiers = sub_id.into_iter().collect();
-            let publish = Publish {
+            let publish = crate::session::Outgoing {
                 dup: false,
                 qos: min_qos(sub_qos, meta.qos.unwrap_or(QoS::ExactlyOnce)),
                 retain: false,
                 topic: o.name,
                 pkid: 0,
                 payload: o.record.slice_ref(view.body()),
-                properties: v5.then_some(props),
+                properties: v5.then(|| Box::new(props)),
             };
             self.ready.push_back(Ready {
                 publish,
