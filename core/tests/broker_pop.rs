@@ -260,6 +260,22 @@ async fn pop_applies_the_filter() {
     assert_eq!(b.query_offset("g", "", "t", 0).await.unwrap(), Some(4));
 }
 
+/// A POP of up to 4 messages with a 60 s wait, spawned; checked to be waiting.
+async fn waiting_pop(
+    broker: &std::sync::Arc<Broker>,
+    topic: &str,
+) -> tokio::task::JoinHandle<rocketgate_core::Result<Vec<Popped>>> {
+    let mut req = pop_req("g", topic, 4);
+    req.wait = Duration::from_secs(60);
+    let popper = {
+        let broker = broker.clone();
+        tokio::spawn(async move { broker.pop(req).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!popper.is_finished(), "the pop waits: nothing for it yet");
+    popper
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_pop_wakes_on_a_new_message() {
     let dir = tempfile::tempdir().unwrap();
@@ -268,15 +284,8 @@ async fn a_waiting_pop_wakes_on_a_new_message() {
         .create_topic(TopicConfig::new("t", 2))
         .await
         .unwrap();
-    let mut req = pop_req("g", "t", 4);
-    req.wait = Duration::from_secs(60);
     let started = std::time::Instant::now();
-    let popper = {
-        let broker = env.broker.clone();
-        tokio::spawn(async move { broker.pop(req).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!popper.is_finished(), "the pop waits on an empty topic");
+    let popper = waiting_pop(&env.broker, "t").await;
     env.broker
         .send(msg("t", "hello"), QueueChoice::Queue(1))
         .await
@@ -294,15 +303,8 @@ async fn a_waiting_pop_sees_a_queue_added_while_it_waits() {
     let env = open(dir.path(), options());
     let b = &env.broker;
     b.create_topic(TopicConfig::new("t", 1)).await.unwrap();
-    let mut req = pop_req("g", "t", 4);
-    req.wait = Duration::from_secs(60);
     let started = std::time::Instant::now();
-    let popper = {
-        let broker = env.broker.clone();
-        tokio::spawn(async move { broker.pop(req).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!popper.is_finished(), "the pop waits on an empty topic");
+    let popper = waiting_pop(&env.broker, "t").await;
     // The POP waits on the arrivals of the queues it knew (one); the topic
     // grows to two and the message goes to the new one.
     b.update_topic(TopicConfig::new("t", 2)).await.unwrap();
@@ -322,12 +324,7 @@ async fn a_waiting_pop_is_not_answered_by_another_topics_traffic() {
     let b = &env.broker;
     b.create_topic(TopicConfig::new("quiet", 4)).await.unwrap();
     b.create_topic(TopicConfig::new("busy", 4)).await.unwrap();
-    let mut req = pop_req("g", "quiet", 4);
-    req.wait = Duration::from_secs(60);
-    let popper = {
-        let broker = env.broker.clone();
-        tokio::spawn(async move { broker.pop(req).await })
-    };
+    let popper = waiting_pop(&env.broker, "quiet").await;
     send_all(b, "busy", names(0..200)).await;
     env.dispatched();
     tokio::time::sleep(Duration::from_millis(50)).await;
