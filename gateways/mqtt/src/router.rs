@@ -35,7 +35,7 @@
 //! The router also watches the topic list, so subscriptions whose first level is a
 //! wildcard see new core topics as they appear.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -201,9 +201,38 @@ pub struct Flow {
     /// for those whose clients do not read). Short lock, never across an await.
     handed: Mutex<Vec<u64>>,
     moved: Notify,
+    /// Per queue: the last batches the reader handed out, oldest first, for
+    /// sessions catching up near the end (see [`Router::recent`]).
+    recent: Mutex<HashMap<u32, Recent>>,
+}
+
+/// One queue's last batches and how many messages they hold.
+#[derive(Default)]
+struct Recent {
+    batches: VecDeque<Arc<Batch>>,
+    messages: usize,
 }
 
 impl Flow {
+    fn forget(&self, queue: u32) {
+        let mut recent = lock(&self.recent);
+        if recent.get(&queue).is_some_and(|r| !r.batches.is_empty()) {
+            recent.remove(&queue);
+        }
+    }
+
+    fn remember(&self, batch: &Arc<Batch>) {
+        let mut recent = lock(&self.recent);
+        let r = recent.entry(batch.queue).or_default();
+        r.messages += batch.messages.len();
+        r.batches.push_back(batch.clone());
+        while r.messages > RECENT_MESSAGES
+            && let Some(old) = r.batches.pop_front()
+        {
+            r.messages -= old.messages.len();
+        }
+    }
+
     fn handed(&self, queue: u32) -> Option<u64> {
         lock(&self.handed).get(queue as usize).copied()
     }
@@ -236,6 +265,13 @@ pub struct Router<B> {
 }
 
 const READ_BATCH: usize = 256;
+/// Messages a reader keeps per queue after handing them out (in the batches it
+/// read, ~100 bytes each: the records stay in the mapped log): a session less
+/// than this far behind the end catches up from them instead of reading the log
+/// again.
+const RECENT_MESSAGES: usize = 32 * 1024;
+/// Batches read after the last dropped feed during which the reader keeps them.
+const KEEP_AFTER_DROP: usize = 1024;
 const WAIT: Duration = Duration::from_secs(10);
 pub const READER_GROUP: &str = "mqtt%router";
 /// While a reader waits for a session whose channel is full although its client
@@ -354,6 +390,22 @@ impl<B: MessagingApi + 'static> Router<B> {
                 return;
             }
         }
+    }
+
+    /// A batch the topic's reader handed out lately that holds `offset` of the
+    /// queue. A session behind the stream (its feeds were dropped while its
+    /// client's window was full) catches up from these first: with a thousand
+    /// sessions behind one fan-out, each message is read from the log once for
+    /// them all instead of once per session.
+    pub fn recent(&self, topic: &str, queue: u32, offset: u64) -> Option<Arc<Batch>> {
+        let flow = lock(&self.topics).get(topic)?.flow.clone();
+        let recent = lock(&flow.recent);
+        recent
+            .get(&queue)?
+            .batches
+            .iter()
+            .find(|b| b.from <= offset && offset < b.next)
+            .cloned()
     }
 
     pub fn leave(&self, topic: &str, id: u64) {
@@ -507,6 +559,7 @@ async fn read_queue<B: MessagingApi>(
         m.inbox.lagged.notify_one();
     }
     let mut fanout = Fanout::default();
+    let mut keep = 0usize;
     loop {
         let r = read_log(&*api, &topic, queue, offset, READ_BATCH, WAIT).await;
         let r = match r {
@@ -528,7 +581,18 @@ async fn read_queue<B: MessagingApi>(
                 names,
             });
             let current = lock(&members).clone();
-            fanout.hand(&current, batch).await;
+            if fanout.hand(&current, batch.clone()).await {
+                keep = KEEP_AFTER_DROP;
+            }
+            // Only while sessions are behind (a feed was dropped lately) are
+            // batches kept for them to catch up from; otherwise they would
+            // cost memory for nobody.
+            if keep > 0 {
+                keep -= 1;
+                flow.remember(&batch);
+            } else {
+                flow.forget(queue);
+            }
         }
         offset = r.next_offset;
         flow.set(queue, offset);
@@ -544,8 +608,10 @@ struct Fanout {
 }
 
 impl Fanout {
-    /// Hands a batch to every member that may match some of it.
-    async fn hand(&mut self, members: &Arc<Members>, batch: Arc<Batch>) {
+    /// Hands a batch to every member that may match some of it; `true` if a
+    /// member's feed was dropped (it will catch up).
+    async fn hand(&mut self, members: &Arc<Members>, batch: Arc<Batch>) -> bool {
+        let mut dropped = false;
         if !self.seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, members)) {
             let ids: HashSet<u64> = members.list.iter().map(|m| m.inbox.id).collect();
             self.covered.retain(|id, _| ids.contains(id));
@@ -595,11 +661,13 @@ impl Fanout {
                     if !sent {
                         m.inbox.overflowed.store(true, Ordering::Release);
                         m.inbox.lagged.notify_one();
+                        dropped = true;
                     }
                 }
             }
             self.covered.insert(m.inbox.id, batch.next);
         }
+        dropped
     }
 }
 
@@ -712,6 +780,61 @@ mod tests {
             .await;
         assert_eq!(handed(&router), Some(start + 3000));
         assert!(overflowed.load(Ordering::Acquire), "told it lost feeds");
+        router.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_last_batches_are_kept_for_sessions_catching_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        // A session whose client does not read: its feeds are dropped.
+        let (ib, _rx) = inbox(1, 2);
+        ib.client_slow.store(true, Ordering::Release);
+        let router = started(&api, ib, Interest::All).await;
+        let start = handed(&router).unwrap();
+        let sends = (RECENT_MESSAGES + 8 * READ_BATCH) / 500 + 1;
+        for _ in 0..sends {
+            send(&api, 500, "x").await;
+        }
+        let end = start + sends as u64 * 500;
+        router
+            .wait_handed("t", 0, end, Duration::from_secs(60))
+            .await;
+        // Near the end: a kept batch holds the offset, with its messages and names.
+        let at = end - 10;
+        let b = router.recent("t", 0, at).expect("a recent batch");
+        assert!(b.from <= at && at < b.next);
+        let i = b
+            .messages
+            .iter()
+            .position(|m| m.queue_offset == at)
+            .unwrap();
+        assert_eq!(b.names[i].as_deref(), Some("t/x"));
+        // Far behind (more than is kept) or past the end: the log.
+        assert!(router.recent("t", 0, start).is_none());
+        assert!(router.recent("t", 0, end).is_none());
+        assert!(router.recent("t", 1, at).is_none());
+        assert!(router.recent("other", 0, at).is_none());
+        router.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_is_kept_while_every_session_keeps_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let (ib, mut rx) = inbox(1, 4096);
+        let router = started(&api, ib, Interest::All).await;
+        let start = handed(&router).unwrap();
+        send(&api, 2000, "x").await;
+        router
+            .wait_handed("t", 0, start + 2000, Duration::from_secs(60))
+            .await;
+        let mut n = 0;
+        while let Ok(f) = rx.try_recv() {
+            n += f.messages().count();
+        }
+        assert_eq!(n, 2000, "every message fed");
+        assert!(router.recent("t", 0, start + 1990).is_none());
         router.stop();
     }
 
