@@ -599,11 +599,6 @@ impl Store {
         self.inner.queues.get_or_create(topic, queue_id)
     }
 
-    /// A receiver that changes whenever new records are dispatched (long polling).
-    pub fn watch_dispatch(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.dispatched_tx.subscribe()
-    }
-
     pub fn positions(&self) -> Positions {
         let i = &self.inner;
         Positions {

@@ -215,10 +215,7 @@ struct Recent {
 
 impl Flow {
     fn forget(&self, queue: u32) {
-        let mut recent = lock(&self.recent);
-        if recent.get(&queue).is_some_and(|r| !r.batches.is_empty()) {
-            recent.remove(&queue);
-        }
+        lock(&self.recent).remove(&queue);
     }
 
     fn remember(&self, batch: &Arc<Batch>) {
@@ -587,11 +584,13 @@ async fn read_queue<B: MessagingApi>(
             // Only while sessions are behind (a feed was dropped lately) are
             // batches kept for them to catch up from; otherwise they would
             // cost memory for nobody.
+            // The lock is taken only then, not for every batch.
             if keep > 0 {
                 keep -= 1;
                 flow.remember(&batch);
-            } else {
-                flow.forget(queue);
+                if keep == 0 {
+                    flow.forget(queue);
+                }
             }
         }
         offset = r.next_offset;
