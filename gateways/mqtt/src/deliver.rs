@@ -62,7 +62,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .session
             .inflight
             .iter()
-            .map(|(id, f)| (*id, f.released, f.publish.to_publish()))
+            .map(|(id, f)| (id, f.released, f.publish.to_publish()))
             .collect();
         for (id, released, mut p) in inflight {
             if released {

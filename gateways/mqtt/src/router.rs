@@ -528,9 +528,45 @@ pub fn read_log<'a, B: MessagingApi>(
 /// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`).
 pub fn mqtt_name(m: &Delivered) -> Option<Arc<str>> {
     let view = RecordView::parse(&m.record).ok()?;
-    let mut name = String::with_capacity(view.topic().len() + 1 + view.tags().map_or(0, str::len));
-    crate::topic::join_into(&mut name, view.topic(), view.tags());
-    Some(name.into())
+    Some(joined(view.topic(), view.tags()))
+}
+
+fn joined(topic: &str, tag: Option<&str>) -> Arc<str> {
+    let mut name = String::with_capacity(topic.len() + 1 + tag.map_or(0, str::len));
+    crate::topic::join_into(&mut name, topic, tag);
+    name.into()
+}
+
+/// The MQTT names of a batch's messages. A queue's messages mostly come in runs
+/// from a few publishers, so the last few names are reused instead of
+/// allocating one per message (and sessions get the same `Arc` for equal names).
+pub fn mqtt_names(messages: &[Delivered]) -> Vec<Option<Arc<str>>> {
+    const KEEP: usize = 4;
+    let mut last: [Option<Arc<str>>; KEEP] = Default::default();
+    let mut next = 0;
+    messages
+        .iter()
+        .map(|m| {
+            let view = RecordView::parse(&m.record).ok()?;
+            let (topic, tag) = (view.topic(), view.tags());
+            let same = |n: &str| match tag {
+                None => n == topic,
+                Some(t) => {
+                    n.len() == topic.len() + 1 + t.len()
+                        && n.starts_with(topic)
+                        && n.as_bytes()[topic.len()] == b'/'
+                        && n.ends_with(t)
+                }
+            };
+            if let Some(n) = last.iter().flatten().find(|n| same(n)) {
+                return Some(n.clone());
+            }
+            let n = joined(topic, tag);
+            last[next] = Some(n.clone());
+            next = (next + 1) % KEEP;
+            Some(n)
+        })
+        .collect()
 }
 
 async fn read_queue<B: MessagingApi>(
@@ -568,7 +604,7 @@ async fn read_queue<B: MessagingApi>(
             }
         };
         if r.status == PullStatus::Found {
-            let names = r.messages.iter().map(mqtt_name).collect();
+            let names = mqtt_names(&r.messages);
             let batch = Arc::new(Batch {
                 topic: topic.clone(),
                 queue,
@@ -874,5 +910,36 @@ mod tests {
         }
         assert_eq!(n, 2501, "a wildcard session sees everything");
         router.stop();
+    }
+
+    #[tokio::test]
+    async fn names_are_shared_within_a_batch_and_right_for_each_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        for tag in ["a/b", "c", "a/b", "a", "b", "c", "d", "e", "a/b"] {
+            send(&api, 1, tag).await;
+        }
+        let mut plain = Message::new("t", 0, b"no tag".to_vec());
+        plain.born_timestamp = 1;
+        api.send_batch(vec![plain], QueueChoice::Queue(0))
+            .await
+            .unwrap();
+        let r = read_log(&*api, "t", 0, 0, 100, Duration::ZERO)
+            .await
+            .unwrap();
+        let names = mqtt_names(&r.messages);
+        let got: Vec<&str> = names.iter().map(|n| n.as_deref().unwrap()).collect();
+        assert_eq!(
+            got,
+            [
+                "t/a/b", "t/c", "t/a/b", "t/a", "t/b", "t/c", "t/d", "t/e", "t/a/b", "t"
+            ]
+        );
+        for (i, m) in r.messages.iter().enumerate() {
+            assert_eq!(mqtt_name(m), names[i], "message {i}");
+        }
+        let n = |i: usize| names[i].as_ref().unwrap();
+        assert!(Arc::ptr_eq(n(0), n(2)), "a recent name is shared");
+        assert!(Arc::ptr_eq(n(1), n(5)));
     }
 }

@@ -12,7 +12,7 @@ use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered};
-use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, queue_end, read_log};
+use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, queue_end, read_log};
 use crate::server::{Shared, lock};
 use crate::topic::TopicFilter;
 
@@ -466,7 +466,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             let done = r.status == PullStatus::NoNewMessage
                 || r.next_offset >= r.max_offset
                 || (r.next_offset == cursor && r.status != PullStatus::Found);
-            let names: Vec<Option<Arc<str>>> = r.messages.iter().map(mqtt_name).collect();
+            let names: Vec<Option<Arc<str>>> = mqtt_names(&r.messages);
             let Some(qs) = self.queues.get_mut(&q) else {
                 return;
             };
