@@ -38,7 +38,18 @@ pub fn now_ns() -> u64 {
 #[derive(Default)]
 pub struct Phase {
     pub recording: AtomicBool,
+    /// [`now_ns`] when recording began: only messages sent from then on count
+    /// for latency (one sent during the warm-up and delivered after it is the
+    /// warm-up's, not the measured load's).
+    pub recording_since: AtomicU64,
     pub stop: AtomicBool,
+}
+
+impl Phase {
+    pub fn start_recording(&self) {
+        self.recording_since.store(now_ns(), Ordering::Relaxed);
+        self.recording.store(true, Ordering::Release);
+    }
 }
 
 /// Opens a TCP connection, from `source` when given (to use more than one source
@@ -455,7 +466,8 @@ pub async fn consume(
             Ok(Err(e)) => return Err(e).context("reading deliveries"),
             Ok(Ok(_)) => {}
         }
-        let recording = phase.recording.load(Ordering::Relaxed);
+        let recording = phase.recording.load(Ordering::Acquire);
+        let since = phase.recording_since.load(Ordering::Relaxed);
         let now = now_ns();
         let mut got = 0;
         loop {
@@ -466,9 +478,11 @@ pub async fn consume(
                     }
                     if recording && p.payload.len() >= 8 {
                         let stamp = (&p.payload[..8]).get_u64_le();
-                        result
-                            .latencies
-                            .record(Duration::from_nanos(now.saturating_sub(stamp)));
+                        if stamp >= since {
+                            result
+                                .latencies
+                                .record(Duration::from_nanos(now.saturating_sub(stamp)));
+                        }
                         result.received += 1;
                     }
                     got += 1;

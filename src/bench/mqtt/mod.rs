@@ -267,7 +267,7 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         .iter()
         .map(|s| s.sent.load(Ordering::Relaxed))
         .sum();
-    phase.recording.store(true, Ordering::Relaxed);
+    phase.start_recording();
     let started = Instant::now();
     let mut last = 0;
     for _ in 0..args.seconds {
