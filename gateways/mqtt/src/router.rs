@@ -204,6 +204,9 @@ pub struct Flow {
     /// Per queue: the last batches the reader handed out, oldest first, for
     /// sessions catching up near the end (see [`Router::recent`]).
     recent: Mutex<HashMap<u32, Recent>>,
+    /// Poked by a publisher that stored into the topic before its readers
+    /// started: the topic exists now (instead of waiting for the next look).
+    appeared: Notify,
 }
 
 /// One queue's last batches and how many messages they hold.
@@ -262,6 +265,14 @@ pub struct Router<B> {
 }
 
 const READ_BATCH: usize = 256;
+/// How often a reader looks again for a followed topic that does not exist yet,
+/// unless an MQTT publisher stores into it first (long in unit tests, so that
+/// they see the publisher's poke work).
+const TOPIC_RETRY: Duration = if cfg!(test) {
+    Duration::from_secs(30)
+} else {
+    Duration::from_millis(200)
+};
 /// Messages a reader keeps per queue after handing them out (in the batches it
 /// read, ~100 bytes each: the records stay in the mapped log): a session less
 /// than this far behind the end catches up from them instead of reading the log
@@ -375,6 +386,11 @@ impl<B: MessagingApi + 'static> Router<B> {
         let Some(flow) = lock(&self.topics).get(topic).map(|e| e.flow.clone()) else {
             return;
         };
+        if lock(&flow.handed).is_empty() {
+            // Followed before it existed: the reader is still looking for it.
+            flow.appeared.notify_one();
+            return;
+        }
         let deadline = tokio::time::Instant::now() + max;
         loop {
             let moved = flow.moved.notified();
@@ -470,7 +486,9 @@ async fn run_topic<B: MessagingApi + 'static>(
             Ok(c) => break c.read_queues,
             Err(_) => {
                 from_start = true;
-                tokio::time::sleep(Duration::from_millis(200)).await
+                // Looked for again when a publisher stores into it, or after a while
+                // (a topic made through another door).
+                let _ = tokio::time::timeout(TOPIC_RETRY, flow.appeared.notified()).await;
             }
         }
     };
@@ -941,5 +959,28 @@ mod tests {
         let n = |i: usize| names[i].as_ref().unwrap();
         assert!(Arc::ptr_eq(n(0), n(2)), "a recent name is shared");
         assert!(Arc::ptr_eq(n(1), n(5)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_topic_followed_before_it_exists_is_read_as_soon_as_a_publisher_stores_into_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let router = Router::new(api.clone(), Duration::from_secs(60));
+        let (ib, mut rx) = inbox(1, 8);
+        router.join("t", ib, Interest::All);
+        tokio::time::sleep(Duration::from_millis(50)).await; // the reader looked once
+        send(&api, 1, "first").await;
+        // What an MQTT publisher does after storing (the throttle).
+        router.wait_handed("t", 0, 1, Duration::from_secs(1)).await;
+        let feed = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the reader started without waiting for its next look")
+            .unwrap();
+        let names: Vec<&str> = feed
+            .messages()
+            .filter_map(|(_, n)| n.map(|n| &**n))
+            .collect();
+        assert_eq!(names, ["t/first"], "read from the start of the new topic");
+        router.stop();
     }
 }
