@@ -4,23 +4,48 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use mqttbytes::QoS;
 use mqttbytes::v5::{
     DisconnectReasonCode, Packet, PubAck, PubAckProperties, PubAckReason, PubRec, PubRecProperties,
     PubRecReason, Publish,
 };
-use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
+use rocketgate_core::broker::{MessagingApi, QueueChoice};
 use rocketgate_core::store::Message;
+use rocketgate_core::store::record::{EncodedBatch, EncodedEntry};
 
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, Refused};
 use crate::topic;
 
+/// What a publish is stored as.
+pub(crate) enum Mapped {
+    /// It has properties beyond the plain ones: a core `Message`.
+    Message(Message),
+    /// Only the plain ones ([`message::plain_core_len`]): encoded straight into
+    /// the batch when it is stored, one buffer for all of its properties.
+    Plain {
+        /// The MQTT topic name; its first `core_len` bytes are the core topic.
+        name: String,
+        core_len: usize,
+        body: Bytes,
+        born: i64,
+    },
+}
+
+impl Mapped {
+    fn core_topic(&self) -> &str {
+        match self {
+            Mapped::Message(m) => &m.topic,
+            Mapped::Plain { name, core_len, .. } => &name[..*core_len],
+        }
+    }
+}
+
 /// A PUBLISH read and waiting for its core send (or for its ack only).
 pub(crate) struct PendingPub {
-    message: Option<Message>,
+    message: Option<Mapped>,
     /// Its message went into the core batch.
     stored: bool,
     qos: QoS,
@@ -111,15 +136,22 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 ));
             }
         }
-        let pending = match message::to_core(
-            &p.topic,
-            &p,
-            &self.session.client_id,
-            self.peer,
-            message::now_ms(),
-        ) {
+        let now = message::now_ms();
+        let retain = p.retain.then(|| (p.topic.clone(), p.payload.clone()));
+        let mapped = match message::plain_core_len(&p) {
+            Some(Ok(core_len)) => Ok(Mapped::Plain {
+                name: std::mem::take(&mut p.topic),
+                core_len,
+                body: p.payload.clone(),
+                born: now,
+            }),
+            Some(Err(r)) => Err(r),
+            None => message::to_core(&p.topic, &p, &self.session.client_id, self.peer, now)
+                .map(Mapped::Message),
+        };
+        let pending = match mapped {
             Ok(m) => PendingPub {
-                retain: p.retain.then(|| (p.topic.clone(), p.payload.clone())),
+                retain,
                 message: Some(m),
                 stored: false,
                 qos: p.qos,
@@ -155,7 +187,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
             self.pubs.iter().rev().find_map(|x| x.message.as_ref()),
             &p.message,
         ) {
-            (Some(a), Some(b)) => a.topic == b.topic,
+            // One core batch is one core topic, all plain or all messages.
+            (Some(a), Some(b)) => {
+                a.core_topic() == b.core_topic()
+                    && matches!(a, Mapped::Plain { .. }) == matches!(b, Mapped::Plain { .. })
+            }
             _ => true,
         };
         let end = if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
@@ -174,9 +210,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// [`MAX_AHEAD`] entries) to the sessions of the topic, which it does only as
     /// fast as they drain. So the publisher's TCP window fills up instead of the
     /// node storing what it cannot deliver (QoS 0 publishers have no other limit).
-    async fn throttle(&self, topic: &str, stored: &[SendResult]) {
-        let Some(last) = stored.last() else { return };
-        let upto = (last.append.queue_offset + 1).saturating_sub(MAX_AHEAD);
+    async fn throttle(&self, topic: &str, stored: &[(u32, u64)]) {
+        let Some(&(queue_id, last)) = stored.last() else {
+            return;
+        };
+        let upto = (last + 1).saturating_sub(MAX_AHEAD);
         // While this waits the connection takes no feeds: if it also subscribes
         // to the topic, the router must not wait for it in turn.
         self.inbox
@@ -184,7 +222,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .store(true, std::sync::atomic::Ordering::Release);
         self.shared
             .router
-            .wait_handed(topic, last.queue_id, upto, MAX_THROTTLE)
+            .wait_handed(topic, queue_id, upto, MAX_THROTTLE)
             .await;
     }
 
@@ -200,18 +238,77 @@ impl<B: MessagingApi + 'static> Conn<B> {
         // Retained publishes keep their mapped properties for the retained store.
         let mut retained_props: Vec<Vec<(String, String)>> = Vec::new();
         let mut messages: Vec<Message> = Vec::with_capacity(pubs.len());
+        let mut plain: Option<EncodedBatch> = None;
+        let mut props = BytesMut::new();
+        let count = pubs.len();
         for p in &mut pubs {
-            if let Some(m) = p.message.take() {
-                if p.retain.is_some() {
-                    retained_props.push(m.properties.clone());
+            match p.message.take() {
+                Some(Mapped::Message(m)) => {
+                    if p.retain.is_some() {
+                        retained_props.push(m.properties.clone());
+                    }
+                    messages.push(m);
                 }
-                messages.push(m);
-                p.stored = true;
+                Some(Mapped::Plain {
+                    name,
+                    core_len,
+                    body,
+                    born,
+                }) => {
+                    let batch = plain.get_or_insert_with(|| {
+                        // One buffer for the batch's properties, about the right size.
+                        props.reserve((name.len() + self.session.client_id.len() + 32) * count);
+                        EncodedBatch {
+                            topic: name[..core_len].to_owned(),
+                            sys_flag: 0,
+                            born_timestamp: born,
+                            born_host: self.peer,
+                            reconsume_times: 0,
+                            entries: Vec::new(),
+                        }
+                    });
+                    message::write_plain_properties(
+                        &name,
+                        core_len,
+                        p.qos,
+                        &self.session.client_id,
+                        &mut props,
+                    );
+                    batch.entries.push(EncodedEntry {
+                        flag: 0,
+                        body,
+                        properties: props.split().freeze(),
+                    });
+                }
+                None => continue,
             }
+            p.stored = true;
         }
         let mut failure = None;
-        let topic = messages.first().map(|m| m.topic.clone());
+        let topic = messages
+            .first()
+            .map(|m| m.topic.clone())
+            .or_else(|| plain.as_ref().map(|b| b.topic.clone()));
         let mut results = Vec::new();
+        if let Some(batch) = plain {
+            let key = QueueChoice::ShardingKey(self.session.client_id.clone());
+            match self.shared.api.send_encoded(batch, key).await {
+                Ok(sent) => {
+                    results = sent
+                        .records
+                        .iter()
+                        .map(|r| (sent.queue_id, r.queue_offset))
+                        .collect()
+                }
+                Err(e) => {
+                    tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
+                    failure = Some(Refused {
+                        code: 0x80,
+                        reason: format!("not stored: {e}"),
+                    });
+                }
+            }
+        }
         if !messages.is_empty() {
             let key = QueueChoice::ShardingKey(self.session.client_id.clone());
             let stored = if messages.iter().any(is_delayed) {
@@ -229,7 +326,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             };
             match stored {
                 Ok(r) => {
-                    results = r;
+                    results = r
+                        .iter()
+                        .map(|s| (s.queue_id, s.append.queue_offset))
+                        .collect();
                     let mut props = retained_props.into_iter();
                     let mut any = false;
                     for p in &pubs {

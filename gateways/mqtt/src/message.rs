@@ -5,10 +5,11 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use mqttbytes::QoS;
 use mqttbytes::v5::{Publish, PublishProperties};
 use rocketgate_core::store::Message;
+use rocketgate_core::store::record::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, property};
 
 use crate::topic;
 
@@ -88,25 +89,11 @@ pub fn to_core(
             reason: "a delayed publish cannot be retained".into(),
         });
     }
-    let (core_topic, tag) = topic::split(name);
-    if rocketgate_core::broker::schedule::validate_user_topic(core_topic).is_err() {
-        return Err(Refused {
-            code: 0x90,
-            reason: format!(
-                "the first level {core_topic:?} is not a usable topic: letters, digits, '%', '|', '_' and '-' only"
-            ),
-        });
-    }
+    let (core_topic, tag) = split_checked(name)?;
     let mut m = Message::new(core_topic, 0, p.payload.clone());
     m.born_timestamp = now;
     m.born_host = peer;
     if let Some(tag) = tag {
-        if !storable(tag) {
-            return Err(Refused {
-                code: 0x90,
-                reason: "topic contains control characters 0x01/0x02".into(),
-            });
-        }
         m = m.with_tags(tag);
     }
     m.insert_property(P_QOS, (p.qos as u8).to_string());
@@ -161,6 +148,65 @@ pub fn to_core(
         }
     }
     Ok(m)
+}
+
+/// A topic name as core topic and tag, both storable.
+fn split_checked(name: &str) -> Result<(&str, Option<&str>), Refused> {
+    let (core_topic, tag) = topic::split(name);
+    if rocketgate_core::broker::schedule::validate_user_topic(core_topic).is_err() {
+        return Err(Refused {
+            code: 0x90,
+            reason: format!(
+                "the first level {core_topic:?} is not a usable topic: letters, digits, '%', '|', '_' and '-' only"
+            ),
+        });
+    }
+    if tag.is_some_and(|t| !storable(t)) {
+        return Err(Refused {
+            code: 0x90,
+            reason: "topic contains control characters 0x01/0x02".into(),
+        });
+    }
+    Ok((core_topic, tag))
+}
+
+/// Whether [`to_core`] would give this publish only the plain properties of
+/// [`write_plain_properties`]: no v5 properties, not retained, not delayed (a
+/// device's usual publish). Such a publish is stored without a `Message` (a
+/// `String` per property name and value) in between. Returns the length of the
+/// core topic at the start of `p.topic`; `None` when the publish needs
+/// [`to_core`].
+pub fn plain_core_len(p: &Publish) -> Option<Result<usize, Refused>> {
+    if p.retain || p.properties.is_some() || p.topic.starts_with(DELAYED_PREFIX) {
+        return None;
+    }
+    Some(split_checked(&p.topic).map(|(core, _)| core.len()))
+}
+
+/// The properties [`to_core`] gives a publish that [`plain_core_len`] accepts,
+/// in the stored encoding (`name\x01value\x02…`), at the end of `out`. `name`
+/// is its topic name and `core_len` the length of its core topic.
+pub fn write_plain_properties(
+    name: &str,
+    core_len: usize,
+    qos: QoS,
+    client_id: &str,
+    out: &mut BytesMut,
+) {
+    let mut put = |name: &str, value: &str| {
+        out.extend_from_slice(name.as_bytes());
+        out.put_u8(NAME_VALUE_SEPARATOR);
+        out.extend_from_slice(value.as_bytes());
+        out.put_u8(PROPERTY_SEPARATOR);
+    };
+    if name.len() > core_len {
+        // `T/rest`: tag `rest` (`T/` has the empty tag, as in `topic::split`).
+        put(property::TAGS, &name[core_len + 1..]);
+    }
+    put(P_QOS, ["0", "1", "2"][qos as usize]);
+    if storable(client_id) {
+        put(P_CLIENT, client_id);
+    }
 }
 
 /// What the gateway reads from a stored message's properties.
@@ -333,5 +379,46 @@ mod tests {
         let p = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
         let e = to_core("bad topic/x", &p, "c", "127.0.0.1:1".parse().unwrap(), 0).unwrap_err();
         assert_eq!(e.code, 0x90);
+    }
+
+    #[test]
+    fn plain_properties_are_what_to_core_gives_and_stored_as_they_are() {
+        use rocketgate_core::broker::SEND_TIME_PROPERTIES;
+        use rocketgate_core::store::record::{is_plain_properties, parse_properties};
+        let peer = "127.0.0.1:1".parse().unwrap();
+        for name in ["sensors/room1/temp", "sensors", "sensors/", "a/b/c/d"] {
+            for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+                for client in ["dev-1", "", "bad\u{1}id"] {
+                    let p = Publish::new(name, qos, "x");
+                    let core_len = plain_core_len(&p).unwrap().unwrap();
+                    let m = to_core(name, &p, client, peer, 0).unwrap();
+                    assert_eq!(&name[..core_len], m.topic);
+                    let mut out = BytesMut::new();
+                    write_plain_properties(name, core_len, qos, client, &mut out);
+                    assert!(
+                        is_plain_properties(&out, &SEND_TIME_PROPERTIES),
+                        "{name} {client:?}"
+                    );
+                    let parsed = parse_properties(std::str::from_utf8(&out).unwrap());
+                    assert_eq!(parsed, m.properties, "{name} {qos:?} {client:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_plain_publishes_take_the_plain_way() {
+        let mut retained = Publish::new("t/x", QoS::AtLeastOnce, "x");
+        retained.retain = true;
+        assert!(plain_core_len(&retained).is_none());
+        let delayed = Publish::new("$delayed/5/t/x", QoS::AtLeastOnce, "x");
+        assert!(plain_core_len(&delayed).is_none());
+        let mut with_props = Publish::new("t/x", QoS::AtLeastOnce, "x");
+        with_props.properties = Some(empty_props());
+        assert!(plain_core_len(&with_props).is_none());
+        let bad = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
+        assert_eq!(plain_core_len(&bad).unwrap().unwrap_err().code, 0x90);
+        let control = Publish::new("t/a\u{2}b", QoS::AtLeastOnce, "x");
+        assert_eq!(plain_core_len(&control).unwrap().unwrap_err().code, 0x90);
     }
 }
