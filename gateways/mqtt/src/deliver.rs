@@ -368,7 +368,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let v5 = self.version == Version::V5;
         let mut props = empty_props();
         let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
-        if no_local && meta.origin.as_deref() == Some(self.session.client_id.as_str()) {
+        if no_local && meta.origin == Some(self.session.client_id.as_str()) {
             // Recompute without the no-local subscriptions.
             granted = None;
             ids.clear();
@@ -388,7 +388,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         let Some(granted) = granted else { return };
-        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, message::now_ms()) else {
+        // (The clock only for a message that expires.)
+        let now = meta.expiry_at.map_or(0, |_| message::now_ms());
+        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, now) else {
             return;
         };
         let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));

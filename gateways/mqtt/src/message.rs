@@ -211,11 +211,11 @@ pub fn write_plain_properties(
 
 /// What the gateway reads from a stored message's properties.
 #[derive(Debug, Default)]
-pub struct Meta {
+pub struct Meta<'a> {
     /// The QoS it was published with (none: it came from another door).
     pub qos: Option<QoS>,
     /// The MQTT client that published it.
-    pub origin: Option<String>,
+    pub origin: Option<&'a str>,
     /// Published with the retain flag.
     pub retain: bool,
     pub expiry_at: Option<i64>,
@@ -226,7 +226,7 @@ pub struct Meta {
 pub fn read_meta<'a>(
     props: impl Iterator<Item = (&'a str, &'a str)>,
     mut props_out: Option<&mut PublishProperties>,
-) -> Meta {
+) -> Meta<'a> {
     let mut meta = Meta::default();
     for (k, v) in props {
         match k {
@@ -238,7 +238,7 @@ pub fn read_meta<'a>(
                     _ => None,
                 }
             }
-            P_CLIENT => meta.origin = Some(v.to_owned()),
+            P_CLIENT => meta.origin = Some(v),
             P_RETAIN => meta.retain = v == "1",
             P_EXPIRY_AT => meta.expiry_at = v.parse().ok(),
             _ => {
@@ -329,7 +329,7 @@ mod tests {
             Some(&mut out),
         );
         assert_eq!(meta.qos, Some(QoS::AtLeastOnce));
-        assert_eq!(meta.origin.as_deref(), Some("c1"));
+        assert_eq!(meta.origin, Some("c1"));
         assert_eq!(out.content_type.as_deref(), Some("text/plain"));
         assert_eq!(out.correlation_data.as_deref(), Some(&b"\x00\x01id"[..]));
         assert_eq!(

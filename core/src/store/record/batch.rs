@@ -124,24 +124,34 @@ pub fn is_plain_properties(raw: &[u8], reserved: &[&str]) -> bool {
         return false;
     }
     let mut names: [&[u8]; MAX_PLAIN_PROPERTIES] = [&[]; MAX_PLAIN_PROPERTIES];
-    for (count, item) in raw[..raw.len() - 1]
-        .split(|b| *b == PROPERTY_SEPARATOR)
-        .enumerate()
-    {
-        let Some(eq) = item.iter().position(|b| *b == NAME_VALUE_SEPARATOR) else {
-            return false;
-        };
-        let (name, value) = (&item[..eq], &item[eq + 1..]);
-        if name.is_empty()
-            || value.contains(&NAME_VALUE_SEPARATOR)
-            || count == MAX_PLAIN_PROPERTIES
-            || name == property::CRC32.as_bytes()
-            || reserved.iter().any(|r| r.as_bytes() == name)
-            || names[..count].contains(&name)
-        {
-            return false;
+    let mut count = 0;
+    // One pass over the bytes (the split-and-search version was ~4 % of a
+    // broker storing small MQTT publishes): `start` is where the current item
+    // began, `eq` where its name ends.
+    let (mut start, mut eq) = (0, None);
+    for (i, &b) in raw.iter().enumerate() {
+        if b == NAME_VALUE_SEPARATOR {
+            if eq.is_some() {
+                return false; // a second separator: the value holds one
+            }
+            eq = Some(i);
+        } else if b == PROPERTY_SEPARATOR {
+            let Some(e) = eq else {
+                return false; // an item without a value
+            };
+            let name = &raw[start..e];
+            if name.is_empty()
+                || count == MAX_PLAIN_PROPERTIES
+                || name == property::CRC32.as_bytes()
+                || reserved.iter().any(|r| r.as_bytes() == name)
+                || names[..count].contains(&name)
+            {
+                return false;
+            }
+            names[count] = name;
+            count += 1;
+            (start, eq) = (i + 1, None);
         }
-        names[count] = name;
     }
     true
 }
