@@ -286,9 +286,11 @@ impl InflightMap {
         while let Some(None) = self.slots.back() {
             self.slots.pop_back();
         }
-        if self.slots.capacity() > 64 && self.slots.len() < self.slots.capacity() / 4 {
-            // A window that emptied gives most of its memory back.
-            self.slots.shrink_to(self.slots.len().max(16));
+        if self.slots.is_empty() && self.slots.capacity() > 64 {
+            // A window that emptied gives its memory back (not one that only
+            // shrank: a busy window swings between a few and a thousand
+            // messages, and shrinking each time would copy it back and forth).
+            self.slots = VecDeque::new();
         }
     }
 
@@ -392,6 +394,25 @@ mod tests {
         assert_eq!(ids(&s.inflight), [1, 2]);
         assert_eq!(s.inflight.values().count(), 2);
         assert_eq!(s.alloc_pkid(), Some(3));
+    }
+
+    #[test]
+    fn an_emptied_window_gives_its_memory_back() {
+        let mut m = InflightMap::default();
+        for id in 1..=1000 {
+            m.insert(id, f(0));
+        }
+        for id in 1..=900 {
+            m.remove(&id);
+        }
+        assert!(
+            m.slots.capacity() >= 1000,
+            "a window that only shrank keeps its room"
+        );
+        for id in 901..=1000 {
+            m.remove(&id);
+        }
+        assert!(m.is_empty() && m.slots.capacity() == 0);
     }
 
     #[test]
