@@ -232,11 +232,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
             self.pending.insert(key);
             return;
         }
-        for (m, name) in feed.messages() {
+        for (m, name, head) in feed.messages() {
             if m.queue_offset >= cur
                 && let Some(name) = name
             {
-                self.match_message(&b.topic, b.queue, m, Some(name));
+                self.match_message(&b.topic, b.queue, m, Some(name), head);
             }
         }
         self.session.cursors.insert(key, b.next);
@@ -269,9 +269,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             {
                 // Near the end: what the router read lately, shared with every
                 // session behind it, instead of a read of the log of our own.
-                for (m, name) in b.messages.iter().zip(&b.names) {
+                for (i, (m, name)) in b.messages.iter().zip(&b.names).enumerate() {
                     if m.queue_offset >= cur {
-                        self.match_message(&key.0, key.1, m, name.as_ref());
+                        let head = b.heads.get(i).and_then(Option::as_ref);
+                        self.match_message(&key.0, key.1, m, name.as_ref(), head);
                     }
                 }
                 self.session.cursors.insert(key.clone(), b.next);
@@ -298,7 +299,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     }
                     for m in &r.messages {
                         if m.queue_offset >= cur {
-                            self.match_message(&key.0, key.1, m, None);
+                            self.match_message(&key.0, key.1, m, None, None);
                         }
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
@@ -326,6 +327,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         queue: u32,
         d: &Delivered,
         name: Option<&Arc<str>>,
+        head: Option<&message::Head>,
     ) {
         let name: Arc<str> = match name {
             Some(n) => n.clone(),
@@ -362,12 +364,30 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if granted.is_none() {
             return;
         }
-        let Ok(view) = RecordView::parse(&d.record) else {
-            return;
-        };
         let v5 = self.version == Version::V5;
         let mut props = empty_props();
-        let meta = message::read_meta(view.properties(), v5.then_some(&mut props));
+        // A 3.1.1 session takes what the router worked out once for everyone;
+        // a v5 one needs the properties too, so it parses the record.
+        let (meta, payload) = match head.filter(|_| !v5) {
+            Some(h) => (
+                message::Meta {
+                    qos: h.qos,
+                    origin: h.origin(&d.record),
+                    retain: h.retain,
+                    expiry_at: h.expiry_at,
+                },
+                h.body(&d.record),
+            ),
+            None => {
+                let Ok(view) = RecordView::parse(&d.record) else {
+                    return;
+                };
+                (
+                    message::read_meta(view.properties(), v5.then_some(&mut props)),
+                    d.record.slice_ref(view.body()),
+                )
+            }
+        };
         if no_local && meta.origin == Some(self.session.client_id.as_str()) {
             // Recompute without the no-local subscriptions.
             granted = None;
@@ -402,7 +422,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             retain: rap && meta.retain,
             topic: name,
             pkid: 0,
-            payload: d.record.slice_ref(view.body()),
+            payload,
             properties: v5.then(|| Box::new(props)),
         };
         self.ready.push_back(Ready {

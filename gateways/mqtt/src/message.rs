@@ -221,6 +221,54 @@ pub struct Meta<'a> {
     pub expiry_at: Option<i64>,
 }
 
+/// What delivery to a 3.1.1 session needs of a stored message (its [`Meta`] and
+/// where its payload is), worked out once per batch by the router instead of by
+/// every session it goes to (in a fan-out to a thousand sessions, each parsed
+/// every record's properties: `read_meta` was 12.5 % of the broker).
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub qos: Option<QoS>,
+    pub retain: bool,
+    pub expiry_at: Option<i64>,
+    /// Byte ranges in the record.
+    origin: Option<(u32, u32)>,
+    body: (u32, u32),
+}
+
+impl Head {
+    /// `view` is a parse of `record`.
+    pub fn of(record: &[u8], view: &rocketgate_core::store::RecordView<'_>) -> Option<Head> {
+        let base = record.as_ptr() as usize;
+        let range = |s: &[u8]| -> Option<(u32, u32)> {
+            let start = (s.as_ptr() as usize).checked_sub(base)?;
+            let end = start.checked_add(s.len())?;
+            (end <= record.len()).then_some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
+        };
+        let meta = read_meta(view.properties(), None);
+        Some(Head {
+            qos: meta.qos,
+            retain: meta.retain,
+            expiry_at: meta.expiry_at,
+            origin: match meta.origin {
+                Some(o) => Some(range(o.as_bytes())?),
+                None => None,
+            },
+            body: range(view.body())?,
+        })
+    }
+
+    /// The publishing client (`record` is the one this head was made of).
+    pub fn origin<'a>(&self, record: &'a [u8]) -> Option<&'a str> {
+        let (a, b) = self.origin?;
+        std::str::from_utf8(record.get(a as usize..b as usize)?).ok()
+    }
+
+    /// The payload, a slice of `record`.
+    pub fn body(&self, record: &Bytes) -> Bytes {
+        record.slice(self.body.0 as usize..self.body.1 as usize)
+    }
+}
+
 /// Reads the mqtt properties; with `props_out`, also builds the v5 PUBLISH
 /// properties (user properties = every non-reserved property).
 pub fn read_meta<'a>(

@@ -61,6 +61,9 @@ pub struct Batch {
     /// The MQTT topic name of each message (`None`: the record did not parse),
     /// shared by every session it goes to.
     pub names: Vec<Option<Arc<str>>>,
+    /// What a 3.1.1 session needs of each message (empty or `None`: it parses
+    /// the record itself).
+    pub heads: Vec<Option<crate::message::Head>>,
 }
 
 /// What one session is handed of a batch.
@@ -75,8 +78,11 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// The messages of the batch handed to the session, with their MQTT names.
-    pub fn messages(&self) -> impl Iterator<Item = (&Delivered, Option<&Arc<str>>)> {
+    /// The messages of the batch handed to the session, with their MQTT names
+    /// and heads.
+    pub fn messages(
+        &self,
+    ) -> impl Iterator<Item = (&Delivered, Option<&Arc<str>>, Option<&crate::message::Head>)> {
         let b = &*self.batch;
         let all = self.picks.is_none().then_some(0..b.messages.len());
         let picked = self
@@ -86,7 +92,13 @@ impl Feed {
         all.into_iter()
             .flatten()
             .chain(picked)
-            .filter_map(move |i| Some((b.messages.get(i)?, b.names.get(i)?.as_ref())))
+            .filter_map(move |i| {
+                Some((
+                    b.messages.get(i)?,
+                    b.names.get(i)?.as_ref(),
+                    b.heads.get(i).and_then(Option::as_ref),
+                ))
+            })
     }
 }
 
@@ -559,13 +571,29 @@ fn joined(topic: &str, tag: Option<&str>) -> Arc<str> {
 /// from a few publishers, so the last few names are reused instead of
 /// allocating one per message (and sessions get the same `Arc` for equal names).
 pub fn mqtt_names(messages: &[Delivered]) -> Vec<Option<Arc<str>>> {
+    names_and_heads(messages, None)
+}
+
+/// [`mqtt_names`], and with `heads` each message's [`crate::message::Head`] from
+/// the same parse.
+fn names_and_heads(
+    messages: &[Delivered],
+    mut heads: Option<&mut Vec<Option<crate::message::Head>>>,
+) -> Vec<Option<Arc<str>>> {
     const KEEP: usize = 4;
     let mut last: [Option<Arc<str>>; KEEP] = Default::default();
     let mut next = 0;
     messages
         .iter()
         .map(|m| {
-            let view = RecordView::parse(&m.record).ok()?;
+            let view = RecordView::parse(&m.record).ok();
+            if let Some(h) = heads.as_deref_mut() {
+                h.push(
+                    view.as_ref()
+                        .and_then(|v| crate::message::Head::of(&m.record, v)),
+                );
+            }
+            let view = view?;
             let (topic, tag) = (view.topic(), view.tags());
             let same = |n: &str| match tag {
                 None => n == topic,
@@ -622,7 +650,8 @@ async fn read_queue<B: MessagingApi>(
             }
         };
         if r.status == PullStatus::Found {
-            let names = mqtt_names(&r.messages);
+            let mut heads = Vec::with_capacity(r.messages.len());
+            let names = names_and_heads(&r.messages, Some(&mut heads));
             let batch = Arc::new(Batch {
                 topic: topic.clone(),
                 queue,
@@ -630,6 +659,7 @@ async fn read_queue<B: MessagingApi>(
                 next: r.next_offset,
                 messages: r.messages,
                 names,
+                heads,
             });
             let current = lock(&members).clone();
             if fanout.hand(&current, batch.clone()).await {
@@ -913,7 +943,7 @@ mod tests {
         while let Ok(f) = rx_mine.try_recv() {
             assert_eq!(f.from, covered, "each feed starts where the last ended");
             covered = f.batch.next;
-            for (m, name) in f.messages() {
+            for (m, name, _) in f.messages() {
                 got.push((m.queue_offset, name.map(|n| n.to_string())));
             }
         }
@@ -978,9 +1008,52 @@ mod tests {
             .unwrap();
         let names: Vec<&str> = feed
             .messages()
-            .filter_map(|(_, n)| n.map(|n| &**n))
+            .filter_map(|(_, n, _)| n.map(|n| &**n))
             .collect();
         assert_eq!(names, ["t/first"], "read from the start of the new topic");
         router.stop();
+    }
+
+    #[tokio::test]
+    async fn heads_say_what_each_record_says() {
+        use crate::message::{self, Head};
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let mut a = Message::new("t", 0, b"payload a".to_vec());
+        a.insert_property(property::TAGS, "x");
+        a.insert_property(message::P_QOS, "1");
+        a.insert_property(message::P_CLIENT, "dev-7");
+        a.insert_property(message::P_RETAIN, "1");
+        a.insert_property(message::P_EXPIRY_AT, "1234567");
+        let mut b = Message::new("t", 0, Vec::new()); // from another door: no mqtt.*
+        b.insert_property(property::TAGS, "y");
+        api.send_batch(vec![a, b], QueueChoice::Queue(0))
+            .await
+            .unwrap();
+        let r = read_log(&*api, "t", 0, 0, 10, Duration::ZERO)
+            .await
+            .unwrap();
+        let mut heads = Vec::new();
+        names_and_heads(&r.messages, Some(&mut heads));
+        assert_eq!(heads.len(), 2);
+        for (d, h) in r.messages.iter().zip(&heads) {
+            let h: &Head = h.as_ref().unwrap();
+            let view = RecordView::parse(&d.record).unwrap();
+            let meta = message::read_meta(view.properties(), None);
+            assert_eq!(
+                (h.qos, h.retain, h.expiry_at),
+                (meta.qos, meta.retain, meta.expiry_at)
+            );
+            assert_eq!(h.origin(&d.record), meta.origin);
+            assert_eq!(&h.body(&d.record)[..], view.body());
+        }
+        assert_eq!(
+            heads[0].as_ref().unwrap().origin(&r.messages[0].record),
+            Some("dev-7")
+        );
+        assert_eq!(
+            &heads[1].as_ref().unwrap().body(&r.messages[1].record)[..],
+            b""
+        );
     }
 }
