@@ -18,9 +18,9 @@ use rocketgate_core::store::RecordView;
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Feed, Interest, queue_end, read_log};
+use crate::router::{Feed, Interest, mqtt_name, queue_end, read_log};
 use crate::session::{Inflight, Outgoing, Source, Sub};
-use crate::topic::{self, TopicFilter};
+use crate::topic::TopicFilter;
 
 /// Stop taking router batches above this many messages waiting for the window.
 pub const READY_HIGH: usize = 1024;
@@ -329,16 +329,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
         name: Option<&Arc<str>>,
         head: Option<&message::Head>,
     ) {
-        let name: Arc<str> = match name {
-            Some(n) => n.clone(),
-            None => {
-                let Ok(view) = RecordView::parse(&d.record) else {
-                    return;
-                };
-                let mut owned = String::new();
-                topic::join_into(&mut owned, view.topic(), view.tags());
-                owned.into()
-            }
+        let Some(name) = name.cloned().or_else(|| mqtt_name(d)) else {
+            return;
         };
         let mut granted: Option<QoS> = None;
         let mut ids = Vec::new();
@@ -372,7 +364,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Some(h) => (
                 message::Meta {
                     qos: h.qos,
-                    origin: h.origin(&d.record),
+                    // Only a no-local subscription asks who published it.
+                    origin: no_local.then(|| h.origin(&d.record)).flatten(),
                     retain: h.retain,
                     expiry_at: h.expiry_at,
                 },
@@ -454,33 +447,29 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     }
                 }
             }
-            // Only a v5 client announces a maximum (3.1.1: usize::MAX).
-            if self.client_max_packet != usize::MAX
-                && r.publish.to_publish().len() + 5 > self.client_max_packet
-            {
-                // Larger than the client accepts: discarded for this client (MQTT 5 §3.1.2.11.4).
-                self.settle(r.source);
-                continue;
-            }
-            let alias = self.outgoing_alias(&r.publish.topic);
-            match alias {
-                Some((alias, known)) => {
-                    let mut wire = r.publish.to_publish();
+            if self.version == Version::V5 {
+                // mqttbytes encodes v5 (properties): the packet is made once, for
+                // the size check, the alias and the write.
+                let mut wire = r.publish.to_publish();
+                if self.client_max_packet != usize::MAX && wire.len() + 5 > self.client_max_packet {
+                    // Larger than the client accepts: discarded for this client (MQTT 5 §3.1.2.11.4).
+                    self.settle(r.source);
+                    continue;
+                }
+                if let Some((alias, known)) = self.outgoing_alias(&r.publish.topic) {
                     if known {
                         wire.topic.clear();
                     }
                     if let Some(p) = wire.properties.as_mut() {
                         p.topic_alias = Some(alias);
                     }
-                    self.send(&Packet::Publish(wire));
                 }
-                None => {
-                    if let Err(e) =
-                        crate::codec::write_outgoing(self.version, &r.publish, &mut self.out)
-                    {
-                        tracing::warn!(error = %e, "encoding a publish failed");
-                    }
-                }
+                self.send(&Packet::Publish(wire));
+            } else if let Err(e) =
+                crate::codec::write_outgoing(self.version, &r.publish, &mut self.out)
+            {
+                // (3.1.1 announces no maximum packet size and has no aliases.)
+                tracing::warn!(error = %e, "encoding a publish failed");
             }
             if r.publish.qos == QoS::AtMostOnce {
                 self.settle(r.source);

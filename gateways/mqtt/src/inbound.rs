@@ -30,7 +30,6 @@ pub(crate) enum Mapped {
         name: String,
         core_len: usize,
         body: Bytes,
-        born: i64,
     },
 }
 
@@ -136,18 +135,22 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 ));
             }
         }
-        let now = message::now_ms();
         let retain = p.retain.then(|| (p.topic.clone(), p.payload.clone()));
         let mapped = match message::plain_core_len(&p) {
             Some(Ok(core_len)) => Ok(Mapped::Plain {
                 name: std::mem::take(&mut p.topic),
                 core_len,
                 body: p.payload.clone(),
-                born: now,
             }),
             Some(Err(r)) => Err(r),
-            None => message::to_core(&p.topic, &p, &self.session.client_id, self.peer, now)
-                .map(Mapped::Message),
+            None => message::to_core(
+                &p.topic,
+                &p,
+                &self.session.client_id,
+                self.peer,
+                message::now_ms(),
+            )
+            .map(Mapped::Message),
         };
         let pending = match mapped {
             Ok(m) => PendingPub {
@@ -226,6 +229,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .await;
     }
 
+    /// What the client is told when the core could not store its publishes.
+    fn not_stored(&self, e: rocketgate_core::Error) -> Refused {
+        tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
+        Refused {
+            code: 0x80,
+            reason: format!("not stored: {e}"),
+        }
+    }
+
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
     /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
     /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the
@@ -253,7 +265,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     name,
                     core_len,
                     body,
-                    born,
                 }) => {
                     let batch = plain.get_or_insert_with(|| {
                         // One buffer for the batch's properties, about the right size.
@@ -261,7 +272,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         EncodedBatch {
                             topic: name[..core_len].to_owned(),
                             sys_flag: 0,
-                            born_timestamp: born,
+                            born_timestamp: message::now_ms(),
                             born_host: self.peer,
                             reconsume_times: 0,
                             entries: Vec::new(),
@@ -300,13 +311,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         .map(|r| (sent.queue_id, r.queue_offset))
                         .collect()
                 }
-                Err(e) => {
-                    tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
-                    failure = Some(Refused {
-                        code: 0x80,
-                        reason: format!("not stored: {e}"),
-                    });
-                }
+                Err(e) => failure = Some(self.not_stored(e)),
             }
         }
         if !messages.is_empty() {
@@ -344,13 +349,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         self.shared.persist_retained().await;
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
-                    failure = Some(Refused {
-                        code: 0x80,
-                        reason: format!("not stored: {e}"),
-                    });
-                }
+                Err(e) => failure = Some(self.not_stored(e)),
             }
         }
         if self.version != Version::V5
