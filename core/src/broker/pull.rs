@@ -117,7 +117,7 @@ impl Broker {
             self.opts.pull_scan_batch.max(want),
         )?;
         let mut scan = Scan {
-            messages: Vec::new(),
+            messages: Vec::with_capacity(want.min(read.entries.len())),
             next_offset: read.next_offset,
         };
         for (queue_offset, entry) in read.entries {

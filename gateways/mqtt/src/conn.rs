@@ -8,7 +8,7 @@
 //! run of the same core topic, and acknowledged only after it returns. Outgoing
 //! messages are in `deliver.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,6 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::codec::{self, CodecError, Version};
-use crate::deliver::Ready;
 use crate::router::{Feed, Inbox, Interest};
 use crate::server::{Shared, Slot, Takeover, lock};
 use crate::session::Session;
@@ -68,7 +67,7 @@ pub(crate) struct Conn<B> {
     // takes 48, and most connections keep them empty (memory per connection).
     pub aliases_in: BTreeMap<u16, String>,
     pub aliases_out: BTreeMap<String, u16>,
-    pub ready: VecDeque<Ready>,
+    pub ready: crate::ready::ReadyQueue,
     pub pending: BTreeSet<(Arc<str>, u32)>,
     /// Queues of a QoS 0 session that overflowed: they skip ahead to live.
     pub skipping: BTreeSet<(Arc<str>, u32)>,
@@ -123,7 +122,7 @@ where
         problem_info: true,
         aliases_in: BTreeMap::new(),
         aliases_out: BTreeMap::new(),
-        ready: VecDeque::new(),
+        ready: Default::default(),
         pending: BTreeSet::new(),
         skipping: BTreeSet::new(),
         joined: BTreeSet::new(),

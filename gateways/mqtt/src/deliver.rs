@@ -12,13 +12,13 @@ use mqttbytes::v5::{
     Packet, PubRel, Publish, RetainForwardRule, SubAck, SubAckProperties, Subscribe,
     SubscribeReasonCode, UnsubAck, UnsubAckReason, Unsubscribe,
 };
-use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
+use rocketgate_core::broker::{MessagingApi, PullStatus};
 use rocketgate_core::store::RecordView;
 
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Feed, Interest, mqtt_name, queue_end, read_log};
+use crate::router::{Batch, Feed, Interest, mqtt_name, queue_end, read_log};
 use crate::session::{Inflight, Outgoing, Source, Sub};
 use crate::topic::TopicFilter;
 
@@ -232,14 +232,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             self.pending.insert(key);
             return;
         }
-        for (m, name, head) in feed.messages() {
-            if m.queue_offset >= cur
-                && let Some(name) = name
-            {
-                self.match_message(&b.topic, b.queue, m, Some(name), head);
-            }
-        }
-        self.session.cursors.insert(key, b.next);
+        let next = b.next;
+        // Matched as the window takes them (see `ready.rs`).
+        self.ready.push_run(feed.batch, feed.picks, cur);
+        self.session.cursors.insert(key, next);
     }
 
     /// True when every subscription is QoS 0: such a session may drop messages
@@ -269,13 +265,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             {
                 // Near the end: what the router read lately, shared with every
                 // session behind it, instead of a read of the log of our own.
-                for (i, (m, name)) in b.messages.iter().zip(&b.names).enumerate() {
-                    if m.queue_offset >= cur {
-                        let head = b.heads.get(i).and_then(Option::as_ref);
-                        self.match_message(&key.0, key.1, m, name.as_ref(), head);
-                    }
-                }
-                self.session.cursors.insert(key.clone(), b.next);
+                let next = b.next;
+                self.ready.push_run(b, None, cur);
+                self.session.cursors.insert(key.clone(), next);
                 self.far_behind = false;
                 continue;
             }
@@ -297,10 +289,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         self.pending.remove(&key);
                         continue;
                     }
-                    for m in &r.messages {
-                        if m.queue_offset >= cur {
-                            self.match_message(&key.0, key.1, m, None, None);
-                        }
+                    if !r.messages.is_empty() {
+                        // A batch of the session's own, names worked out as they go out.
+                        let batch = Batch {
+                            topic: key.0.clone(),
+                            queue: key.1,
+                            from: cur,
+                            next: r.next_offset,
+                            messages: r.messages,
+                            names: Vec::new(),
+                            heads: Vec::new(),
+                        };
+                        self.ready.push_run(Arc::new(batch), None, cur);
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
                     self.far_behind = r.max_offset.saturating_sub(r.next_offset) > FAR_BEHIND;
@@ -318,127 +318,33 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
     }
 
-    /// Queues a message of the log for every plain subscription it matches: once,
-    /// at the highest granted QoS, with every subscription identifier. `name` is
-    /// its MQTT topic name when the router already worked it out.
-    fn match_message(
-        &mut self,
-        core_topic: &Arc<str>,
-        queue: u32,
-        d: &Delivered,
-        name: Option<&Arc<str>>,
-        head: Option<&message::Head>,
-    ) {
-        let Some(name) = name.cloned().or_else(|| mqtt_name(d)) else {
-            return;
-        };
-        let mut granted: Option<QoS> = None;
-        let mut ids = Vec::new();
-        let mut rap = false;
-        let mut no_local = false;
-        for s in &self.session.subs {
-            if s.filter.share.is_some() || !s.filter.matches(&name) {
-                continue;
-            }
-            if s.no_local {
-                no_local = true;
-                // Decided below, once the origin is known; skip only this sub.
-            }
-            granted = Some(match granted {
-                Some(q) if q >= s.qos => q,
-                _ => s.qos,
-            });
-            if let Some(id) = s.id {
-                ids.push(id);
-            }
-            rap |= s.retain_as_published;
-        }
-        if granted.is_none() {
-            return;
-        }
-        let v5 = self.version == Version::V5;
-        let mut props = empty_props();
-        // A 3.1.1 session takes what the router worked out once for everyone;
-        // a v5 one needs the properties too, so it parses the record.
-        let (meta, payload) = match head.filter(|_| !v5) {
-            Some(h) => (
-                message::Meta {
-                    qos: h.qos,
-                    // Only a no-local subscription asks who published it.
-                    origin: no_local.then(|| h.origin(&d.record)).flatten(),
-                    retain: h.retain,
-                    expiry_at: h.expiry_at,
-                },
-                h.body(&d.record),
-            ),
-            None => {
-                let Ok(view) = RecordView::parse(&d.record) else {
-                    return;
-                };
-                (
-                    message::read_meta(view.properties(), v5.then_some(&mut props)),
-                    d.record.slice_ref(view.body()),
-                )
-            }
-        };
-        if no_local && meta.origin == Some(self.session.client_id.as_str()) {
-            // Recompute without the no-local subscriptions.
-            granted = None;
-            ids.clear();
-            rap = false;
-            for s in &self.session.subs {
-                if s.filter.share.is_some() || s.no_local || !s.filter.matches(&name) {
-                    continue;
-                }
-                granted = Some(match granted {
-                    Some(q) if q >= s.qos => q,
-                    _ => s.qos,
-                });
-                if let Some(id) = s.id {
-                    ids.push(id);
-                }
-                rap |= s.retain_as_published;
-            }
-        }
-        let Some(granted) = granted else { return };
-        // (The clock only for a message that expires.)
-        let now = meta.expiry_at.map_or(0, |_| message::now_ms());
-        let Ok(expiry) = message::remaining_expiry(meta.expiry_at, now) else {
-            return;
-        };
-        let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));
-        props.message_expiry_interval = expiry;
-        props.subscription_identifiers = ids;
-        let publish = Outgoing {
-            dup: false,
-            qos,
-            retain: rap && meta.retain,
-            topic: name,
-            pkid: 0,
-            payload,
-            properties: v5.then(|| Box::new(props)),
-        };
-        self.ready.push_back(Ready {
-            publish,
-            source: Source::Log {
-                topic: core_topic.clone(),
-                queue,
-                offset: d.queue_offset,
-            },
-        });
-    }
-
     /// Writes ready messages while the client's window has room.
     pub(crate) fn pump(&mut self) {
         let window = self.client_receive_max;
-        while let Some(front) = self.ready.front() {
-            if front.publish.qos != QoS::AtMostOnce && self.session.inflight.len() >= window {
+        loop {
+            let full = self.session.inflight.len() >= window;
+            if full
+                && self
+                    .ready
+                    .front_one()
+                    .is_some_and(|r| r.publish.qos != QoS::AtMostOnce)
+            {
                 break;
             }
-            let Some(mut r) = self.ready.pop_front() else {
+            let matcher = Matcher {
+                subs: &self.session.subs,
+                client_id: &self.session.client_id,
+                v5: self.version == Version::V5,
+            };
+            let Some(mut r) = self.ready.pop_with(|b, i| matcher.matched(b, i)) else {
                 break;
             };
             if r.publish.qos != QoS::AtMostOnce {
+                if full {
+                    // (A run's next message: known only now.)
+                    self.ready.push_front(r);
+                    break;
+                }
                 match self.session.alloc_pkid() {
                     Some(id) => r.publish.pkid = id,
                     None => {
@@ -684,18 +590,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .session
             .inflight
             .values()
-            .map(|f| &f.source)
-            .chain(self.ready.iter().map(|r| &r.source));
-        for s in sources {
-            if let Source::Log {
-                topic,
-                queue,
-                offset,
-            } = s
-            {
-                let e = pos.entry((topic.clone(), *queue)).or_insert(*offset);
-                *e = (*e).min(*offset);
-            }
+            .filter_map(|f| match &f.source {
+                Source::Log {
+                    topic,
+                    queue,
+                    offset,
+                } => Some((topic, *queue, *offset)),
+                _ => None,
+            })
+            .chain(self.ready.log_positions());
+        for (topic, queue, offset) in sources {
+            let e = pos.entry((topic.clone(), queue)).or_insert(offset);
+            *e = (*e).min(offset);
         }
         pos
     }
@@ -730,16 +636,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// sent go back to the cursors (they are read again on resumption).
     pub(crate) async fn detach(&mut self) {
         self.commit().await;
-        for r in std::mem::take(&mut self.ready) {
-            if let Source::Log {
-                topic,
-                queue,
-                offset,
-            } = r.source
-            {
-                let c = self.session.cursors.entry((topic, queue)).or_insert(offset);
-                *c = (*c).min(offset);
-            }
+        let ready = self.ready.take();
+        for (topic, queue, offset) in ready.log_positions() {
+            let c = self
+                .session
+                .cursors
+                .entry((topic.clone(), queue))
+                .or_insert(offset);
+            *c = (*c).min(offset);
         }
         // In-flight log messages stay in the session (resent on resumption); the
         // cursors above already point past them, so they are not read twice.
@@ -754,4 +658,115 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
 pub(crate) fn min_qos(a: QoS, b: QoS) -> QoS {
     if (a as u8) <= (b as u8) { a } else { b }
+}
+
+/// What matching a log message for a session needs of it (borrowed apart from
+/// its ready queue, which the messages are taken from).
+struct Matcher<'a> {
+    subs: &'a [Sub],
+    client_id: &'a str,
+    v5: bool,
+}
+
+impl Matcher<'_> {
+    /// Message `i` of `b` for every plain subscription it matches: once, at the
+    /// highest granted QoS, with every subscription identifier (`None`: none
+    /// matches, or it expired).
+    fn matched(&self, b: &Batch, i: usize) -> Option<Ready> {
+        let d = b.messages.get(i)?;
+        // The router worked the names out; a catch-up read's batch has none.
+        let name = match b.names.get(i) {
+            Some(n) => n.clone()?,
+            None => mqtt_name(d)?,
+        };
+        let head = b.heads.get(i).and_then(Option::as_ref);
+        let mut granted: Option<QoS> = None;
+        let mut ids = Vec::new();
+        let mut rap = false;
+        let mut no_local = false;
+        for s in self.subs {
+            if s.filter.share.is_some() || !s.filter.matches(&name) {
+                continue;
+            }
+            if s.no_local {
+                no_local = true;
+                // Decided below, once the origin is known; skip only this sub.
+            }
+            granted = Some(match granted {
+                Some(q) if q >= s.qos => q,
+                _ => s.qos,
+            });
+            if let Some(id) = s.id {
+                ids.push(id);
+            }
+            rap |= s.retain_as_published;
+        }
+        granted?;
+        let v5 = self.v5;
+        let mut props = empty_props();
+        // A 3.1.1 session takes what the router worked out once for everyone;
+        // a v5 one needs the properties too, so it parses the record.
+        let (meta, payload) = match head.filter(|_| !v5) {
+            Some(h) => (
+                message::Meta {
+                    qos: h.qos,
+                    // Only a no-local subscription asks who published it.
+                    origin: no_local.then(|| h.origin(&d.record)).flatten(),
+                    retain: h.retain,
+                    expiry_at: h.expiry_at,
+                },
+                h.body(&d.record),
+            ),
+            None => {
+                let view = RecordView::parse(&d.record).ok()?;
+                (
+                    message::read_meta(view.properties(), v5.then_some(&mut props)),
+                    d.record.slice_ref(view.body()),
+                )
+            }
+        };
+        if no_local && meta.origin == Some(self.client_id) {
+            // Recompute without the no-local subscriptions.
+            granted = None;
+            ids.clear();
+            rap = false;
+            for s in self.subs {
+                if s.filter.share.is_some() || s.no_local || !s.filter.matches(&name) {
+                    continue;
+                }
+                granted = Some(match granted {
+                    Some(q) if q >= s.qos => q,
+                    _ => s.qos,
+                });
+                if let Some(id) = s.id {
+                    ids.push(id);
+                }
+                rap |= s.retain_as_published;
+            }
+        }
+        let granted = granted?;
+        // (The clock only for a message that expires.)
+        let now = meta.expiry_at.map_or(0, |_| message::now_ms());
+        let expiry = message::remaining_expiry(meta.expiry_at, now).ok()?;
+        let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));
+        props.message_expiry_interval = expiry;
+        props.subscription_identifiers = ids;
+        let publish = Outgoing {
+            dup: false,
+            qos,
+            retain: rap && meta.retain,
+            topic: name,
+            pkid: 0,
+            payload,
+            properties: v5.then(|| Box::new(props)),
+        };
+        Some(Ready {
+            publish,
+            source: Source::Log {
+                topic: b.topic.clone(),
+                queue: b.queue,
+                offset: d.queue_offset,
+            },
+        })
+    }
 }

@@ -45,6 +45,7 @@ mod error;
 mod inbound;
 mod message;
 mod offsets;
+mod ready;
 mod router;
 pub mod server;
 mod session;

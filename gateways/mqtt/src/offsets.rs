@@ -55,7 +55,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     fn move_queue(&mut self, topic: Arc<str>, queue: u32, to: u64) {
         let key = (topic, queue);
         let of_queue = |s: &Source| matches!(s, Source::Log { topic, queue: q, .. } if *topic == key.0 && *q == key.1);
-        self.ready.retain(|r| !of_queue(&r.source));
+        self.ready.drop_queue(&key.0, key.1);
         for f in self.session.inflight.values_mut() {
             if of_queue(&f.source) {
                 f.source = Source::Superseded;

@@ -269,7 +269,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .filter(|(_, m)| *m.raw == *raw)
             .map(|(id, _)| *id)
             .collect();
-        self.ready.retain(
+        self.ready.retain_ones(
             |r| !matches!(&r.source, Source::Share { link, .. } if ids.contains(&link.member)),
         );
         self.leave(ids).await;
@@ -279,7 +279,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// go to the other members; the session does not keep them.
     pub(crate) async fn leave_all_shares(&mut self) {
         self.ready
-            .retain(|r| !matches!(r.source, Source::Share { .. }));
+            .retain_ones(|r| !matches!(r.source, Source::Share { .. }));
         self.session
             .inflight
             .retain(|_, f| !matches!(f.source, Source::Share { .. }));
