@@ -18,7 +18,7 @@ use rocketgate_core::store::RecordView;
 use crate::codec::Version;
 use crate::conn::{Conn, End};
 use crate::message::{self, empty_props};
-use crate::router::{Batch, Feed, Interest, mqtt_name, queue_end, read_log};
+use crate::router::{Batch, Feed, Interest, batch_of, mqtt_name, queue_end, read_log};
 use crate::session::{Inflight, Outgoing, Source, Sub};
 use crate::topic::TopicFilter;
 
@@ -58,20 +58,66 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let topics = self.current_topics().await;
         self.sync_following(&topics, Start::Resume).await;
         self.session.restore_cursors = false;
-        let inflight: Vec<(u16, bool, Publish)> = self
+        let inflight: Vec<(u16, Inflight)> = self
             .session
             .inflight
             .iter()
-            .map(|(id, f)| (id, f.released, f.publish.to_publish()))
+            .map(|(id, f)| (id, f.clone()))
             .collect();
-        for (id, released, mut p) in inflight {
-            if released {
+        for (id, f) in inflight {
+            if f.released {
                 self.send(&Packet::PubRel(PubRel::new(id)));
-            } else {
-                p.dup = true;
-                self.send(&Packet::Publish(p));
+                continue;
+            }
+            let p = match &f.publish {
+                Some(p) => Some(p.to_publish()),
+                None => self.read_back(id, &f).await,
+            };
+            match p {
+                Some(mut p) => {
+                    p.dup = true;
+                    self.send(&Packet::Publish(p));
+                }
+                None => {
+                    // Gone from the log (retention) or unreadable: nothing to resend.
+                    tracing::warn!(client = %self.session.client_id, pkid = id,
+                        "a message in flight is no longer in the log; not resent");
+                    self.session.inflight.remove(&id);
+                }
             }
         }
+    }
+
+    /// A log message in flight kept without its copy (see [`Inflight::publish`]),
+    /// read back from the log as it was sent.
+    async fn read_back(&self, pkid: u16, f: &Inflight) -> Option<Publish> {
+        let (Source::Log {
+            topic,
+            queue,
+            offset,
+        }
+        | Source::Superseded {
+            topic,
+            queue,
+            offset,
+        }) = &f.source
+        else {
+            return None;
+        };
+        let r = read_log(&*self.shared.api, topic, *queue, *offset, 1, Duration::ZERO)
+            .await
+            .ok()?;
+        let d = r.messages.first().filter(|d| d.queue_offset == *offset)?;
+        let view = RecordView::parse(&d.record).ok()?;
+        Some(Publish {
+            dup: true,
+            qos: f.qos,
+            retain: f.retain,
+            topic: mqtt_name(d)?.to_string(),
+            pkid,
+            payload: d.record.slice_ref(view.body()),
+            properties: None,
+        })
     }
 
     async fn current_topics(&self) -> Vec<String> {
@@ -290,16 +336,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         continue;
                     }
                     if !r.messages.is_empty() {
-                        // A batch of the session's own, names worked out as they go out.
-                        let batch = Batch {
-                            topic: key.0.clone(),
-                            queue: key.1,
-                            from: cur,
-                            next: r.next_offset,
-                            messages: r.messages,
-                            names: Vec::new(),
-                            heads: Vec::new(),
-                        };
+                        let batch = batch_of(key.0.clone(), key.1, cur, r.next_offset, r.messages);
                         self.ready.push_run(Arc::new(batch), None, cur);
                     }
                     self.session.cursors.insert(key.clone(), r.next_offset);
@@ -380,14 +417,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if r.publish.qos == QoS::AtMostOnce {
                 self.settle(r.source);
             } else {
-                self.session.inflight.insert(
-                    r.publish.pkid,
-                    Inflight {
-                        publish: r.publish,
-                        released: false,
-                        source: r.source,
-                    },
-                );
+                self.session
+                    .inflight
+                    .insert(r.publish.pkid, Inflight::of(r.publish, r.source));
             }
         }
     }
@@ -674,7 +706,7 @@ impl Matcher<'_> {
     /// matches, or it expired).
     fn matched(&self, b: &Batch, i: usize) -> Option<Ready> {
         let d = b.messages.get(i)?;
-        // The router worked the names out; a catch-up read's batch has none.
+        // (Batches made by `batch_of` have every name.)
         let name = match b.names.get(i) {
             Some(n) => n.clone()?,
             None => mqtt_name(d)?,

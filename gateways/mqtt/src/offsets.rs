@@ -57,8 +57,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let of_queue = |s: &Source| matches!(s, Source::Log { topic, queue: q, .. } if *topic == key.0 && *q == key.1);
         self.ready.drop_queue(&key.0, key.1);
         for f in self.session.inflight.values_mut() {
-            if of_queue(&f.source) {
-                f.source = Source::Superseded;
+            if let Source::Log {
+                topic,
+                queue,
+                offset,
+            } = &f.source
+                && of_queue(&f.source)
+            {
+                f.source = Source::Superseded {
+                    topic: topic.clone(),
+                    queue: *queue,
+                    offset: *offset,
+                };
             }
         }
         self.session.cursors.insert(key.clone(), to);

@@ -447,3 +447,128 @@ async fn qos0_flood_leaves_ordered_streams_and_stores_every_publish() {
     drop(pubs_done);
     node.stop().await;
 }
+
+/// A raw 3.1.1 connection with a persistent session: the stream and whether the
+/// session was present.
+async fn raw_v4_kept(node: &Node, id: &str) -> (TcpStream, BytesMut, bool) {
+    let mut s = TcpStream::connect(node.addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut out = BytesMut::new();
+    let mut c = v4::Connect::new(id);
+    c.keep_alive = 60;
+    c.clean_session = false;
+    c.write(&mut out).unwrap();
+    s.write_all(&out).await.unwrap();
+    let mut buf = BytesMut::new();
+    match read_packet(&mut s, &mut buf).await {
+        Some(v4::Packet::ConnAck(a)) => {
+            assert_eq!(a.code, v4::ConnectReturnCode::Success);
+            (s, buf, a.session_present)
+        }
+        other => panic!("expected CONNACK, got {other:?}"),
+    }
+}
+
+async fn send_v4(s: &mut TcpStream, p: v4::Packet) {
+    let mut out = BytesMut::new();
+    match p {
+        v4::Packet::Publish(p) => p.write(&mut out),
+        v4::Packet::PubAck(p) => p.write(&mut out),
+        v4::Packet::Subscribe(p) => p.write(&mut out),
+        other => panic!("not sent by this test: {other:?}"),
+    }
+    .unwrap();
+    s.write_all(&out).await.unwrap();
+}
+
+async fn publish_v4(s: &mut TcpStream, buf: &mut BytesMut, pkid: u16, topic: &str, payload: &str) {
+    let mut p = v4::Publish::new(topic, QoS::AtLeastOnce, payload.as_bytes().to_vec());
+    p.pkid = pkid;
+    send_v4(s, v4::Packet::Publish(p)).await;
+    match read_packet(s, buf).await {
+        Some(v4::Packet::PubAck(a)) => assert_eq!(a.pkid, pkid),
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+}
+
+/// (packet id, topic, payload, dup) of the next PUBLISH.
+async fn next_publish(s: &mut TcpStream, buf: &mut BytesMut) -> (u16, String, String, bool) {
+    match read_packet(s, buf).await {
+        Some(v4::Packet::Publish(p)) => {
+            assert_eq!(p.qos, QoS::AtLeastOnce);
+            let payload = String::from_utf8(p.payload.to_vec()).unwrap();
+            (p.pkid, p.topic, payload, p.dup)
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+}
+
+/// A 3.1.1 session keeps its messages in flight without a copy of each (they
+/// are read back from the log): after a reconnect they come again with their
+/// packet ids, DUP set, the same topics and payloads, and only once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_311_deliveries_are_read_back_from_the_log_and_resent_after_a_reconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "resend").await;
+    assert!(!present);
+    let mut s = v4::Subscribe::new("rs/#", QoS::AtLeastOnce);
+    s.pkid = 1;
+    send_v4(&mut sub, v4::Packet::Subscribe(s)).await;
+    assert!(matches!(
+        read_packet(&mut sub, &mut sbuf).await,
+        Some(v4::Packet::SubAck(_))
+    ));
+    let mut publ = raw_v4(&node, "resend-pub").await;
+    let mut pbuf = BytesMut::new();
+    publish_v4(&mut publ, &mut pbuf, 1, "rs/a", "one").await;
+    publish_v4(&mut publ, &mut pbuf, 2, "rs/b/c", "two").await;
+    let first = [
+        next_publish(&mut sub, &mut sbuf).await,
+        next_publish(&mut sub, &mut sbuf).await,
+    ];
+    assert_eq!(
+        first
+            .iter()
+            .map(|(_, t, p, dup)| (t.as_str(), p.as_str(), *dup))
+            .collect::<Vec<_>>(),
+        [("rs/a", "one", false), ("rs/b/c", "two", false)]
+    );
+    // Not acknowledged: the connection drops and the client comes back.
+    drop(sub);
+    let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "resend").await;
+    assert!(present, "the session is kept");
+    for (pkid, topic, payload, _) in &first {
+        let again = next_publish(&mut sub, &mut sbuf).await;
+        assert_eq!(again, (*pkid, topic.clone(), payload.clone(), true));
+        send_v4(&mut sub, v4::Packet::PubAck(v4::PubAck::new(*pkid))).await;
+    }
+    // Acknowledged now: a new message comes next, and after another reconnect
+    // nothing comes again.
+    publish_v4(&mut publ, &mut pbuf, 3, "rs/a", "three").await;
+    let (pkid, topic, payload, dup) = next_publish(&mut sub, &mut sbuf).await;
+    assert_eq!(
+        (topic.as_str(), payload.as_str(), dup),
+        ("rs/a", "three", false)
+    );
+    send_v4(&mut sub, v4::Packet::PubAck(v4::PubAck::new(pkid))).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(sub);
+    let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "resend").await;
+    assert!(present);
+    let nothing = tokio::time::timeout(Duration::from_millis(500), async {
+        loop {
+            match sub.read_buf(&mut sbuf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) if !sbuf.is_empty() => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        nothing.is_err() && sbuf.is_empty(),
+        "nothing resent: {sbuf:?}"
+    );
+    node.stop().await;
+}
