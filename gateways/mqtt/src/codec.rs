@@ -264,45 +264,60 @@ pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<()
     r.map(|_| ()).map_err(malformed)
 }
 
-/// Appends one PUBLISH (the hot path: no packet enum, no clone for v5).
-/// An outgoing PUBLISH as a session holds it: 3.1.1 straight from its parts,
-/// v5 through mqttbytes (properties).
+/// Appends one PUBLISH (the hot path: no packet enum). An outgoing PUBLISH as
+/// a session holds it: 3.1.1, and v5 without properties (an empty property
+/// list), straight from its parts; v5 with properties through mqttbytes.
 pub fn write_outgoing(
     version: Version,
     p: &crate::session::Outgoing,
     out: &mut BytesMut,
 ) -> Result<(), CodecError> {
     match version {
-        Version::V5 => p.to_publish().write(out).map(|_| ()).map_err(malformed),
-        Version::V4 => publish_v4(p.dup, p.qos, p.retain, &p.topic, p.pkid, &p.payload, out),
+        Version::V5 if p.properties.is_some() => {
+            p.to_publish().write(out).map(|_| ()).map_err(malformed)
+        }
+        _ => publish_plain(version, p, out),
     }
 }
 
-/// A 3.1.1 PUBLISH straight from its parts: every delivery to a 3.1.1 client
-/// goes through here (through [`write`] it was first cloned into mqttbytes' v4
-/// type, its topic copied). Checked before anything is written, so a refused
-/// packet leaves `out` as it was.
-fn publish_v4(
-    dup: bool,
-    qos: QoS,
-    retain: bool,
-    topic: &str,
-    pkid: u16,
-    payload: &[u8],
+/// The bytes [`write_outgoing`] appends for `p` (at most; for the client's
+/// maximum packet size).
+pub fn outgoing_len(version: Version, p: &crate::session::Outgoing) -> usize {
+    match version {
+        Version::V5 if p.properties.is_some() => p.to_publish().len() + 5,
+        _ => plain_remaining(version, p) + 5,
+    }
+}
+
+fn plain_remaining(version: Version, p: &crate::session::Outgoing) -> usize {
+    2 + p.topic.len()
+        + if p.qos != QoS::AtMostOnce { 2 } else { 0 }
+        + usize::from(version == Version::V5)
+        + p.payload.len()
+}
+
+/// A PUBLISH without properties straight from its parts: every delivery to a
+/// 3.1.1 client goes through here (through [`write`] it was first cloned into
+/// mqttbytes' v4 type, its topic copied), and every v5 one without properties
+/// (an empty property list after the packet id). Checked before anything is
+/// written, so a refused packet leaves `out` as it was.
+fn publish_plain(
+    version: Version,
+    p: &crate::session::Outgoing,
     out: &mut BytesMut,
 ) -> Result<(), CodecError> {
-    let with_id = qos != QoS::AtMostOnce;
-    if with_id && pkid == 0 {
+    let with_id = p.qos != QoS::AtMostOnce;
+    if with_id && p.pkid == 0 {
         return Err(CodecError::Malformed(
             "QoS 1/2 publish without a packet id".into(),
         ));
     }
-    let Ok(topic_len) = u16::try_from(topic.len()) else {
+    let Ok(topic_len) = u16::try_from(p.topic.len()) else {
         return Err(CodecError::Malformed(
             "topic name longer than 65,535 bytes".into(),
         ));
     };
-    let remaining = 2 + topic.len() + if with_id { 2 } else { 0 } + payload.len();
+    let remaining = plain_remaining(version, p);
     if remaining > MAX_REMAINING {
         return Err(CodecError::TooLarge {
             size: remaining,
@@ -310,7 +325,7 @@ fn publish_v4(
         });
     }
     out.reserve(5 + remaining);
-    out.put_u8(0x30 | u8::from(dup) << 3 | (qos as u8) << 1 | u8::from(retain));
+    out.put_u8(0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain));
     let mut x = remaining;
     loop {
         let byte = (x % 128) as u8;
@@ -322,11 +337,14 @@ fn publish_v4(
         out.put_u8(byte | 0x80);
     }
     out.put_u16(topic_len);
-    out.extend_from_slice(topic.as_bytes());
+    out.extend_from_slice(p.topic.as_bytes());
     if with_id {
-        out.put_u16(pkid);
+        out.put_u16(p.pkid);
     }
-    out.extend_from_slice(payload);
+    if version == Version::V5 {
+        out.put_u8(0); // no properties
+    }
+    out.extend_from_slice(&p.payload);
     Ok(())
 }
 
@@ -393,6 +411,43 @@ mod tests {
                 let back = read(Version::V4, &mut ours, 1 << 20).unwrap().unwrap();
                 assert!(
                     matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic && b.payload[..] == payload[..])
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_v5_publish_without_properties_is_encoded_as_mqttbytes_encodes_it() {
+        let long = "x".repeat(300);
+        for (qos, pkid, topic, payload) in [
+            (QoS::AtMostOnce, 0, "a/b", vec![]),
+            (QoS::AtLeastOnce, 7, "sensors/room-1/temp", b"21.5".to_vec()),
+            (QoS::ExactlyOnce, 65535, "t", vec![0xAB; 200]),
+            (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
+        ] {
+            for (dup, retain) in [(false, false), (true, true)] {
+                let mut p = outgoing(topic, qos, pkid, &payload);
+                p.dup = dup;
+                p.retain = retain;
+                let mut ours = BytesMut::new();
+                write_outgoing(Version::V5, &p, &mut ours).unwrap();
+                let mut theirs = BytesMut::new();
+                let mut v5p = v5::Publish::new(topic, qos, payload.clone());
+                v5p.pkid = pkid;
+                v5p.dup = dup;
+                v5p.retain = retain;
+                v5p.write(&mut theirs).unwrap();
+                assert_eq!(
+                    ours,
+                    theirs,
+                    "{qos:?} {pkid} {} {dup} {retain}",
+                    topic.len()
+                );
+                assert!(outgoing_len(Version::V5, &p) >= ours.len());
+                let back = read(Version::V5, &mut ours, 1 << 20).unwrap().unwrap();
+                assert!(
+                    matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic
+                        && b.payload[..] == payload[..] && b.properties.is_none())
                 );
             }
         }

@@ -390,9 +390,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     }
                 }
             }
-            if self.version == Version::V5 {
-                // mqttbytes encodes v5 (properties): the packet is made once, for
-                // the size check, the alias and the write.
+            if self.version == Version::V5
+                && (r.publish.properties.is_some() || self.client_alias_max > 0)
+            {
+                // Properties or an alias: mqttbytes encodes it. The packet is made
+                // once, for the size check, the alias and the write.
                 let mut wire = r.publish.to_publish();
                 if self.client_max_packet != usize::MAX && wire.len() + 5 > self.client_max_packet {
                     // Larger than the client accepts: discarded for this client (MQTT 5 §3.1.2.11.4).
@@ -403,16 +405,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     if known {
                         wire.topic.clear();
                     }
-                    if let Some(p) = wire.properties.as_mut() {
-                        p.topic_alias = Some(alias);
-                    }
+                    wire.properties.get_or_insert_with(empty_props).topic_alias = Some(alias);
                 }
                 self.send(&Packet::Publish(wire));
-            } else if let Err(e) =
-                crate::codec::write_outgoing(self.version, &r.publish, &mut self.out)
-            {
-                // (3.1.1 announces no maximum packet size and has no aliases.)
-                tracing::warn!(error = %e, "encoding a publish failed");
+            } else {
+                // 3.1.1, or v5 without properties: straight from its parts.
+                let too_large = self.client_max_packet != usize::MAX
+                    && crate::codec::outgoing_len(self.version, &r.publish)
+                        > self.client_max_packet;
+                if too_large {
+                    // (Only v5 clients announce a maximum.)
+                    self.settle(r.source);
+                    continue;
+                }
+                if let Err(e) =
+                    crate::codec::write_outgoing(self.version, &r.publish, &mut self.out)
+                {
+                    tracing::warn!(error = %e, "encoding a publish failed");
+                }
             }
             if r.publish.qos == QoS::AtMostOnce {
                 self.settle(r.source);
@@ -736,9 +746,9 @@ impl Matcher<'_> {
         granted?;
         let v5 = self.v5;
         let mut props = empty_props();
-        // A 3.1.1 session takes what the router worked out once for everyone;
-        // a v5 one needs the properties too, so it parses the record.
-        let (meta, payload) = match head.filter(|_| !v5) {
+        // A session takes what the router worked out once for everyone; a v5
+        // one parses the record when it has properties a v5 client is given.
+        let (meta, payload) = match head.filter(|h| !v5 || !h.v5_properties) {
             Some(h) => (
                 message::Meta {
                     qos: h.qos,
@@ -746,6 +756,7 @@ impl Matcher<'_> {
                     origin: no_local.then(|| h.origin(&d.record)).flatten(),
                     retain: h.retain,
                     expiry_at: h.expiry_at,
+                    v5_properties: false,
                 },
                 h.body(&d.record),
             ),
@@ -790,7 +801,8 @@ impl Matcher<'_> {
             topic: name,
             pkid: 0,
             payload,
-            properties: v5.then(|| Box::new(props)),
+            // (A v5 delivery without any is encoded without mqttbytes.)
+            properties: (v5 && !message::no_properties(&props)).then(|| Box::new(props)),
         };
         Some(Ready {
             publish,

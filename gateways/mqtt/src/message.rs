@@ -219,6 +219,9 @@ pub struct Meta<'a> {
     /// Published with the retain flag.
     pub retain: bool,
     pub expiry_at: Option<i64>,
+    /// It has properties a v5 delivery carries (user properties, content type,
+    /// response topic, correlation data, payload format).
+    pub v5_properties: bool,
 }
 
 /// What delivery to a 3.1.1 session needs of a stored message (its [`Meta`] and
@@ -230,6 +233,8 @@ pub struct Head {
     pub qos: Option<QoS>,
     pub retain: bool,
     pub expiry_at: Option<i64>,
+    /// A v5 session must parse the record for its properties ([`Meta::v5_properties`]).
+    pub v5_properties: bool,
     /// Byte ranges in the record.
     origin: Option<(u32, u32)>,
     body: (u32, u32),
@@ -249,6 +254,7 @@ impl Head {
             qos: meta.qos,
             retain: meta.retain,
             expiry_at: meta.expiry_at,
+            v5_properties: meta.v5_properties,
             origin: match meta.origin {
                 Some(o) => Some(range(o.as_bytes())?),
                 None => None,
@@ -290,7 +296,12 @@ pub fn read_meta<'a>(
             P_RETAIN => meta.retain = v == "1",
             P_EXPIRY_AT => meta.expiry_at = v.parse().ok(),
             _ => {
-                let Some(out) = props_out.as_deref_mut() else {
+                let given = matches!(
+                    k,
+                    P_CONTENT_TYPE | P_RESPONSE_TOPIC | P_CORRELATION | P_PAYLOAD_FORMAT
+                ) || !is_reserved(k);
+                meta.v5_properties |= given;
+                let Some(out) = props_out.as_deref_mut().filter(|_| given) else {
                     continue;
                 };
                 match k {
@@ -319,6 +330,19 @@ pub fn empty_props() -> PublishProperties {
         subscription_identifiers: Vec::new(),
         content_type: None,
     }
+}
+
+/// True when `p` has nothing to encode (a v5 PUBLISH then carries an empty
+/// property list).
+pub fn no_properties(p: &PublishProperties) -> bool {
+    p.payload_format_indicator.is_none()
+        && p.message_expiry_interval.is_none()
+        && p.topic_alias.is_none()
+        && p.response_topic.is_none()
+        && p.correlation_data.is_none()
+        && p.user_properties.is_empty()
+        && p.subscription_identifiers.is_empty()
+        && p.content_type.is_none()
 }
 
 /// Seconds left until `expiry_at` (None: no expiry); `Err(())` when expired.

@@ -1132,7 +1132,12 @@ mod tests {
         a.insert_property(message::P_EXPIRY_AT, "1234567");
         let mut b = Message::new("t", 0, Vec::new()); // from another door: no mqtt.*
         b.insert_property(property::TAGS, "y");
-        api.send_batch(vec![a, b], QueueChoice::Queue(0))
+        // What a v5 client is given: a user property, a content type.
+        let mut c = Message::new("t", 0, b"c".to_vec());
+        c.insert_property("colour", "blue");
+        let mut d = Message::new("t", 0, b"d".to_vec());
+        d.insert_property(message::P_CONTENT_TYPE, "text/plain");
+        api.send_batch(vec![a, b, c, d], QueueChoice::Queue(0))
             .await
             .unwrap();
         let r = read_log(&*api, "t", 0, 0, 10, Duration::ZERO)
@@ -1140,7 +1145,16 @@ mod tests {
             .unwrap();
         let mut heads = Vec::new();
         names_and_heads(&r.messages, Some(&mut heads));
-        assert_eq!(heads.len(), 2);
+        assert_eq!(heads.len(), 4);
+        let v5: Vec<bool> = heads
+            .iter()
+            .map(|h| h.as_ref().unwrap().v5_properties)
+            .collect();
+        assert_eq!(
+            v5,
+            [false, false, true, true],
+            "only c and d make a v5 session parse"
+        );
         for (d, h) in r.messages.iter().zip(&heads) {
             let h: &Head = h.as_ref().unwrap();
             let view = RecordView::parse(&d.record).unwrap();

@@ -1,4 +1,4 @@
-//! One MQTT 3.1.1 connection of the load generator: connect, publish in batches,
+//! One MQTT connection (3.1.1 or 5, `proto.rs`) of the load generator: connect, publish in batches,
 //! subscribe and count. Packets are encoded and parsed with `mqttbytes` (the codec the
 //! MQTT gateway uses); the hot path patches a pre-encoded PUBLISH instead of encoding
 //! each message, and every socket write carries as many packets as are ready, so the
@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::{Buf, BytesMut};
 use mqttbytes::QoS;
-use mqttbytes::v4::{self, Connect, Packet, PubAck, Publish, Subscribe};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
 use super::super::stats::Latencies;
+use super::proto::{Pkt, Version};
 
 /// Largest packet the generator accepts from a broker.
 const MAX_PACKET: usize = 1 << 20;
@@ -76,47 +76,42 @@ pub async fn dial(broker: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<
 /// Sends CONNECT and waits for a successful CONNACK.
 pub async fn handshake(
     stream: &mut TcpStream,
+    v: Version,
     client_id: &str,
     keep_alive: u16,
 ) -> anyhow::Result<()> {
-    let mut connect = Connect::new(client_id);
-    connect.keep_alive = keep_alive;
-    connect.clean_session = true;
     let mut out = BytesMut::new();
-    connect.write(&mut out).map_err(codec_err)?;
+    v.connect(client_id, keep_alive, &mut out)
+        .map_err(codec_err)?;
     stream.write_all(&out).await?;
-    match read_one(stream, &mut BytesMut::new()).await? {
-        Packet::ConnAck(ack) if ack.code == v4::ConnectReturnCode::Success => Ok(()),
-        Packet::ConnAck(ack) => bail!("the broker refused the connection: {:?}", ack.code),
+    match read_one(stream, v, &mut BytesMut::new()).await? {
+        Pkt::ConnAck { refused: None } => Ok(()),
+        Pkt::ConnAck { refused: Some(why) } => bail!("the broker refused the connection: {why}"),
         other => bail!("expected CONNACK, got {other:?}"),
     }
 }
 
 /// Subscribes to `filter` and waits for the SUBACK.
-pub async fn subscribe(stream: &mut TcpStream, filter: &str, qos: QoS) -> anyhow::Result<()> {
+pub async fn subscribe(
+    stream: &mut TcpStream,
+    v: Version,
+    filter: &str,
+    qos: QoS,
+) -> anyhow::Result<()> {
     let mut buf = BytesMut::new();
     // A refusal is asked again a few times: NATS refuses a QoS 1 wildcard now and
     // then while its JetStream is still setting up just after it started.
     for attempt in 1..=SUBSCRIBE_ATTEMPTS {
-        let mut sub = Subscribe::new(filter, qos);
-        sub.pkid = attempt;
         let mut out = BytesMut::new();
-        sub.write(&mut out).map_err(codec_err)?;
+        v.subscribe(filter, qos, attempt, &mut out)
+            .map_err(codec_err)?;
         stream.write_all(&out).await?;
         loop {
-            match read_one(stream, &mut buf).await? {
-                Packet::SubAck(ack) => {
-                    let failed = ack
-                        .return_codes
-                        .iter()
-                        .any(|c| matches!(c, v4::SubscribeReasonCode::Failure));
-                    if !failed {
-                        return Ok(());
-                    }
-                    break;
-                }
+            match read_one(stream, v, &mut buf).await? {
+                Pkt::SubAck { failed: false } => return Ok(()),
+                Pkt::SubAck { failed: true } => break,
                 // Retained or early messages may arrive first; they don't count.
-                Packet::Publish(_) => continue,
+                Pkt::Publish { .. } => continue,
                 other => bail!("expected SUBACK, got {other:?}"),
             }
         }
@@ -131,9 +126,9 @@ pub async fn subscribe(stream: &mut TcpStream, filter: &str, qos: QoS) -> anyhow
 /// How often a refused subscription is asked for (1 s apart).
 const SUBSCRIBE_ATTEMPTS: u16 = 5;
 
-async fn read_one(stream: &mut TcpStream, buf: &mut BytesMut) -> anyhow::Result<Packet> {
+async fn read_one(stream: &mut TcpStream, v: Version, buf: &mut BytesMut) -> anyhow::Result<Pkt> {
     loop {
-        match v4::read(buf, MAX_PACKET) {
+        match v.read(buf, MAX_PACKET) {
             Ok(p) => return Ok(p),
             Err(mqttbytes::Error::InsufficientBytes(_)) => {}
             Err(e) => bail!("bad packet from the broker: {e:?}"),
@@ -242,18 +237,17 @@ struct Template {
 }
 
 impl Template {
-    fn new(topic: &str, qos: QoS, size: usize) -> anyhow::Result<Template> {
-        let mut p = Publish::new(topic, qos, vec![0xAB; size.max(16)]);
-        if qos != QoS::AtMostOnce {
-            p.pkid = 1;
-        }
+    fn new(v: Version, topic: &str, qos: QoS, size: usize) -> anyhow::Result<Template> {
+        let size = size.max(16);
         let mut out = BytesMut::new();
-        p.write(&mut out).map_err(codec_err)?;
-        let payload_at = out.len() - size.max(16);
+        let pkid = u16::from(qos != QoS::AtMostOnce);
+        v.publish(topic, qos, pkid, vec![0xAB; size], &mut out)
+            .map_err(codec_err)?;
+        let payload_at = out.len() - size;
         Ok(Template {
             bytes: out.to_vec(),
             payload_at,
-            pkid_at: (qos != QoS::AtMostOnce).then(|| payload_at - 2),
+            pkid_at: (qos != QoS::AtMostOnce).then(|| payload_at - v.after_pkid() - 2),
         })
     }
 
@@ -278,6 +272,7 @@ pub struct PubStats {
 
 /// What one publisher sends and how.
 pub struct PublishPlan {
+    pub version: Version,
     pub topic: String,
     pub qos: QoS,
     pub size: usize,
@@ -294,17 +289,24 @@ pub async fn publish(
     stats: Arc<PubStats>,
 ) -> anyhow::Result<()> {
     let PublishPlan {
+        version,
         topic,
         qos,
         size,
         pace,
         window,
     } = plan;
-    let template = Template::new(&topic, qos, size)?;
+    let template = Template::new(version, &topic, qos, size)?;
     let (rd, mut wr) = stream.into_split();
     let acked = Arc::new(AtomicU64::new(0));
     let wake = Arc::new(Notify::new());
-    let reader = tokio::spawn(read_acks(rd, acked.clone(), wake.clone(), phase.clone()));
+    let reader = tokio::spawn(read_acks(
+        rd,
+        version,
+        acked.clone(),
+        wake.clone(),
+        phase.clone(),
+    ));
     let window = if qos == QoS::AtMostOnce {
         u64::MAX
     } else {
@@ -375,7 +377,7 @@ pub async fn publish(
         }
     }
     let mut bye = BytesMut::new();
-    v4::Disconnect.write(&mut bye).map_err(codec_err)?;
+    version.disconnect(&mut bye).map_err(codec_err)?;
     let _ = wr.write_all(&bye).await;
     stats
         .acked
@@ -386,6 +388,7 @@ pub async fn publish(
 
 async fn read_acks(
     mut rd: OwnedReadHalf,
+    version: Version,
     acked: Arc<AtomicU64>,
     wake: Arc<Notify>,
     phase: Arc<Phase>,
@@ -398,8 +401,8 @@ async fn read_acks(
         }
         let mut n = 0;
         loop {
-            match v4::read(&mut buf, MAX_PACKET) {
-                Ok(Packet::PubAck(_)) => n += 1,
+            match version.read(&mut buf, MAX_PACKET) {
+                Ok(Pkt::PubAck) => n += 1,
                 Ok(_) => {}
                 Err(mqttbytes::Error::InsufficientBytes(_)) => break,
                 Err(e) => {
@@ -440,6 +443,7 @@ pub struct SubResult {
 /// that receives nothing, must still show the broker it is alive).
 pub async fn consume(
     stream: TcpStream,
+    version: Version,
     phase: Arc<Phase>,
     live: Arc<AtomicU64>,
     ping_every: Duration,
@@ -458,7 +462,7 @@ pub async fn consume(
             break;
         }
         if last_write.elapsed() >= ping_every {
-            v4::PingReq.write(&mut acks).map_err(codec_err)?;
+            version.pingreq(&mut acks).map_err(codec_err)?;
         }
         match read {
             Err(_) => {} // nothing new: maybe time to ping
@@ -471,13 +475,13 @@ pub async fn consume(
         let now = now_ns();
         let mut got = 0;
         loop {
-            match v4::read(&mut buf, MAX_PACKET) {
-                Ok(Packet::Publish(p)) => {
-                    if p.qos != QoS::AtMostOnce {
-                        PubAck::new(p.pkid).write(&mut acks).map_err(codec_err)?;
+            match version.read(&mut buf, MAX_PACKET) {
+                Ok(Pkt::Publish { pkid, qos, payload }) => {
+                    if qos != QoS::AtMostOnce {
+                        version.puback(pkid, &mut acks).map_err(codec_err)?;
                     }
-                    if recording && p.payload.len() >= 8 {
-                        let stamp = (&p.payload[..8]).get_u64_le();
+                    if recording && payload.len() >= 8 {
+                        let stamp = (&payload[..8]).get_u64_le();
                         if stamp >= since {
                             result
                                 .latencies
@@ -503,7 +507,7 @@ pub async fn consume(
         }
     }
     let mut bye = BytesMut::new();
-    v4::Disconnect.write(&mut bye).map_err(codec_err)?;
+    version.disconnect(&mut bye).map_err(codec_err)?;
     let _ = wr.write_all(&bye).await;
     Ok(result)
 }
@@ -511,7 +515,21 @@ pub async fn consume(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mqttbytes::v4;
     use tokio::net::TcpListener;
+
+    async fn read_v4(s: &mut TcpStream, buf: &mut BytesMut) -> Option<v4::Packet> {
+        loop {
+            match v4::read(buf, MAX_PACKET) {
+                Ok(p) => return Some(p),
+                Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+                Err(_) => return None,
+            }
+            if s.read_buf(buf).await.ok()? == 0 {
+                return None;
+            }
+        }
+    }
 
     /// A broker that answers each SUBSCRIBE with the next of `grants` (true =
     /// granted QoS 1), and the packet ids it saw.
@@ -523,7 +541,7 @@ mod tests {
             let mut buf = BytesMut::new();
             let mut seen = Vec::new();
             for grant in grants {
-                let Ok(Packet::Subscribe(sub)) = read_one(&mut s, &mut buf).await else {
+                let Some(v4::Packet::Subscribe(sub)) = read_v4(&mut s, &mut buf).await else {
                     break;
                 };
                 seen.push(sub.pkid);
@@ -547,7 +565,9 @@ mod tests {
     async fn a_refused_subscription_is_asked_for_again() {
         let (addr, server) = broker(vec![false, true]).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
-        subscribe(&mut s, "a/#", QoS::AtLeastOnce).await.unwrap();
+        subscribe(&mut s, Version::V4, "a/#", QoS::AtLeastOnce)
+            .await
+            .unwrap();
         assert_eq!(server.await.unwrap(), vec![1, 2]);
     }
 
@@ -555,7 +575,7 @@ mod tests {
     async fn a_subscription_refused_every_time_is_an_error() {
         let (addr, server) = broker(vec![false; SUBSCRIBE_ATTEMPTS as usize]).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
-        let err = subscribe(&mut s, "a/#", QoS::AtLeastOnce)
+        let err = subscribe(&mut s, Version::V4, "a/#", QoS::AtLeastOnce)
             .await
             .unwrap_err();
         assert!(

@@ -15,7 +15,10 @@
 //! mqtt-sink` is a trivial forwarder to measure the generator's own ceiling.
 
 mod conn;
+mod proto;
 pub mod sink;
+
+pub use proto::Version;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -114,6 +117,9 @@ pub struct MqttBenchArgs {
     /// Also print one `RESULT {json}` line for scripts.
     #[arg(long)]
     pub json: bool,
+    /// MQTT version of every connection: 3.1.1 or 5.
+    #[arg(long, value_enum, default_value_t = Version::V4)]
+    pub mqtt_version: Version,
 }
 
 /// One run's figures.
@@ -206,8 +212,9 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     let subscribed: Vec<anyhow::Result<TcpStream>> =
         stream::iter(filters.iter().enumerate().map(|(i, filter)| async move {
             let mut s = conn::dial(args.broker, source(args, i)).await?;
-            conn::handshake(&mut s, &format!("rg-bench-{run}-s{i}"), KEEP_ALIVE).await?;
-            conn::subscribe(&mut s, filter, qos).await?;
+            let v = args.mqtt_version;
+            conn::handshake(&mut s, v, &format!("rg-bench-{run}-s{i}"), KEEP_ALIVE).await?;
+            conn::subscribe(&mut s, v, filter, qos).await?;
             Ok(s)
         }))
         .buffered(CONNECT_AT_ONCE)
@@ -219,7 +226,13 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
             let mut s = conn::dial(args.broker, source(args, i + first_pub))
                 .await
                 .with_context(|| format!("publisher {i}"))?;
-            conn::handshake(&mut s, &format!("rg-bench-{run}-p{i}"), KEEP_ALIVE).await?;
+            conn::handshake(
+                &mut s,
+                args.mqtt_version,
+                &format!("rg-bench-{run}-p{i}"),
+                KEEP_ALIVE,
+            )
+            .await?;
             Ok(s)
         }))
         .buffered(CONNECT_AT_ONCE)
@@ -229,6 +242,7 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     for s in subscribed {
         subs.push(tokio::spawn(conn::consume(
             s?,
+            args.mqtt_version,
             phase.clone(),
             live.clone(),
             Duration::from_secs(u64::from(KEEP_ALIVE) / 2),
@@ -253,6 +267,7 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
             (Some(_), Some(p)) => Pace::Spread(p.slot(i)),
         };
         let plan = conn::PublishPlan {
+            version: args.mqtt_version,
             topic: topic.clone(),
             qos,
             size: args.size,
@@ -322,7 +337,7 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         let mut s = conn::dial(args.broker, source(args, i))
             .await
             .with_context(|| format!("connection {i}"))?;
-        conn::handshake(&mut s, &format!("rg-idle-{run}-{i}"), 0).await?;
+        conn::handshake(&mut s, args.mqtt_version, &format!("rg-idle-{run}-{i}"), 0).await?;
         held.push(s);
         if (i + 1) % 5000 == 0 {
             eprintln!("  {} connections", i + 1);
