@@ -722,28 +722,9 @@ impl Matcher<'_> {
             None => mqtt_name(d)?,
         };
         let head = b.heads.get(i).and_then(Option::as_ref);
-        let mut granted: Option<QoS> = None;
-        let mut ids = Vec::new();
-        let mut rap = false;
-        let mut no_local = false;
-        for s in self.subs {
-            if s.filter.share.is_some() || !s.filter.matches(&name) {
-                continue;
-            }
-            if s.no_local {
-                no_local = true;
-                // Decided below, once the origin is known; skip only this sub.
-            }
-            granted = Some(match granted {
-                Some(q) if q >= s.qos => q,
-                _ => s.qos,
-            });
-            if let Some(id) = s.id {
-                ids.push(id);
-            }
-            rap |= s.retain_as_published;
-        }
-        granted?;
+        let mut grant = Grant::of(self.subs, &name, false);
+        grant.qos?;
+        let no_local = grant.no_local;
         let v5 = self.v5;
         let mut props = empty_props();
         // A session takes what the router worked out once for everyone; a v5
@@ -769,24 +750,15 @@ impl Matcher<'_> {
             }
         };
         if no_local && meta.origin == Some(self.client_id) {
-            // Recompute without the no-local subscriptions.
-            granted = None;
-            ids.clear();
-            rap = false;
-            for s in self.subs {
-                if s.filter.share.is_some() || s.no_local || !s.filter.matches(&name) {
-                    continue;
-                }
-                granted = Some(match granted {
-                    Some(q) if q >= s.qos => q,
-                    _ => s.qos,
-                });
-                if let Some(id) = s.id {
-                    ids.push(id);
-                }
-                rap |= s.retain_as_published;
-            }
+            // Its own message: only the other subscriptions count.
+            grant = Grant::of(self.subs, &name, true);
         }
+        let Grant {
+            qos: granted,
+            ids,
+            rap,
+            ..
+        } = grant;
         let granted = granted?;
         // (The clock only for a message that expires.)
         let now = meta.expiry_at.map_or(0, |_| message::now_ms());
@@ -812,5 +784,46 @@ impl Matcher<'_> {
                 offset: d.queue_offset,
             },
         })
+    }
+}
+
+/// What a session's plain subscriptions matching a name grant a message: the
+/// highest QoS, every subscription identifier, retain-as-published from any.
+struct Grant {
+    qos: Option<QoS>,
+    ids: Vec<usize>,
+    rap: bool,
+    /// A no-local subscription matched (decided once the origin is known).
+    no_local: bool,
+}
+
+impl Grant {
+    /// `without_no_local`: leave the no-local subscriptions out (the message is
+    /// the session's own).
+    fn of(subs: &[Sub], name: &str, without_no_local: bool) -> Grant {
+        let mut g = Grant {
+            qos: None,
+            ids: Vec::new(),
+            rap: false,
+            no_local: false,
+        };
+        for s in subs {
+            if s.filter.share.is_some()
+                || (without_no_local && s.no_local)
+                || !s.filter.matches(name)
+            {
+                continue;
+            }
+            g.no_local |= s.no_local;
+            g.qos = Some(match g.qos {
+                Some(q) if q >= s.qos => q,
+                _ => s.qos,
+            });
+            if let Some(id) = s.id {
+                g.ids.push(id);
+            }
+            g.rap |= s.retain_as_published;
+        }
+        g
     }
 }
