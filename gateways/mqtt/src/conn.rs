@@ -65,8 +65,9 @@ pub(crate) struct Conn<B> {
     pub problem_info: bool,
     // B-tree maps and sets here: empty, they take 24 bytes where a hash map
     // takes 48, and most connections keep them empty (memory per connection).
-    pub aliases_in: BTreeMap<u16, String>,
-    pub aliases_out: BTreeMap<String, u16>,
+    /// Topic aliases both ways (v5), made on first use: most connections never
+    /// use one, and every byte of this struct is in every connection's task.
+    pub aliases: Option<Box<Aliases>>,
     pub ready: crate::ready::ReadyQueue,
     pub pending: BTreeSet<(Arc<str>, u32)>,
     /// Queues of a QoS 0 session that overflowed: they skip ahead to live.
@@ -81,6 +82,15 @@ pub(crate) struct Conn<B> {
     pub(crate) pubs: Vec<crate::inbound::PendingPub>,
     /// The last catch-up pull ended far from the end of its queue.
     pub far_behind: bool,
+}
+
+/// A v5 connection's topic aliases.
+#[derive(Default)]
+pub struct Aliases {
+    /// From the client: alias -> topic name.
+    pub incoming: BTreeMap<u16, String>,
+    /// Towards the client: topic name -> alias.
+    pub outgoing: BTreeMap<String, u16>,
 }
 
 pub(crate) async fn run<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
@@ -120,8 +130,7 @@ where
         client_max_packet: usize::MAX,
         client_alias_max: 0,
         problem_info: true,
-        aliases_in: BTreeMap::new(),
-        aliases_out: BTreeMap::new(),
+        aliases: None,
         ready: Default::default(),
         pending: BTreeSet::new(),
         skipping: BTreeSet::new(),
@@ -641,7 +650,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
         self.send(&Packet::ConnAck(ack));
         tracing::debug!(client = %client_id, peer = %self.peer, ?self.version, session_present, "connected");
-        self.resume().await;
+        // Boxed: its futures (catch-up reads of the log) would otherwise make every
+        // connection's task that much larger for all its life.
+        Box::pin(self.resume()).await;
         Some((keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500)))
     }
 

@@ -439,15 +439,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
         if self.client_alias_max == 0 || self.version != Version::V5 {
             return None;
         }
-        if let Some(a) = self.aliases_out.get(topic) {
+        let aliases = &mut self.aliases.get_or_insert_default().outgoing;
+        if let Some(a) = aliases.get(topic) {
             return Some((*a, true));
         }
-        let next = self.aliases_out.len() + 1;
+        let next = aliases.len() + 1;
         if next > usize::from(self.client_alias_max) {
             return None;
         }
         let a = next as u16;
-        self.aliases_out.insert(topic.to_owned(), a);
+        aliases.insert(topic.to_owned(), a);
         Some((a, false))
     }
 

@@ -94,12 +94,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 ));
             }
             if p.topic.is_empty() {
-                match self.aliases_in.get(&alias) {
+                match self.aliases.as_ref().and_then(|a| a.incoming.get(&alias)) {
                     Some(t) => p.topic = t.clone(),
                     None => return Some(End::protocol(format!("unknown topic alias {alias}"))),
                 }
             } else {
-                self.aliases_in.insert(alias, p.topic.clone());
+                self.aliases
+                    .get_or_insert_default()
+                    .incoming
+                    .insert(alias, p.topic.clone());
             }
         }
         if let Err(e) = topic::check_name(&p.topic) {

@@ -101,7 +101,7 @@ pub struct Inflight {
     /// The message as sent; `None` for a 3.1.1 delivery of a log message, which
     /// is read back from the log should it have to go again (a resumed session).
     /// A full window of 1,024 copies was ~100 KiB per session (a thousand
-    /// fan-out subscribers behind: 100 MiB); without them it is 40 KiB.
+    /// fan-out subscribers behind: 100 MiB); without them it is 48 KiB.
     pub publish: Option<Box<Outgoing>>,
     pub source: Source,
     pub qos: QoS,
