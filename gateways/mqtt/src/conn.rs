@@ -781,10 +781,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 lock(&self.shared.sessions).remove(&client_id);
             }
             _ => {
-                let ours = matches!(lock(&self.shared.sessions).get(&client_id), Some(Slot::Online { conn_id, .. }) if *conn_id == self.conn_id);
-                if ours {
-                    self.shared.session_offline(session, publish_will).await;
-                } else if let Some(rx) = tk_rx.take()
+                let Err(session) = self
+                    .shared
+                    .session_offline(session, publish_will, self.conn_id)
+                    .await
+                else {
+                    return;
+                };
+                if let Some(rx) = tk_rx.take()
                     && let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), rx).await
                 {
                     // Taken over while ending: the new connection waits for the session.

@@ -182,9 +182,23 @@ impl<B: MessagingApi + 'static> Shared<B> {
         }
     }
 
-    /// A connection ended: its session goes offline (or away), its will is
-    /// published now or scheduled.
-    pub async fn session_offline(&self, mut session: Box<Session>, publish_will: bool) {
+    /// Connection `conn_id` ended: its session goes offline (or away), its will is
+    /// published now or scheduled. `Err(session)` when another connection took
+    /// the client id over meanwhile (it waits for the session: hand it over).
+    /// The registry is checked and changed under one lock: checked first and
+    /// written after saving the session's file, a client reconnecting in between
+    /// had its new connection's entry overwritten by `Offline` and got a fresh
+    /// session (`session_present` 0) while the old one sat in the registry.
+    pub async fn session_offline(
+        &self,
+        mut session: Box<Session>,
+        publish_will: bool,
+        conn_id: u64,
+    ) -> Result<(), Box<Session>> {
+        let taken_over = |sessions: &HashMap<String, Slot>, id: &str| matches!(sessions.get(id), Some(Slot::Online { conn_id: c, .. }) if *c != conn_id);
+        if taken_over(&lock(&self.sessions), &session.client_id) {
+            return Err(session);
+        }
         let now = Instant::now();
         let will = if publish_will {
             session.will.take()
@@ -218,7 +232,14 @@ impl<B: MessagingApi + 'static> Shared<B> {
             }
             let expires_at =
                 (expiry != u32::MAX).then(|| now + Duration::from_secs(u64::from(expiry)));
-            lock(&self.sessions).insert(
+            let mut sessions = lock(&self.sessions);
+            if taken_over(&sessions, &client_id) {
+                drop(sessions);
+                // (The will, if it was to wait, goes with the session.)
+                session.will = session.will.take().or(fire_now);
+                return Err(session);
+            }
+            sessions.insert(
                 client_id.clone(),
                 Slot::Offline {
                     session,
@@ -230,6 +251,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
         if let Some(w) = fire_now {
             self.fire_will(&client_id, w.to_publish()).await;
         }
+        Ok(())
     }
 
     pub async fn fire_will(&self, client_id: &str, p: Publish) {

@@ -572,3 +572,28 @@ async fn unacknowledged_311_deliveries_are_read_back_from_the_log_and_resent_aft
     );
     node.stop().await;
 }
+
+/// A client that reconnects the moment its connection drops (a device after a
+/// network blip) always finds its session: the old connection's going offline
+/// and the new one's takeover must not race (the old one used to overwrite the
+/// new one's registry entry, and the client got a fresh session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reconnecting_at_once_always_finds_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let (mut sub, mut sbuf, _) = raw_v4_kept(&node, "blip").await;
+    let mut s = v4::Subscribe::new("blip/#", QoS::AtLeastOnce);
+    s.pkid = 1;
+    send_v4(&mut sub, v4::Packet::Subscribe(s)).await;
+    assert!(matches!(
+        read_packet(&mut sub, &mut sbuf).await,
+        Some(v4::Packet::SubAck(_))
+    ));
+    for i in 0..40 {
+        drop(sub);
+        let (again, _, present) = raw_v4_kept(&node, "blip").await;
+        assert!(present, "reconnect {i}: the session is gone");
+        sub = again;
+    }
+    node.stop().await;
+}
