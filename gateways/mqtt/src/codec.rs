@@ -380,75 +380,45 @@ mod tests {
         }
     }
 
+    /// 3.1.1, and v5 without properties (an empty property list): the bytes
+    /// mqttbytes would write, within `outgoing_len`, and they read back.
     #[test]
-    fn a_v4_publish_is_encoded_as_mqttbytes_encodes_it() {
+    fn a_publish_without_properties_is_encoded_as_mqttbytes_encodes_it() {
         let long = "x".repeat(300);
-        for (qos, pkid, topic, payload) in [
-            (QoS::AtMostOnce, 0, "a/b", vec![]),
-            (QoS::AtLeastOnce, 7, "sensors/room-1/temp", b"21.5".to_vec()),
-            (QoS::ExactlyOnce, 65535, "t", vec![0xAB; 200]),
-            (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
-        ] {
-            for (dup, retain) in [(false, false), (true, true)] {
-                let mut p = outgoing(topic, qos, pkid, &payload);
-                p.dup = dup;
-                p.retain = retain;
-                let mut ours = BytesMut::new();
-                write_outgoing(Version::V4, &p, &mut ours).unwrap();
-                let mut theirs = BytesMut::new();
-                let mut v4p = v4::Publish::new(topic, qos, payload.clone());
-                v4p.pkid = pkid;
-                v4p.dup = dup;
-                v4p.retain = retain;
-                v4p.write(&mut theirs).unwrap();
-                assert_eq!(
-                    ours,
-                    theirs,
-                    "{qos:?} {pkid} {} {dup} {retain}",
-                    topic.len()
-                );
-                // And it reads back as the same publish.
-                let back = read(Version::V4, &mut ours, 1 << 20).unwrap().unwrap();
-                assert!(
-                    matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic && b.payload[..] == payload[..])
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_v5_publish_without_properties_is_encoded_as_mqttbytes_encodes_it() {
-        let long = "x".repeat(300);
-        for (qos, pkid, topic, payload) in [
-            (QoS::AtMostOnce, 0, "a/b", vec![]),
-            (QoS::AtLeastOnce, 7, "sensors/room-1/temp", b"21.5".to_vec()),
-            (QoS::ExactlyOnce, 65535, "t", vec![0xAB; 200]),
-            (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
-        ] {
-            for (dup, retain) in [(false, false), (true, true)] {
-                let mut p = outgoing(topic, qos, pkid, &payload);
-                p.dup = dup;
-                p.retain = retain;
-                let mut ours = BytesMut::new();
-                write_outgoing(Version::V5, &p, &mut ours).unwrap();
-                let mut theirs = BytesMut::new();
-                let mut v5p = v5::Publish::new(topic, qos, payload.clone());
-                v5p.pkid = pkid;
-                v5p.dup = dup;
-                v5p.retain = retain;
-                v5p.write(&mut theirs).unwrap();
-                assert_eq!(
-                    ours,
-                    theirs,
-                    "{qos:?} {pkid} {} {dup} {retain}",
-                    topic.len()
-                );
-                assert!(outgoing_len(Version::V5, &p) >= ours.len());
-                let back = read(Version::V5, &mut ours, 1 << 20).unwrap().unwrap();
-                assert!(
-                    matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic
-                        && b.payload[..] == payload[..] && b.properties.is_none())
-                );
+        for version in [Version::V4, Version::V5] {
+            for (qos, pkid, topic, payload) in [
+                (QoS::AtMostOnce, 0, "a/b", vec![]),
+                (QoS::AtLeastOnce, 7, "sensors/room-1/temp", b"21.5".to_vec()),
+                (QoS::ExactlyOnce, 65535, "t", vec![0xAB; 200]),
+                (QoS::AtLeastOnce, 1, long.as_str(), vec![1; 20_000]),
+            ] {
+                for (dup, retain) in [(false, false), (true, true)] {
+                    let mut p = outgoing(topic, qos, pkid, &payload);
+                    p.dup = dup;
+                    p.retain = retain;
+                    let mut ours = BytesMut::new();
+                    write_outgoing(version, &p, &mut ours).unwrap();
+                    let mut theirs = BytesMut::new();
+                    if version == Version::V4 {
+                        let mut m = v4::Publish::new(topic, qos, payload.clone());
+                        (m.pkid, m.dup, m.retain) = (pkid, dup, retain);
+                        m.write(&mut theirs).unwrap();
+                    } else {
+                        let mut m = v5::Publish::new(topic, qos, payload.clone());
+                        (m.pkid, m.dup, m.retain) = (pkid, dup, retain);
+                        m.write(&mut theirs).unwrap();
+                    }
+                    let case = format!("{version:?} {qos:?} {pkid} {} {dup} {retain}", topic.len());
+                    assert_eq!(ours, theirs, "{case}");
+                    assert!(outgoing_len(version, &p) >= ours.len(), "{case}");
+                    // And it reads back as the same publish.
+                    let back = read(version, &mut ours, 1 << 20).unwrap().unwrap();
+                    assert!(
+                        matches!(back, Packet::Publish(b) if b.pkid == pkid && b.topic == topic
+                            && b.payload[..] == payload[..] && b.properties.is_none()),
+                        "{case}"
+                    );
+                }
             }
         }
     }

@@ -34,11 +34,9 @@ struct Run {
     batch: Arc<Batch>,
     /// Indices in `batch.messages` (`None`: all of them).
     picks: Option<Box<[u32]>>,
-    /// The next place in `picks` (or in `batch.messages`).
+    /// The next place in `picks` (or in `batch.messages`); what is before it
+    /// was taken, or was below the session's cursor when the run was queued.
     next: usize,
-    /// Messages below this queue offset were taken before (a batch may start
-    /// before the session's cursor).
-    from: u64,
 }
 
 impl Run {
@@ -61,10 +59,12 @@ impl Run {
 
     /// The queue offset of the next message it holds.
     fn position(&self) -> Option<u64> {
-        (self.next..self.total())
-            .filter_map(|k| self.batch.messages.get(self.index(k)?))
-            .map(|m| m.queue_offset)
-            .find(|&o| o >= self.from)
+        Some(
+            self.batch
+                .messages
+                .get(self.index(self.next)?)?
+                .queue_offset,
+        )
     }
 }
 
@@ -94,12 +94,7 @@ impl ReadyQueue {
             None => (0..batch.messages.len()).take_while(|&i| below(i)).count(),
             Some(p) => p.iter().take_while(|&&i| below(i as usize)).count(),
         };
-        let run = Run {
-            batch,
-            picks,
-            next,
-            from,
-        };
+        let run = Run { batch, picks, next };
         if run.left() == 0 || run.batch.next <= from {
             return;
         }
@@ -136,14 +131,7 @@ impl ReadyQueue {
                     let done = run.next >= run.total();
                     let made = if at < run.total() {
                         self.len -= 1;
-                        run.index(at)
-                            .filter(|&i| {
-                                run.batch
-                                    .messages
-                                    .get(i)
-                                    .is_some_and(|m| m.queue_offset >= run.from)
-                            })
-                            .and_then(|i| expand(&run.batch, i))
+                        run.index(at).and_then(|i| expand(&run.batch, i))
                     } else {
                         None
                     };

@@ -481,6 +481,17 @@ async fn send_v4(s: &mut TcpStream, p: v4::Packet) {
     s.write_all(&out).await.unwrap();
 }
 
+/// Subscribes at QoS 1 and waits for the SUBACK.
+async fn subscribe_v4(s: &mut TcpStream, buf: &mut BytesMut, filter: &str) {
+    let mut sub = v4::Subscribe::new(filter, QoS::AtLeastOnce);
+    sub.pkid = 1;
+    send_v4(s, v4::Packet::Subscribe(sub)).await;
+    assert!(matches!(
+        read_packet(s, buf).await,
+        Some(v4::Packet::SubAck(_))
+    ));
+}
+
 async fn publish_v4(s: &mut TcpStream, buf: &mut BytesMut, pkid: u16, topic: &str, payload: &str) {
     let mut p = v4::Publish::new(topic, QoS::AtLeastOnce, payload.as_bytes().to_vec());
     p.pkid = pkid;
@@ -512,13 +523,7 @@ async fn unacknowledged_311_deliveries_are_read_back_from_the_log_and_resent_aft
     let node = Node::start(dir.path()).await;
     let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "resend").await;
     assert!(!present);
-    let mut s = v4::Subscribe::new("rs/#", QoS::AtLeastOnce);
-    s.pkid = 1;
-    send_v4(&mut sub, v4::Packet::Subscribe(s)).await;
-    assert!(matches!(
-        read_packet(&mut sub, &mut sbuf).await,
-        Some(v4::Packet::SubAck(_))
-    ));
+    subscribe_v4(&mut sub, &mut sbuf, "rs/#").await;
     let mut publ = raw_v4(&node, "resend-pub").await;
     let mut pbuf = BytesMut::new();
     publish_v4(&mut publ, &mut pbuf, 1, "rs/a", "one").await;
@@ -582,13 +587,7 @@ async fn a_client_reconnecting_at_once_always_finds_its_session() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
     let (mut sub, mut sbuf, _) = raw_v4_kept(&node, "blip").await;
-    let mut s = v4::Subscribe::new("blip/#", QoS::AtLeastOnce);
-    s.pkid = 1;
-    send_v4(&mut sub, v4::Packet::Subscribe(s)).await;
-    assert!(matches!(
-        read_packet(&mut sub, &mut sbuf).await,
-        Some(v4::Packet::SubAck(_))
-    ));
+    subscribe_v4(&mut sub, &mut sbuf, "blip/#").await;
     for i in 0..40 {
         drop(sub);
         let (again, _, present) = raw_v4_kept(&node, "blip").await;
