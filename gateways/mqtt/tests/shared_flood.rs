@@ -108,3 +108,105 @@ fn a_qos0_flood_does_not_stop_a_group() {
     });
     broker_rt.block_on(node.stop());
 }
+
+/// A shared group whose members all take QoS 0 drops what it cannot deliver, as
+/// a plain QoS 0 session does (MQTT allows it): a member that stops reading
+/// while messages pour in gets, once it reads again, what was already on its
+/// way and then the live stream, not the whole backlog read back from the log.
+#[test]
+fn a_qos0_group_that_cannot_keep_up_rejoins_the_live_stream() {
+    use bytes::BytesMut;
+    use mqttbytes::{QoS, v4};
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const N: u64 = 60_000;
+    const PAYLOAD: usize = 1024;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::start(dir.path()).await;
+
+        // The member: a small receive buffer, so it is full after a few messages.
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        let mut member = sock.connect(node.addr).await.unwrap();
+        let mut out = BytesMut::new();
+        v4::Connect::new("skip-member").write(&mut out).unwrap();
+        let mut sub = v4::Subscribe::new("$share/g/skip/t", QoS::AtMostOnce);
+        sub.pkid = 1;
+        sub.write(&mut out).unwrap();
+        member.write_all(&out).await.unwrap();
+        let mut inbuf = BytesMut::new();
+        let next = async |s: &mut tokio::net::TcpStream, buf: &mut BytesMut| loop {
+            match v4::read(buf, 1 << 20) {
+                Ok(p) => return Some(p),
+                Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+                Err(e) => panic!("bad packet: {e:?}"),
+            }
+            match tokio::time::timeout(Duration::from_secs(2), s.read_buf(buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => panic!("the broker closed the member"),
+                Ok(Ok(_)) => {}
+                Err(_) => return None, // quiet
+            }
+        };
+        assert!(matches!(next(&mut member, &mut inbuf).await, Some(v4::Packet::ConnAck(_))));
+        assert!(matches!(next(&mut member, &mut inbuf).await, Some(v4::Packet::SubAck(_))));
+
+        // The flood, while the member reads nothing.
+        let mut publisher = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+        let mut out = BytesMut::new();
+        v4::Connect::new("skip-publisher").write(&mut out).unwrap();
+        publisher.write_all(&out).await.unwrap();
+        let publish = |seq: u64, out: &mut BytesMut| {
+            let mut body = format!("{seq:08}").into_bytes();
+            body.resize(PAYLOAD, b'.');
+            v4::Publish::new("skip/t", QoS::AtMostOnce, body).write(out).unwrap();
+        };
+        for chunk in (0..N).collect::<Vec<_>>().chunks(256) {
+            let mut out = BytesMut::new();
+            for &seq in chunk {
+                publish(seq, &mut out);
+            }
+            publisher.write_all(&out).await.unwrap();
+        }
+
+        // Now it reads: what it gets ends with live messages published from now on.
+        let mut seqs: Vec<u64> = Vec::new();
+        let mut seq = N;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "no live message reached the member after the flood");
+            let mut out = BytesMut::new();
+            publish(seq, &mut out);
+            publisher.write_all(&out).await.unwrap();
+            seq += 1;
+            while let Some(p) = next(&mut member, &mut inbuf).await {
+                if let v4::Packet::Publish(p) = p {
+                    let s: u64 = std::str::from_utf8(&p.payload[..8]).unwrap().parse().unwrap();
+                    seqs.push(s);
+                }
+                if inbuf.is_empty() {
+                    break;
+                }
+            }
+            if seqs.last().is_some_and(|&s| s >= N) {
+                break;
+            }
+        }
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "one member's QoS 0 stream stays in order"
+        );
+        let flood = seqs.iter().filter(|&&s| s < N).count() as u64;
+        assert!(
+            flood < N * 3 / 4,
+            "the member got {flood} of the {N} flood messages: the group read its backlog back instead of skipping"
+        );
+        node.stop().await;
+    });
+}

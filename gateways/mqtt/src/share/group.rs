@@ -36,6 +36,8 @@ struct Member {
     /// Its channel was full: skipped until it settles something.
     blocked: bool,
     client_slow: Arc<AtomicBool>,
+    /// Its subscription is QoS 0.
+    at_most_once: Arc<AtomicBool>,
 }
 
 /// A message read for the group and not settled yet.
@@ -51,6 +53,9 @@ struct QueueState {
     cursor: u64,
     /// Missed live batches: reads from the log until it has caught up.
     catching_up: bool,
+    /// Missed live batches while every member took QoS 0 only: rejoins the live
+    /// stream at the next batch, dropping the gap (see [`Group::recheck`]).
+    skipping: bool,
     /// Read and not settled, by offset; the first key is the group's position.
     out: BTreeMap<u64, Out>,
 }
@@ -214,7 +219,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 QueueState {
                     cursor,
                     catching_up,
-                    out: BTreeMap::new(),
+                    ..QueueState::default()
                 },
             );
         }
@@ -227,6 +232,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 offers,
                 credit,
                 client_slow,
+                at_most_once,
                 joined,
             } => {
                 self.members.push(Member {
@@ -236,6 +242,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                     holding: 0,
                     blocked: false,
                     client_slow,
+                    at_most_once,
                 });
                 let _ = joined.send(());
             }
@@ -391,6 +398,15 @@ impl<B: MessagingApi + 'static> Group<B> {
         if qs.catching_up || b.next <= qs.cursor {
             return;
         }
+        if b.from > qs.cursor && qs.skipping {
+            // Overflowed (the batches still in the channel come first, then the
+            // gap): QoS 0 only rejoins the live stream here.
+            qs.skipping = false;
+            if at_most_once(&self.members) {
+                skipped(&self.key, b.from - qs.cursor);
+                qs.cursor = b.from;
+            }
+        }
         if b.from > qs.cursor || self.waiting.len() >= WAITING_HIGH {
             qs.catching_up = true;
             return;
@@ -408,12 +424,18 @@ impl<B: MessagingApi + 'static> Group<B> {
     }
 
     /// Missed batches (or a reader started): every queue reads from the log
-    /// until it has caught up; queues that appeared are followed.
+    /// until it has caught up; queues that appeared are followed. A group whose
+    /// members all take QoS 0 and whose channel overflowed does not read the
+    /// backlog back (MQTT lets QoS 0 be dropped; a plain QoS 0 session does the
+    /// same): each queue rejoins the live stream at the next batch, so a group
+    /// that cannot keep up with a flood stays seconds, not minutes, behind.
     async fn recheck(&mut self) {
-        self.inbox.overflowed.store(false, Ordering::Release);
+        let overflowed = self.inbox.overflowed.swap(false, Ordering::AcqRel);
+        let skip = overflowed && at_most_once(&self.members);
         self.add_queues(false).await;
         for qs in self.queues.values_mut() {
-            qs.catching_up = true;
+            qs.catching_up = !skip;
+            qs.skipping = skip;
         }
     }
 
@@ -542,6 +564,21 @@ impl<B: MessagingApi + 'static> Group<B> {
             self.committed.insert(q, core);
         }
     }
+}
+
+/// True when every member's subscription is QoS 0: the group may then drop
+/// messages it cannot keep up with instead of catching up.
+fn at_most_once(members: &[Member]) -> bool {
+    !members.is_empty()
+        && members
+            .iter()
+            .all(|m| m.at_most_once.load(Ordering::Acquire))
+}
+
+/// Counts log entries a QoS 0 group skipped (with plain sessions' skips).
+fn skipped(key: &Key, n: u64) {
+    metrics::counter!("rocketgate_mqtt_qos0_skipped_total").increment(n);
+    tracing::debug!(group = %key.0, topic = %key.1, entries = n, "QoS 0 shared group too slow: skipped ahead");
 }
 
 /// A message read for the group (live or from the log): unsettled until a member

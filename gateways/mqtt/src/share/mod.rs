@@ -20,7 +20,9 @@
 //! it missed router batches or its members have no credit left, so a slow group
 //! never holds more than a bounded number of messages and never holds up the
 //! router's reader; while it reads back, the router sees its channel overflow
-//! and pauses the publishers, unless its members' clients are the slow ones.
+//! and pauses the publishers, unless its members' clients are the slow ones. A
+//! group whose members all take QoS 0 does not read back what its overflowing
+//! channel dropped: it rejoins the live stream, as a QoS 0 session does.
 //! This file is a connection's side: joining, turning offers into PUBLISHes,
 //! settling, leaving. Why this and not the core's POP is in docs/mqtt.md
 //! ("Shared subscriptions").
@@ -28,7 +30,7 @@
 mod group;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,6 +71,9 @@ pub(crate) enum Cmd {
         credit: usize,
         /// Set by the member's connection while its client does not read.
         client_slow: Arc<AtomicBool>,
+        /// Set while the member's subscription is QoS 0 (kept up to date by its
+        /// connection when the client subscribes again with another QoS).
+        at_most_once: Arc<AtomicBool>,
         joined: oneshot::Sender<()>,
     },
     /// Done with these (queue, offset)s.
@@ -106,6 +111,8 @@ struct Membership {
     raw: Arc<str>,
     topic: String,
     link: Arc<Link>,
+    /// Shared with the group (see [`Cmd::Join`]).
+    at_most_once: Arc<AtomicBool>,
 }
 
 /// A connection's side of its shared subscriptions.
@@ -153,27 +160,32 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// task on this node if it has none). Returns once the group has its start
     /// positions, so a message published after the SUBACK is not missed.
     pub(crate) async fn start_share(&mut self, raw: Arc<str>, topic: String) {
-        let known = self
-            .shares
-            .joined
-            .values()
-            .any(|m| *m.raw == *raw && m.topic == topic);
-        if known {
-            return;
-        }
         let Some(sub) = self.session.subs.iter().find(|s| *s.filter.raw == *raw) else {
             return;
         };
+        let qos0 = sub.qos == QoS::AtMostOnce;
+        if let Some(m) = self
+            .shares
+            .joined
+            .values()
+            .find(|m| *m.raw == *raw && m.topic == topic)
+        {
+            // Subscribed again: the group sees the QoS it now grants.
+            m.at_most_once.store(qos0, Ordering::Release);
+            return;
+        }
         let share = sub.filter.share.clone().unwrap_or_default();
         let group = share_group(&share, &sub.filter.filter);
         let filter = sub.filter.clone();
         let member = self.shared.next_id();
         let (joined, answer) = oneshot::channel();
+        let at_most_once = Arc::new(AtomicBool::new(qos0));
         let join = Cmd::Join {
             member,
             offers: self.shares.sender(),
             credit: credit(self.client_receive_max),
             client_slow: self.inbox.client_slow.clone(),
+            at_most_once: at_most_once.clone(),
             joined,
         };
         let tx = join_group(
@@ -186,9 +198,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
             tracing::warn!(client = %self.session.client_id, filter = %raw, "a shared group did not answer a join in time");
         }
         let link = Arc::new(Link { member, tx });
-        self.shares
-            .joined
-            .insert(member, Membership { raw, topic, link });
+        self.shares.joined.insert(
+            member,
+            Membership {
+                raw,
+                topic,
+                link,
+                at_most_once,
+            },
+        );
     }
 
     /// Messages a group handed to this connection become ready to send.
