@@ -434,16 +434,28 @@ where
     if *shared.shutdown.borrow() {
         return;
     }
+    tokio::spawn(connection_task(shared, io, peer));
+}
+
+/// A connection's task. Its future (~1.9 KB: the `Conn` and the state of its
+/// loop) is most of an idle connection's memory, and with tokio's header it sits
+/// just under the allocator's 2 KiB size class: 40 bytes more in `Conn` once took
+/// idle connections from 3.6 to 4.3 KiB each (docs/benchmarks.md, session 10).
+/// Keep rarely used state boxed; a unit test guards the size.
+fn connection_task<B, IO>(
+    shared: Arc<Shared<B>>,
+    io: IO,
+    peer: SocketAddr,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    B: MessagingApi + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let guard = Active::new(shared.clone());
-    // This task (its future is ~1.9 KB: the `Conn` and the state of its loop)
-    // is most of an idle connection's memory, and with tokio's header it sits
-    // just under the allocator's 2 KiB size class: 40 bytes more in `Conn`
-    // once took idle connections from 3.6 to 4.3 KiB each (docs/benchmarks.md,
-    // session 10). Keep rarely used state boxed.
-    tokio::spawn(async move {
+    async move {
         crate::conn::run(shared, io, peer).await;
         drop(guard);
-    });
+    }
 }
 
 /// Counts a running connection until dropped (also when its task panics), so
@@ -556,5 +568,54 @@ impl<B: MessagingApi + 'static> Handle<B> {
                 tracing::error!(client = %r.client_id, error = %e, "saving a session failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
+    use rocketgate_core::store::{Store, StoreDeps, StoreOptions};
+
+    /// The largest connection task known to stay in mimalloc's 2 KiB size class
+    /// together with tokio's task header: 1,912 bytes in a release build (1,952
+    /// did not: 4.3 KiB per idle connection instead of 3.6, docs/benchmarks.md,
+    /// session 10). The same code makes 1,928 bytes in a debug build.
+    const LARGEST_KNOWN_TO_FIT: usize = if cfg!(debug_assertions) { 1_928 } else { 1_912 };
+
+    /// Guards the idle-connection memory target (≤ 4 KiB at 20,000): the
+    /// connection task's future is most of it, and a few bytes more in `Conn`
+    /// move every connection to the next size class.
+    #[tokio::test]
+    async fn a_connection_task_stays_in_the_allocators_2_kib_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            Store::open(dir.path(), StoreOptions::default(), StoreDeps::default())
+                .unwrap()
+                .0,
+        );
+        let broker =
+            Arc::new(Broker::open(store, BrokerOptions::default(), Arc::new(SystemClock)).unwrap());
+        let (server, _) = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            broker,
+            Settings::new(dir.path().join("mqtt")),
+        )
+        .await
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (sock, peer) = listener.accept().await.unwrap();
+        let task = connection_task(server.shared.clone(), sock, peer);
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= LARGEST_KNOWN_TO_FIT,
+            "the connection task is {size} bytes (at most {LARGEST_KNOWN_TO_FIT} known to fit \
+             the 2 KiB class): box the new state, or raise the limit only after \
+             `bench/compare --runs 1 --no-ceiling --brokers rocketgate --scenarios idle-19k` \
+             still reports 3.6 KiB per connection"
+        );
     }
 }
