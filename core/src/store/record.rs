@@ -227,6 +227,38 @@ impl Message {
     }
 }
 
+/// The `name\x01value` items of a properties section in stored order (an item
+/// without a `\x01` is skipped; a value keeps any further `\x01`), as
+/// `split('\x02')` then `split_once('\x01')` would give them. Scans the bytes:
+/// every delivery reads its record's properties, and `str`'s char searcher
+/// spent more on setting up each tiny search than on searching (~10 % of a
+/// broker forwarding small QoS 0 publishes). Both separators are ASCII, so
+/// every cut falls on a char boundary.
+#[derive(Clone, Debug)]
+pub struct Properties<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Properties<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        while !self.rest.is_empty() {
+            let bytes = self.rest.as_bytes();
+            let end = bytes
+                .iter()
+                .position(|&b| b == PROPERTY_SEPARATOR)
+                .unwrap_or(bytes.len());
+            let item = &self.rest[..end];
+            self.rest = self.rest.get(end + 1..).unwrap_or("");
+            if let Some(eq) = item.bytes().position(|b| b == NAME_VALUE_SEPARATOR) {
+                return Some((&item[..eq], &item[eq + 1..]));
+            }
+        }
+        None
+    }
+}
+
 fn split_keys(keys: Option<&str>) -> impl Iterator<Item = &str> {
     keys.unwrap_or("")
         .split(property::KEY_SEPARATOR)
@@ -503,10 +535,8 @@ impl<'a> RecordView<'a> {
         self.props.as_bytes()
     }
     /// All properties in stored order, including the store's `__CRC32#`.
-    pub fn properties(&self) -> impl Iterator<Item = (&'a str, &'a str)> + use<'a> {
-        self.props
-            .split(PROPERTY_SEPARATOR as char)
-            .filter_map(|item| item.split_once(NAME_VALUE_SEPARATOR as char))
+    pub fn properties(&self) -> Properties<'a> {
+        Properties { rest: self.props }
     }
     pub fn property(&self, name: &str) -> Option<&'a str> {
         self.properties().find(|(k, _)| *k == name).map(|(_, v)| v)

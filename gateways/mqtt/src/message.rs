@@ -26,8 +26,13 @@ pub const P_EXPIRY_AT: &str = "mqtt.expiry_at";
 /// (all-uppercase names such as `TAGS`, `KEYS`, `UNIQ_KEY`, `__STARTDELIVERTIME`)
 /// and the `mqtt.` namespace.
 pub fn is_reserved(name: &str) -> bool {
-    name.starts_with("mqtt.")
-        || (name.chars().any(|c| c.is_ascii_uppercase()) && !name.chars().any(char::is_lowercase))
+    // On bytes where that is the same (every delivery asks this of its record's
+    // property names): an ASCII letter is one byte and never part of another char.
+    let lowercase = |name: &str| match name.is_ascii() {
+        true => name.bytes().any(|b| b.is_ascii_lowercase()),
+        false => name.chars().any(char::is_lowercase),
+    };
+    name.starts_with("mqtt.") || (name.bytes().any(|b| b.is_ascii_uppercase()) && !lowercase(name))
 }
 
 fn storable(s: &str) -> bool {
@@ -370,10 +375,11 @@ mod tests {
             "__CRC32#",
             "TIMER_X",
             "mqtt.qos",
+            "ÜBER_X",
         ] {
             assert!(is_reserved(n), "{n}");
         }
-        for n in ["color", "Color", "x-Trace", "a1"] {
+        for n in ["color", "Color", "x-Trace", "a1", "Überall", "ÜÖ", "DAßX"] {
             assert!(!is_reserved(n), "{n}");
         }
     }

@@ -316,3 +316,33 @@ fn batch_ids_are_the_offset_ids_joined() {
     assert_eq!(sent.msg_id(1), Some(encode_msg_id(sent.store_host, 100)));
     assert_eq!(sent.end_offset(), 150);
 }
+
+#[test]
+fn properties_split_as_the_separators_say() {
+    let cases = [
+        "",
+        "\u{2}",
+        "\u{2}\u{2}",
+        "TAGS\u{1}a\u{2}",
+        "TAGS\u{1}a\u{2}KEYS\u{1}k1 k2\u{2}",
+        "TAGS\u{1}a\u{2}KEYS\u{1}k",
+        "no-value\u{2}x\u{1}y\u{2}",
+        "\u{1}empty-name\u{2}",
+        "a\u{1}\u{2}",
+        "a\u{1}b\u{1}c\u{2}",
+        "ünï\u{1}cødé ✓\u{2}名前\u{1}値\u{2}",
+        "a\u{1}b\u{2}\u{2}c\u{1}d",
+    ];
+    let record = encode_stamped(&sample(), v4("127.0.0.1:10911"), STAMP);
+    for raw in cases {
+        let view = RecordView {
+            props: raw,
+            ..RecordView::parse(&record).unwrap()
+        };
+        let expected: Vec<(&str, &str)> = raw
+            .split('\u{2}')
+            .filter_map(|item| item.split_once('\u{1}'))
+            .collect();
+        assert_eq!(view.properties().collect::<Vec<_>>(), expected, "{raw:?}");
+    }
+}
