@@ -70,16 +70,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 continue;
             }
             let p = match &f.publish {
-                Some(p) => Some(p.to_publish()),
+                Some(p) => Ok(Some(p.to_publish())),
                 None => self.read_back(id, &f).await,
             };
             match p {
-                Some(mut p) => {
+                Ok(Some(mut p)) => {
                     p.dup = true;
                     self.send(&Packet::Publish(p));
                 }
-                None => {
-                    // Gone from the log (retention) or unreadable: nothing to resend.
+                Err(e @ rocketgate_core::Error::Io { .. }) => {
+                    // The log still has it: kept, and resent at the next resume.
+                    tracing::warn!(client = %self.session.client_id, pkid = id, error = %e,
+                        "reading back a message in flight failed; kept for the next resume");
+                }
+                Ok(None) | Err(_) => {
+                    // Gone from the log (retention, a deleted topic) or unreadable.
                     tracing::warn!(client = %self.session.client_id, pkid = id,
                         "a message in flight is no longer in the log; not resent");
                     self.session.inflight.remove(&id);
@@ -89,8 +94,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
     }
 
     /// A log message in flight kept without its copy (see [`Inflight::publish`]),
-    /// read back from the log as it was sent.
-    async fn read_back(&self, pkid: u16, f: &Inflight) -> Option<Publish> {
+    /// read back from the log as it was sent (`Ok(None)`: not there any more).
+    async fn read_back(&self, pkid: u16, f: &Inflight) -> rocketgate_core::Result<Option<Publish>> {
         let (Source::Log {
             topic,
             queue,
@@ -102,22 +107,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
             offset,
         }) = &f.source
         else {
-            return None;
+            return Ok(None);
         };
-        let r = read_log(&*self.shared.api, topic, *queue, *offset, 1, Duration::ZERO)
-            .await
-            .ok()?;
-        let d = r.messages.first().filter(|d| d.queue_offset == *offset)?;
-        let view = RecordView::parse(&d.record).ok()?;
-        Some(Publish {
+        let r = read_log(&*self.shared.api, topic, *queue, *offset, 1, Duration::ZERO).await?;
+        let Some(d) = r.messages.first().filter(|d| d.queue_offset == *offset) else {
+            return Ok(None);
+        };
+        let (Ok(view), Some(name)) = (RecordView::parse(&d.record), mqtt_name(d)) else {
+            return Ok(None);
+        };
+        Ok(Some(Publish {
             dup: true,
             qos: f.qos,
             retain: f.retain,
-            topic: mqtt_name(d)?.to_string(),
+            topic: name.to_string(),
             pkid,
             payload: d.record.slice_ref(view.body()),
             properties: None,
-        })
+        }))
     }
 
     async fn current_topics(&self) -> Vec<String> {

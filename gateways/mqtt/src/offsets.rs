@@ -54,7 +54,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
 
     fn move_queue(&mut self, topic: Arc<str>, queue: u32, to: u64) {
         let key = (topic, queue);
-        let of_queue = |s: &Source| matches!(s, Source::Log { topic, queue: q, .. } if *topic == key.0 && *q == key.1);
         self.ready.drop_queue(&key.0, key.1);
         for f in self.session.inflight.values_mut() {
             if let Source::Log {
@@ -62,7 +61,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 queue,
                 offset,
             } = &f.source
-                && of_queue(&f.source)
+                && *topic == key.0
+                && *queue == key.1
             {
                 f.source = Source::Superseded {
                     topic: topic.clone(),
