@@ -8,11 +8,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use rocketgate_core::broker::schedule;
 use rocketgate_core::broker::{
-    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, QueueChoice, Resolution, TopicConfig,
-    TopicKind, TransactionHandle,
+    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, Resolution, TopicConfig, TopicKind,
+    TransactionHandle,
 };
-use rocketgate_core::store::Message;
-use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
 
 use crate::consume::{self, ReplayQuery};
@@ -307,46 +305,6 @@ pub async fn resend_dead_letters<B: MessagingApi + 'static>(
     };
     let resent: Vec<Published> = sent.into_iter().map(Published::from).collect();
     Ok(axum::Json(serde_json::json!({ "resent": resent })))
-}
-
-/// Stores a transactional half message of `producer_group`. It gets a
-/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
-/// commit; `queue_offset` is unknown until then.
-pub(crate) async fn begin_transaction<B: MessagingApi>(
-    ctx: &Ctx<B>,
-    producer_group: Option<String>,
-    mut msg: Message,
-    choice: QueueChoice,
-) -> Result<Published> {
-    let group = producer_group
-        .filter(|g| !g.is_empty())
-        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
-    let uniq = unique_key();
-    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
-    let half = ctx.api.send_half(&group, msg, choice).await?;
-    Ok(Published {
-        msg_id: uniq,
-        topic: half.sent.topic,
-        queue_id: half.sent.queue_id,
-        queue_offset: None,
-        transaction_id: Some(half.transaction.to_string()),
-    })
-}
-
-/// A producer-style unique message key: 32 hex digits of process id, time and
-/// a counter (RocketMQ clients make theirs from similar parts).
-fn unique_key() -> String {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!(
-        "{:08X}{:012X}{:012X}",
-        std::process::id(),
-        nanos & 0xFFFF_FFFF_FFFF,
-        n & 0xFFFF_FFFF_FFFF
-    )
 }
 
 /// `GET /v1/broker`

@@ -181,9 +181,7 @@ pub async fn publish<B: MessagingApi + 'static>(
     let msg = message(&topic, q.tag, keys, props, body, peer)?;
     let published = match q.transaction.as_deref() {
         None => Published::from(ctx.api.send(msg, choice).await?),
-        Some("begin") => {
-            crate::admin::begin_transaction(&ctx, q.producer_group, msg, choice).await?
-        }
+        Some("begin") => begin_transaction(&ctx, q.producer_group, msg, choice).await?,
         Some(other) => {
             return Err(Error::bad(
                 "transaction",
@@ -290,4 +288,44 @@ mod tests {
         assert!(delay_property(Some("1s"), Some(5)).is_err());
         assert!(delay_property(None, Some(-1)).is_err());
     }
+}
+
+/// Stores a transactional half message of `producer_group`. It gets a
+/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
+/// commit; `queue_offset` is unknown until then.
+async fn begin_transaction<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    producer_group: Option<String>,
+    mut msg: Message,
+    choice: QueueChoice,
+) -> Result<Published> {
+    let group = producer_group
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
+    let uniq = unique_key();
+    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
+    let half = ctx.api.send_half(&group, msg, choice).await?;
+    Ok(Published {
+        msg_id: uniq,
+        topic: half.sent.topic,
+        queue_id: half.sent.queue_id,
+        queue_offset: None,
+        transaction_id: Some(half.transaction.to_string()),
+    })
+}
+
+/// A producer-style unique message key: 32 hex digits of process id, time and
+/// a counter (RocketMQ clients make theirs from similar parts).
+fn unique_key() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{:08X}{:012X}{:012X}",
+        std::process::id(),
+        nanos & 0xFFFF_FFFF_FFFF,
+        n & 0xFFFF_FFFF_FFFF
+    )
 }
