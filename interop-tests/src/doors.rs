@@ -142,7 +142,7 @@ impl Door {
     /// taken just before publishing) plus the delay: no delivery may come earlier.
     pub async fn publish_delayed_5s(self, node: &Node, m: &Outgoing) -> anyhow::Result<i64> {
         const DELAY_MS: i64 = 5000;
-        let before = crate::story::now_ms();
+        let before = crate::now_ms();
         match self {
             Door::Mqtt => {
                 let mut delayed = m.clone();

@@ -31,8 +31,8 @@ use anyhow::{Context, bail, ensure};
 use rocketgate_native::client::{MessageQueue, PullConsumer};
 use serde_json::{Value, json};
 
-use crate::Node;
 use crate::doors::{self, Door, WsStream, curl};
+use crate::{Node, now_ms};
 
 /// Messages published.
 pub const TOTAL: u32 = 1000;
@@ -58,12 +58,6 @@ pub struct Published {
     pub pos: BTreeMap<u32, Pos>,
     /// Every message `n <= SPLIT` was stored before it, every later one at or after.
     pub reset_ms: i64,
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The number of a story message (`message <n>`).

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use interop_tests::Node;
 use interop_tests::doors::{self, Door, Got, Outgoing};
-use interop_tests::story::now_ms;
+use interop_tests::now_ms;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_delayed_message_from_every_door_reaches_every_door_no_earlier_than_its_time()
