@@ -9,11 +9,9 @@ use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
-use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{
-    BrokerIdentity, Registrar, RegistrarHandle, Server as NativeServer, ServerHandle,
-    ServerSettings,
-};
+use rocketgate_native::{Server as NativeServer, ServerHandle, ServerSettings};
+use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
+use rocketgate_remoting::{BrokerIdentity, Registrar, RegistrarHandle};
 use rocketgate_websocket as ws;
 use tokio::net::TcpListener;
 

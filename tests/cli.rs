@@ -131,16 +131,19 @@ fn start(
 }
 
 /// One request/response over the remoting protocol with our codec.
-fn ask(addr: &str, cmd: rocketgate_native::RemotingCommand) -> rocketgate_native::RemotingCommand {
+fn ask(
+    addr: &str,
+    cmd: rocketgate_remoting::RemotingCommand,
+) -> rocketgate_remoting::RemotingCommand {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut out = bytes::BytesMut::new();
-    rocketgate_native::codec::encode(&cmd, &mut out).unwrap();
+    rocketgate_remoting::codec::encode(&cmd, &mut out).unwrap();
     s.write_all(&out).unwrap();
     let mut buf = bytes::BytesMut::new();
     loop {
-        if let Some(resp) = rocketgate_native::codec::decode(&mut buf).unwrap() {
+        if let Some(resp) = rocketgate_remoting::codec::decode(&mut buf).unwrap() {
             return resp;
         }
         let mut chunk = [0u8; 4096];
@@ -151,10 +154,10 @@ fn ask(addr: &str, cmd: rocketgate_native::RemotingCommand) -> rocketgate_native
 }
 
 fn cluster_info(addr: &str) -> String {
-    use rocketgate_native::code::{request, response};
+    use rocketgate_remoting::code::{request, response};
     let resp = ask(
         addr,
-        rocketgate_native::RemotingCommand::request(request::GET_BROKER_CLUSTER_INFO, 1),
+        rocketgate_remoting::RemotingCommand::request(request::GET_BROKER_CLUSTER_INFO, 1),
     );
     assert_eq!(resp.code, response::SUCCESS);
     String::from_utf8_lossy(&resp.body).into_owned()
@@ -228,23 +231,23 @@ fn standalone_embeds_a_namesrv_with_its_broker_registered() {
     });
     let resp = ask(
         &addr,
-        rocketgate_native::RemotingCommand::request(
-            rocketgate_native::code::request::GET_ROUTEINFO_BY_TOPIC,
+        rocketgate_remoting::RemotingCommand::request(
+            rocketgate_remoting::code::request::GET_ROUTEINFO_BY_TOPIC,
             2,
         )
         .with_field("topic", "NoSuchTopic"),
     );
     assert_eq!(
         resp.code,
-        rocketgate_native::code::response::TOPIC_NOT_EXIST
+        rocketgate_remoting::code::response::TOPIC_NOT_EXIST
     );
     sigterm(&mut node);
 }
 
 #[test]
 fn standalone_serves_the_native_door() {
-    use rocketgate_native::RemotingCommand;
-    use rocketgate_native::code::{request, response};
+    use rocketgate_remoting::RemotingCommand;
+    use rocketgate_remoting::code::{request, response};
     let d = tempfile::tempdir().unwrap();
     let data = d.path().to_str().unwrap();
     let (mut node, addr, _lines) = start(&standalone_on_free_ports(data), "native");

@@ -28,7 +28,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use rocketgate_native::client::{MessageQueue, PullConsumer};
+use rocketgate_native::client::PullConsumer;
+use rocketgate_remoting::body::MessageQueue;
 use serde_json::{Value, json};
 
 use crate::doors::{self, Door, WsStream, curl};

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use rocketgate_native::RemotingCommand;
-use rocketgate_native::code::{request, response, version};
-use rocketgate_native::protocol::{
+use rocketgate_remoting::RemotingCommand;
+use rocketgate_remoting::code::{request, response, version};
+use rocketgate_remoting::protocol::{
     self, KvTable, RegisterBrokerBody, TopicConfigWrapper, TopicList, field,
 };
 use serde::Serialize;
@@ -240,7 +240,7 @@ fn broker_heartbeat(
 mod tests {
     use std::time::Duration;
 
-    use rocketgate_native::protocol::{ClusterInfo, RegisterBrokerBody, TopicConfig};
+    use rocketgate_remoting::protocol::{ClusterInfo, RegisterBrokerBody, WireTopicConfig};
 
     use super::*;
 
@@ -263,7 +263,7 @@ mod tests {
         for t in topics {
             body.topic_config_serialize_wrapper
                 .topic_config_table
-                .insert(t.to_string(), TopicConfig::new(*t, 4));
+                .insert(t.to_string(), WireTopicConfig::new(*t, 4));
         }
         let r = req(request::REGISTER_BROKER)
             .with_field(field::BROKER_NAME, name)

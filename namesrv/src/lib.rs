@@ -1,15 +1,16 @@
 //! # rocketgate-namesrv
 //!
 //! The NameServer: brokers register their topics here, clients ask it for routes. It owns
-//! the route table (brokers, addresses, queues, liveness), the KV config, and the TCP
-//! server that speaks RocketMQ remoting to both. NameServers never talk to each other; a
-//! broker registers with each of them (see `rocketgate_native::Registrar`).
+//! the route table (brokers, addresses, queues, liveness), the KV config, and the
+//! [`Handler`](rocketgate_remoting::server::Handler) that answers RocketMQ remoting
+//! requests from both over the shared server loop. NameServers never talk to each other; a
+//! broker registers with each of them (see `rocketgate_remoting::Registrar`).
 //!
-//! It must not touch storage or know about gateways: it reads frames with the shared
-//! codec from `rocketgate-native` and keeps all its state in memory.
+//! It must not touch storage or know about gateways: it depends on `rocketgate-config` and
+//! `rocketgate-remoting` only (codec, server loop), and keeps all its state in memory.
 //!
 //! Start reading at [`routes::RouteTable`] (the pure expiry state machine), then
-//! [`handler::handle`] (request -> response), then [`NameServer::run`] (sockets).
+//! [`handler::handle`] (request -> response), then [`NameServer::run`] (the server loop and the liveness scan).
 
 pub mod handler;
 pub mod kv;
@@ -42,7 +43,7 @@ impl From<&rocketgate_config::NamesrvConfig> for NamesrvSettings {
         NamesrvSettings {
             scan_interval: c.scan_interval,
             broker_expiry: c.broker_expiry,
-            max_frame_len: rocketgate_native::codec::DEFAULT_MAX_FRAME_LEN,
+            max_frame_len: rocketgate_remoting::codec::DEFAULT_MAX_FRAME_LEN,
         }
     }
 }

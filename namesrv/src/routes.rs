@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use rocketgate_native::protocol::{
+use rocketgate_remoting::protocol::{
     BrokerData, ClusterInfo, DataVersion, MASTER_ID, QueueData, TopicConfigWrapper, TopicRouteData,
 };
 
@@ -313,7 +313,7 @@ impl RouteTable {
 
 #[cfg(test)]
 mod tests {
-    use rocketgate_native::protocol::TopicConfig;
+    use rocketgate_remoting::protocol::WireTopicConfig;
 
     use super::*;
 
@@ -334,7 +334,7 @@ mod tests {
                 },
                 topic_config_table: topics
                     .iter()
-                    .map(|(t, q)| (t.to_string(), TopicConfig::new(*t, *q)))
+                    .map(|(t, q)| (t.to_string(), WireTopicConfig::new(*t, *q)))
                     .collect(),
             },
         }

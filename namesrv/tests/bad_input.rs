@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use common::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rocketgate_namesrv::NamesrvSettings;
-use rocketgate_native::code::response;
-use rocketgate_native::protocol::{RegisterBrokerBody, TopicConfig, TopicConfigWrapper};
-use rocketgate_native::{RemotingCommand, code::request, protocol};
+use rocketgate_remoting::code::response;
+use rocketgate_remoting::protocol::{RegisterBrokerBody, TopicConfigWrapper, WireTopicConfig};
+use rocketgate_remoting::{RemotingCommand, code::request, protocol};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -19,7 +19,7 @@ async fn served() -> (rocketgate_namesrv::NameServerHandle, SocketAddr, TcpStrea
     let (ns, addr) = start(NamesrvSettings::default()).await;
     let body = RegisterBrokerBody {
         topic_config_serialize_wrapper: TopicConfigWrapper {
-            topic_config_table: [("T".to_string(), TopicConfig::new("T", 4))].into(),
+            topic_config_table: [("T".to_string(), WireTopicConfig::new("T", 4))].into(),
             ..Default::default()
         },
         ..Default::default()
@@ -68,7 +68,7 @@ async fn random_bytes_close_that_connection_only() {
 async fn truncated_frame_then_close() {
     let (_ns, addr, _keep) = served().await;
     let mut frame = bytes::BytesMut::new();
-    rocketgate_native::codec::encode(&route_request("T"), &mut frame).unwrap();
+    rocketgate_remoting::codec::encode(&route_request("T"), &mut frame).unwrap();
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&frame[..frame.len() / 2]).await.unwrap();
     // A half frame held open does not block anyone else.

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use rocketgate_native::code::{request, response};
-use rocketgate_native::protocol::{self, RegisterBrokerBody, TopicConfig, TopicConfigWrapper};
-use rocketgate_native::{BrokerIdentity, Registrar, RegistrarHandle, RemotingCommand};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::protocol::{
+    self, RegisterBrokerBody, TopicConfigWrapper, WireTopicConfig,
+};
+use rocketgate_remoting::{BrokerIdentity, Registrar, RegistrarHandle, RemotingCommand};
 use tokio::net::TcpStream;
 
 fn broker(name: &str, port: u16, namesrvs: &[std::net::SocketAddr]) -> RegistrarHandle {
@@ -21,7 +23,7 @@ fn broker(name: &str, port: u16, namesrvs: &[std::net::SocketAddr]) -> Registrar
         addr: format!("127.0.0.1:{port}"),
         ha_addr: format!("127.0.0.1:{}", port + 1),
     };
-    let topics = || vec![TopicConfig::new("T", 4)];
+    let topics = || vec![WireTopicConfig::new("T", 4)];
     Registrar::new(
         identity,
         namesrvs.iter().map(|a| a.to_string()).collect(),
@@ -91,7 +93,7 @@ async fn brokers_join_and_leave_the_routes_of_every_namesrv() {
 fn register(name: &str, addr: &str, topic: &str) -> RemotingCommand {
     let body = RegisterBrokerBody {
         topic_config_serialize_wrapper: TopicConfigWrapper {
-            topic_config_table: [(topic.to_string(), TopicConfig::new(topic, 4))].into(),
+            topic_config_table: [(topic.to_string(), WireTopicConfig::new(topic, 4))].into(),
             ..Default::default()
         },
         ..Default::default()

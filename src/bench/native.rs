@@ -16,8 +16,9 @@ use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::client::{
     ClientConfig, ConsumeResult, Message, Producer, PushConsumer, PushConsumerOptions,
 };
-use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{BrokerIdentity, Registrar, Server, ServerSettings};
+use rocketgate_native::{Server, ServerSettings};
+use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
+use rocketgate_remoting::{BrokerIdentity, Registrar};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -290,8 +291,8 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
 pub(super) fn registrar(
     addr: std::net::SocketAddr,
     ns_addr: std::net::SocketAddr,
-    topics: Arc<dyn rocketgate_native::TopicSource>,
-) -> rocketgate_native::RegistrarHandle {
+    topics: Arc<dyn rocketgate_remoting::TopicSource>,
+) -> rocketgate_remoting::RegistrarHandle {
     let identity = BrokerIdentity {
         cluster: "DefaultCluster".into(),
         name: "broker-a".into(),

@@ -6,14 +6,13 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
-use rocketgate_native::body::field;
-use rocketgate_native::code::{request, response};
-use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{FrameCodec, RemotingCommand};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use rocketgate_remoting::RemotingCommand;
+use rocketgate_remoting::body::field;
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
+use rocketgate_remoting::server::{self, Answer, Handler, Limits, Outbound, Peer};
+use tokio::net::TcpListener;
 
 use super::native::Node;
 
@@ -28,51 +27,36 @@ pub(super) async fn start(topic: &str, queues: u32) -> anyhow::Result<Node> {
     let wire = WireTopic::new(topic.to_owned(), queues);
     let topics = move || vec![wire.clone()];
     let registrar = super::native::registrar(addr, ns_addr, Arc::new(topics));
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            let _ = sock.set_nodelay(true);
-            tokio::spawn(serve(sock));
-        }
-    });
+    // Runs as long as the bench process: nothing stops it.
+    tokio::spawn(server::serve(
+        listener,
+        Arc::new(Sink),
+        Limits::default(),
+        std::future::pending(),
+    ));
     Ok(Node {
         namesrv: ns_addr.to_string(),
         _handles: vec![Box::new(registrar), Box::new(ns)],
     })
 }
 
-/// Answers the requests of one read in one write, as the real server does.
-async fn serve(mut sock: TcpStream) {
-    let codec = FrameCodec::default();
-    let mut rd = BytesMut::with_capacity(64 * 1024);
-    let mut wr = BytesMut::with_capacity(64 * 1024);
-    let mut next_offset = 0u64;
-    loop {
-        rd.reserve(64 * 1024);
-        match sock.read_buf(&mut rd).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        loop {
-            let req = match codec.decode(&mut rd) {
-                Ok(Some(req)) => req,
-                Ok(None) => break,
-                Err(_) => return,
-            };
-            if req.is_oneway() {
-                continue;
-            }
-            let resp = answer(&req, &mut next_offset);
-            if codec.encode(&resp, &mut wr).is_err() {
-                return;
-            }
-        }
-        if !wr.is_empty() {
-            if sock.write_all(&wr).await.is_err() {
-                return;
-            }
-            wr.clear();
-        }
+/// Answers on the shared server loop, so the requests of one read leave in one write
+/// as they do from the real server.
+struct Sink;
+
+impl Handler for Sink {
+    /// The next made-up queue offset of this connection.
+    type Session = u64;
+
+    fn open(&self, _peer: Peer, _outbound: Outbound) -> u64 {
+        0
     }
+
+    fn handle(&self, next_offset: &mut u64, req: RemotingCommand) -> Answer {
+        Answer::Now(answer(&req, next_offset))
+    }
+
+    async fn close(&self, _next_offset: u64, _why: &str) {}
 }
 
 fn answer(req: &RemotingCommand, next_offset: &mut u64) -> RemotingCommand {

@@ -1,16 +1,13 @@
 //! The cluster view for `GET /v1/cluster`: one `GET_BROKER_CLUSTER_INFO`
-//! request to a NameServer over the native remoting codec (the shared wire
-//! library, not the native door's server). NameServers are tried in order; the
-//! first that answers wins.
+//! request to a NameServer over the shared remoting client. NameServers are tried
+//! in order; the first that answers wins.
 
 use std::time::Duration;
 
-use bytes::BytesMut;
-use rocketgate_native::code::{request, response};
-use rocketgate_native::protocol::{ClusterInfo, from_json};
-use rocketgate_native::{FrameCodec, LanguageCode, RemotingCommand};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use rocketgate_remoting::client::Link;
+use rocketgate_remoting::code::{request, response, version};
+use rocketgate_remoting::protocol::{ClusterInfo, from_json};
+use rocketgate_remoting::{LanguageCode, RemotingCommand};
 
 use crate::error::{Error, Result};
 
@@ -38,36 +35,17 @@ pub(crate) async fn query(addrs: &[String]) -> Result<(String, ClusterInfo)> {
 }
 
 async fn ask(addr: &str) -> Result<ClusterInfo, String> {
-    let mut stream = TcpStream::connect(addr)
+    // One question per link: the link closes when it is dropped here.
+    let link = Link::connect(addr, TIMEOUT, None)
         .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let codec = FrameCodec::default();
+        .map_err(|e| e.to_string())?;
     let cmd = RemotingCommand {
         code: request::GET_BROKER_CLUSTER_INFO,
         language: LanguageCode::Rust,
-        version: rocketgate_native::code::version::CURRENT,
-        opaque: 1,
+        version: version::CURRENT,
         ..Default::default()
     };
-    let mut out = BytesMut::new();
-    codec.encode(&cmd, &mut out).map_err(|e| e.to_string())?;
-    stream
-        .write_all(&out)
-        .await
-        .map_err(|e| format!("send: {e}"))?;
-    let mut buf = BytesMut::with_capacity(4096);
-    let reply = loop {
-        if let Some(frame) = codec.decode(&mut buf).map_err(|e| e.to_string())? {
-            break frame;
-        }
-        let n = stream
-            .read_buf(&mut buf)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("connection closed before the answer".into());
-        }
-    };
+    let reply = link.call(cmd, TIMEOUT).await.map_err(|e| e.to_string())?;
     if reply.code != response::SUCCESS {
         return Err(format!(
             "answered code {}: {}",

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rocketgate_core::broker::{BrokerOptions, TopicKind};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
-use rocketgate_native::protocol::TopicConfig as WireTopic;
-use rocketgate_native::{BrokerIdentity, Registrar};
+use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
+use rocketgate_remoting::{BrokerIdentity, Registrar};
 use serde_json::json;
 use support::*;
 

@@ -32,7 +32,7 @@ pub enum Error {
     Timeout { addr: String, timeout: Duration },
 
     #[error("cannot encode the request: {0}")]
-    Codec(#[from] crate::codec::CodecError),
+    Codec(#[from] rocketgate_remoting::codec::CodecError),
 
     /// The peer answered with a failure code.
     #[error("{addr} answered code {code}: {remark}")]
@@ -65,6 +65,19 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
+}
+
+impl From<rocketgate_remoting::Error> for Error {
+    /// The link's failures keep the variants this crate always reported them as.
+    fn from(e: rocketgate_remoting::Error) -> Self {
+        use rocketgate_remoting::Error as Link;
+        match e {
+            Link::Connect { addr, source } => Error::Connect { addr, source },
+            Link::ConnectionClosed { addr } => Error::ConnectionClosed { addr },
+            Link::Timeout { addr, timeout } => Error::Timeout { addr, timeout },
+            Link::Codec(e) => Error::Codec(e),
+        }
+    }
 }
 
 impl Error {

@@ -8,10 +8,10 @@ use bytes::{Bytes, BytesMut};
 use common::Node;
 use rocketgate_core::store::RecordView;
 use rocketgate_core::store::record::CRC32_PROPERTY_LEN;
-use rocketgate_native::body::pull_flag;
-use rocketgate_native::code::{request, response};
-use rocketgate_native::codec::RemotingCommand;
 use rocketgate_native::message::{ReceivedMessage, encode_batch_entry};
+use rocketgate_remoting::body::pull_flag;
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
 
 fn send_v2(topic: &str, queue: i32, props: &str, body: Bytes) -> RemotingCommand {
     RemotingCommand::request(request::SEND_MESSAGE_V2, 0)

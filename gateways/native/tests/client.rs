@@ -412,7 +412,7 @@ async fn producer_modes_and_errors() {
     let err = producer.send(Message::new("", "x")).await.unwrap_err();
     assert_eq!(
         err.code(),
-        Some(rocketgate_native::code::response::MESSAGE_ILLEGAL),
+        Some(rocketgate_remoting::code::response::MESSAGE_ILLEGAL),
         "{err}"
     );
 

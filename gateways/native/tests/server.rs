@@ -8,14 +8,14 @@ use bytes::BytesMut;
 use common::{Node, Options};
 use rocketgate_core::broker::{MessagingApi, Perm, PullRequest, TopicConfig, filter::Filter};
 use rocketgate_native::ServerSettings;
-use rocketgate_native::body::{
+use rocketgate_native::message::{ReceivedMessage, encode_batch_entry, encode_properties};
+use rocketgate_remoting::body::{
     ConsumerData, ConsumerList, HeartbeatData, LockBatchRequest, LockBatchResponse, MessageQueue,
     ProducerData, SubscriptionData, pull_flag,
 };
-use rocketgate_native::code::{request, response};
-use rocketgate_native::codec::RemotingCommand;
-use rocketgate_native::message::{ReceivedMessage, encode_batch_entry, encode_properties};
-use rocketgate_native::protocol::{from_json, to_json};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::protocol::{from_json, to_json};
 
 fn send_v1(topic: &str, queue: i32, body: &[u8], props: &[(&str, &str)]) -> RemotingCommand {
     RemotingCommand::request(request::SEND_MESSAGE, 0)

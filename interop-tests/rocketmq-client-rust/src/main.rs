@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use rocketgate_core::broker::{Broker, BrokerOptions, MessagingApi, SystemClock, TopicConfig as CoreTopic, TopicKind};
 use rocketgate_core::store::{Store, StoreDeps, StoreOptions};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
-use rocketgate_native::protocol::TopicConfig;
-use rocketgate_native::{BrokerIdentity, Registrar, Server, ServerSettings};
+use rocketgate_native::{Server, ServerSettings};
+use rocketgate_remoting::protocol::WireTopicConfig;
+use rocketgate_remoting::{BrokerIdentity, Registrar};
 use rocketmq_client_rust::{
     ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus,
     DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
@@ -45,7 +46,7 @@ async fn routes_only(rt: Arc<ClientRuntime>) {
         .await
         .unwrap();
     let ns = ns.spawn();
-    let topics = || vec![TopicConfig::new("TopicTest", 4)];
+    let topics = || vec![WireTopicConfig::new("TopicTest", 4)];
     let a = Registrar::new(identity("broker-a", "127.0.0.1:10911".into()), vec![addr.to_string()], Duration::from_secs(30), Arc::new(topics)).spawn();
     let b = Registrar::new(identity("broker-b", "127.0.0.1:10921".into()), vec![addr.to_string()], Duration::from_secs(30), Arc::new(topics)).spawn();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -116,7 +117,7 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
         b.topic_snapshot(TopicKind::All)
             .into_iter()
             .map(|t| {
-                let mut w = TopicConfig::new(t.name, t.write_queues);
+                let mut w = WireTopicConfig::new(t.name, t.write_queues);
                 w.read_queue_nums = t.read_queues;
                 w.perm = u32::from(t.perm.0);
                 w

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
-use rocketgate_native::code::{request, response};
-use rocketgate_native::protocol::{self, TopicRouteData};
-use rocketgate_native::{FrameCodec, RemotingCommand};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::protocol::{self, TopicRouteData};
+use rocketgate_remoting::{FrameCodec, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::session::Session;
 use crate::Error;
-use crate::body::{
+use crate::message::ReceivedMessage;
+use rocketgate_remoting::body::{
     ConsumerList, LockBatchRequest, LockBatchResponse, MessageQueue, field, pull_flag,
 };
-use crate::code::{request, response};
-use crate::codec::RemotingCommand;
-use crate::message::ReceivedMessage;
-use crate::protocol::{from_json, to_json};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::protocol::{from_json, to_json};
 
 /// A subscription expression: `TAG` (`*`, `a || b`) or `SQL92`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub(crate) struct Expression {
 impl Expression {
     pub fn tag(text: impl Into<String>) -> Self {
         Expression {
-            kind: crate::body::expression::TAG,
+            kind: rocketgate_remoting::body::expression::TAG,
             text: text.into(),
         }
     }

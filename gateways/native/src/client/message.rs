@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use rocketgate_core::store::record::property;
 
-use crate::body::MessageQueue;
 use crate::message::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
+use rocketgate_remoting::body::MessageQueue;
 
 /// A message to send. Tag and keys travel as the `TAGS` and `KEYS` properties.
 #[derive(Debug, Clone, PartialEq, Eq)]

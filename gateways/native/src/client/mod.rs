@@ -1,4 +1,5 @@
-//! The rocketgate Rust client: an async RocketMQ client over the crate's own codec.
+//! The rocketgate Rust client: an async RocketMQ client over the shared remoting link
+//! (`rocketgate_remoting::client`).
 //!
 //! - [`Producer`]: sync (`send().await`), async ([`Producer::send_async`], a spawned
 //!   future), one-way, batch, ordered by sharding key or queue selector, with a send
@@ -44,7 +45,6 @@ mod transaction;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use crate::body::MessageQueue;
 pub use crate::message::ReceivedMessage;
 pub use message::{Message, SendResult};
 pub use producer::Producer;

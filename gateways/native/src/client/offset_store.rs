@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use crate::body::MessageQueue;
+use rocketgate_remoting::body::MessageQueue;
 
 /// `~/.rocketmq_offsets` (the system temp dir when there is no `HOME`).
 pub(crate) fn default_dir() -> PathBuf {

@@ -17,10 +17,10 @@ use super::link::{Pushed, refused};
 use super::message::{Message, SendResult, now_ms, unique_id_at};
 use super::session::Session;
 use crate::Error;
-use crate::body::{MessageQueue, field, transaction};
-use crate::code::{request, response};
-use crate::codec::RemotingCommand;
 use crate::message::encode_batch_entry_with;
+use rocketgate_remoting::body::{MessageQueue, field, transaction};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
 
 /// Bytes of a batch entry besides its body, for sizing the request body once: the
 /// fixed fields and typical properties (`UNIQ_KEY`, `WAIT`, a tag).
@@ -82,9 +82,10 @@ impl Producer {
         // A plain producer has nothing to answer; drain what brokers push.
         tokio::spawn(async move { while pushes.recv().await.is_some() {} });
         session.update_heartbeat(|hb| {
-            hb.producer_data_set.push(crate::body::ProducerData {
-                group_name: group.clone(),
-            })
+            hb.producer_data_set
+                .push(rocketgate_remoting::body::ProducerData {
+                    group_name: group.clone(),
+                })
         });
         Producer {
             inner: Arc::new(Inner {

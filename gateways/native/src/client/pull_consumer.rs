@@ -13,9 +13,9 @@ use super::consume::{Broker, Expression, Pulled, allocate};
 use super::push_consumer::ConsumeFrom;
 use super::session::Session;
 use crate::Error;
-use crate::body::{ConsumerData, MessageQueue, SubscriptionData};
-use crate::code::request;
 use crate::message::ReceivedMessage;
+use rocketgate_remoting::body::{ConsumerData, MessageQueue, SubscriptionData};
+use rocketgate_remoting::code::request;
 
 /// How long one suspended pull of a poll may be held by the broker at most.
 const MAX_SUSPEND: Duration = Duration::from_secs(15);

@@ -28,9 +28,9 @@ use super::progress::Progress;
 use super::pull_consumer::start_offset;
 use super::session::Session;
 use crate::Error;
-use crate::body::{ConsumerData, MessageQueue, SubscriptionData};
-use crate::code::request;
 use crate::message::ReceivedMessage;
+use rocketgate_remoting::body::{ConsumerData, MessageQueue, SubscriptionData};
+use rocketgate_remoting::code::request;
 
 /// How a group shares messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -15,10 +15,12 @@ use tracing::debug;
 use super::ClientConfig;
 use super::link::{Links, Pushed, refused};
 use crate::Error;
-use crate::body::{HeartbeatData, MessageQueue};
-use crate::code::{request, response};
-use crate::codec::RemotingCommand;
-use crate::protocol::{ClusterInfo, MASTER_ID, TopicRouteData, field, from_json, perm};
+use rocketgate_remoting::body::{HeartbeatData, MessageQueue};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::protocol::{
+    ClusterInfo, MASTER_ID, TopicRouteData, field, from_json, perm,
+};
 
 /// A topic's queues and the brokers that host them, as the NameServers told.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -214,7 +216,7 @@ impl Session {
     /// Heartbeats every master broker of every known route now. Returns the first
     /// refusal (e.g. a malformed subscription), after trying them all.
     pub async fn heartbeat_now(&self) -> Result<(), Error> {
-        let body = crate::protocol::to_json(&*lock(&self.heartbeat));
+        let body = rocketgate_remoting::protocol::to_json(&*lock(&self.heartbeat));
         let addrs: Vec<String> = {
             let routes = lock(&self.routes);
             let mut a: Vec<String> = routes

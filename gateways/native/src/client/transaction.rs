@@ -16,10 +16,10 @@ use super::message::{Message, SendResult};
 use super::producer::Producer;
 use super::session::Session;
 use crate::Error;
-use crate::body::{field, transaction};
-use crate::code::request;
-use crate::codec::RemotingCommand;
 use crate::message::ReceivedMessage;
+use rocketgate_remoting::body::{field, transaction};
+use rocketgate_remoting::code::request;
+use rocketgate_remoting::codec::RemotingCommand;
 
 /// The outcome of a local transaction, or of a check-back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,11 +7,11 @@ use rocketgate_core::store::record::encode_msg_id;
 
 use super::Ctx;
 use super::handle::{Fail, Handled, core_fail, ok, parse, parse_opt, queue_id, required};
-use crate::body::{
+use rocketgate_remoting::body::{
     MessageQueue, OffsetWrapper, TopicOffset, consume_stats_json, field, topic_stats_json,
 };
-use crate::code::response;
-use crate::codec::RemotingCommand;
+use rocketgate_remoting::code::response;
+use rocketgate_remoting::codec::RemotingCommand;
 
 /// Bounds of one queue: `(min, max, last store time)`.
 async fn queue_bounds<B: MessagingApi>(

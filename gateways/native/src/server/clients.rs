@@ -12,11 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use rocketgate_core::broker::CheckerRegistration;
 use rocketgate_core::broker::filter::FilterType;
-use tokio::sync::mpsc;
+use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::server::Outbound;
 
-use crate::codec::RemotingCommand;
-
-pub(crate) type ConnId = u64;
+pub(crate) use rocketgate_remoting::server::ConnId;
 
 /// A consumer's subscription of one topic, as it last heart-beat it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +33,7 @@ struct Consumer {
 #[derive(Default)]
 struct Table {
     /// Outbound channel of every open connection.
-    conns: HashMap<ConnId, mpsc::Sender<RemotingCommand>>,
+    conns: HashMap<ConnId, Outbound>,
     /// The client id a connection heart-beat with.
     client_ids: HashMap<ConnId, String>,
     /// consumer group -> client id -> member.
@@ -63,8 +62,8 @@ impl Clients {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn connected(&self, conn: ConnId, tx: mpsc::Sender<RemotingCommand>) {
-        self.lock().conns.insert(conn, tx);
+    pub fn connected(&self, conn: ConnId, outbound: Outbound) {
+        self.lock().conns.insert(conn, outbound);
     }
 
     /// Forgets a connection and every group membership it carried.
@@ -217,7 +216,7 @@ impl Clients {
         conns
             .into_iter()
             .filter_map(|c| t.conns.get(&c))
-            .filter(|tx| tx.try_send(cmd.clone()).is_ok())
+            .filter(|out| out.try_send(cmd.clone()))
             .count()
     }
 
@@ -230,6 +229,6 @@ impl Clients {
         members
             .values()
             .filter_map(|c| t.conns.get(c))
-            .any(|tx| tx.try_send(cmd.clone()).is_ok())
+            .any(|out| out.try_send(cmd.clone()))
     }
 }

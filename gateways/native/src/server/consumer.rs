@@ -16,10 +16,12 @@ use super::handle::{
     required,
 };
 use super::pull::filter_type;
-use crate::body::{ConsumerList, HeartbeatData, LockBatchRequest, LockBatchResponse, field};
-use crate::code::response;
-use crate::codec::RemotingCommand;
-use crate::protocol::{from_json, to_json};
+use rocketgate_remoting::body::{
+    ConsumerList, HeartbeatData, LockBatchRequest, LockBatchResponse, field,
+};
+use rocketgate_remoting::code::response;
+use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::protocol::{from_json, to_json};
 
 fn bad_body(what: &str, e: impl std::fmt::Display) -> Fail {
     Fail::new(

@@ -9,9 +9,9 @@ use tracing::debug;
 
 use super::conn::Peer;
 use super::{Ctx, admin, consumer, pull, send, txn};
-use crate::body::field;
-use crate::code::{request, response};
-use crate::codec::RemotingCommand;
+use rocketgate_remoting::body::field;
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
 
 /// A failed request: the response code and remark it is answered with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,9 +85,9 @@ pub(crate) async fn member_left<B: MessagingApi>(ctx: &Ctx<B>, group: &str, clie
 pub(crate) fn notify_consumers<B>(ctx: &Ctx<B>, group: &str) {
     let mut cmd = RemotingCommand::request(request::NOTIFY_CONSUMER_IDS_CHANGED, 0)
         .with_field(field::CONSUMER_GROUP, group);
-    cmd.flag = crate::codec::FLAG_ONEWAY;
-    cmd.language = crate::LanguageCode::Rust;
-    cmd.version = crate::code::version::CURRENT;
+    cmd.flag = rocketgate_remoting::codec::FLAG_ONEWAY;
+    cmd.language = rocketgate_remoting::LanguageCode::Rust;
+    cmd.version = rocketgate_remoting::code::version::CURRENT;
     let n = ctx.clients.push_to_consumers(group, &cmd);
     debug!(group, notified = n, "consumer ids changed");
 }

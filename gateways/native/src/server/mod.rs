@@ -2,9 +2,11 @@
 //! heartbeat and manage offsets. Mirrors the NameServer's shape: [`Server::bind`], then
 //! [`Server::spawn`], then [`ServerHandle::stop`].
 //!
-//! One task per connection owns its socket (`conn.rs`); each request runs in its own task
-//! (a long-polling pull must not hold up the sends multiplexed on the same connection)
-//! and hands its response back through the connection's outbound channel. Who is
+//! The connections run on the shared remoting server loop, one task per connection
+//! owning its socket; `conn.rs` is this door's handler for it. A request that has to
+//! wait runs in its own task (a long-polling pull must not hold up the sends multiplexed
+//! on the same connection) and hands its response back through the connection's
+//! outbound queue. Who is
 //! connected, and which consumer and producer groups each connection speaks for, is in
 //! `clients.rs`; the request handlers are in `handle.rs` and the modules it dispatches to.
 //! Every business failure becomes a RocketMQ response code with a remark; only a frame
@@ -26,14 +28,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rocketgate_core::broker::MessagingApi;
+use rocketgate_remoting::codec::DEFAULT_MAX_FRAME_LEN;
+use rocketgate_remoting::server::{self, Limits};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
-use tokio::task::{JoinHandle, JoinSet};
-use tracing::{info, warn};
+use tokio::task::JoinHandle;
+use tracing::info;
 
 use crate::Error;
-use crate::codec::{DEFAULT_MAX_FRAME_LEN, FrameCodec};
 use clients::Clients;
+use conn::Door;
+
+/// Responses and pushes waiting to be written per connection; a full queue holds up the
+/// handlers.
+const OUTBOUND_CAPACITY: usize = 1024;
 
 /// Settings of the broker server (`[native]` in the config, plus the broker's identity).
 #[derive(Debug, Clone)]
@@ -100,7 +108,6 @@ impl<B> Ctx<B> {
 pub struct Server<B> {
     listener: TcpListener,
     ctx: Arc<Ctx<B>>,
-    codec: FrameCodec,
 }
 
 /// Controls a spawned [`Server`]. Dropping it stops the server in the background;
@@ -147,7 +154,6 @@ impl<B: MessagingApi + 'static> Server<B> {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             source,
         })?;
-        let codec = FrameCodec::new(settings.max_frame_len);
         let ctx = Arc::new(Ctx {
             broker,
             inflight: Semaphore::new(settings.max_inflight_sends),
@@ -156,18 +162,11 @@ impl<B: MessagingApi + 'static> Server<B> {
             topics_changed: Arc::new(|| {}),
             known_topics: Mutex::new(HashSet::new()),
         });
-        Ok((
-            Server {
-                listener,
-                ctx,
-                codec,
-            },
-            local,
-        ))
+        Ok((Server { listener, ctx }, local))
     }
 
     /// Calls `hook` whenever a request creates or changes a topic (e.g.
-    /// [`crate::RegistrarHandle::register_now`], so the NameServers learn the route).
+    /// [`rocketgate_remoting::RegistrarHandle::register_now`], so the NameServers learn the route).
     pub fn on_topics_changed(mut self, hook: TopicsChanged) -> Self {
         if let Some(ctx) = Arc::get_mut(&mut self.ctx) {
             ctx.topics_changed = hook;
@@ -186,39 +185,15 @@ impl<B: MessagingApi + 'static> Server<B> {
 
     /// Serves until `shutdown` completes, then closes every connection.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Server {
-            listener,
-            ctx,
-            codec,
-        } = self;
+        let Server { listener, ctx } = self;
         let local = listener.local_addr().ok();
         info!(addr = ?local, "native broker server listening");
-        let (closing, _) = watch::channel(false);
-        let mut conns = JoinSet::new();
-        let mut next_id: u64 = 1;
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let _ = stream.set_nodelay(true);
-                        let id = next_id;
-                        next_id += 1;
-                        let c = conn::Connection::new(id, peer, stream, codec, ctx.clone());
-                        conns.spawn(c.serve(closing.subscribe()));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-                Some(_) = conns.join_next() => {}
-                _ = &mut shutdown => break,
-            }
-        }
-        drop(listener);
-        closing.send_replace(true);
-        while conns.join_next().await.is_some() {}
+        let limits = Limits {
+            max_frame_len: ctx.settings.max_frame_len,
+            write_timeout: ctx.settings.write_timeout,
+            outbound_capacity: OUTBOUND_CAPACITY,
+        };
+        server::serve(listener, Arc::new(Door { ctx }), limits, shutdown).await;
         info!(addr = ?local, "native broker server stopped");
     }
 }

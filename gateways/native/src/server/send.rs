@@ -14,10 +14,10 @@ use super::Ctx;
 use super::conn::Peer;
 use super::handle::{Fail, Handled, core_fail};
 use super::txn;
-use crate::body::field;
-use crate::code::{request, response};
-use crate::codec::RemotingCommand;
 use crate::message::{decode_batch_encoded, decode_properties};
+use rocketgate_remoting::body::field;
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::RemotingCommand;
 
 /// A send header, whichever of the two layouts it came in.
 pub(crate) struct SendHeader {
@@ -241,7 +241,7 @@ fn response_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::body::SEND_V2_NAMES;
+    use rocketgate_remoting::body::SEND_V2_NAMES;
 
     #[test]
     fn field_names_are_the_v2_table() {

@@ -16,9 +16,9 @@ use super::Ctx;
 use super::clients::Clients;
 use super::handle::{Fail, Handled, core_fail, ok, parse, parse_opt, required};
 use super::send::{SendHeader, sent_response};
-use crate::body::{field, transaction};
-use crate::code::{request, response};
-use crate::codec::{FLAG_ONEWAY, RemotingCommand};
+use rocketgate_remoting::body::{field, transaction};
+use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::codec::{FLAG_ONEWAY, RemotingCommand};
 
 pub(crate) async fn send_half<B: MessagingApi>(
     ctx: &Ctx<B>,
@@ -105,8 +105,8 @@ impl TransactionChecker for Checker {
             )
             .with_body(half.record);
         cmd.flag = FLAG_ONEWAY;
-        cmd.language = crate::LanguageCode::Rust;
-        cmd.version = crate::code::version::CURRENT;
+        cmd.language = rocketgate_remoting::LanguageCode::Rust;
+        cmd.version = rocketgate_remoting::code::version::CURRENT;
         let asked = clients.push_to_producer(&self.group, cmd);
         debug!(group = self.group, handle = %h, asked, "transaction check-back");
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
 use rocketgate_core::store::{DiskSpace, Store, StoreDeps, StoreOptions};
-use rocketgate_native::codec::{FLAG_ONEWAY, FrameCodec, RemotingCommand};
 use rocketgate_native::{Server, ServerHandle, ServerSettings};
+use rocketgate_remoting::codec::{FLAG_ONEWAY, FrameCodec, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -207,8 +207,8 @@ impl Cluster {
     pub async fn start() -> Cluster {
         use rocketgate_core::broker::TopicKind;
         use rocketgate_namesrv::{NameServer, NamesrvSettings};
-        use rocketgate_native::protocol::TopicConfig as WireTopic;
-        use rocketgate_native::{BrokerIdentity, Registrar};
+        use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
+        use rocketgate_remoting::{BrokerIdentity, Registrar};
 
         let dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -30,9 +30,12 @@ impl Text {
                 let bytes = frame
                     .get(*start as usize..*end as usize)
                     .unwrap_or_default();
+                #[allow(unsafe_code)]
                 // SAFETY: `Span` is only built by `push_span`, which checked that these
                 // bytes of the (immutable) frame are valid UTF-8.
-                unsafe { std::str::from_utf8_unchecked(bytes) }
+                unsafe {
+                    std::str::from_utf8_unchecked(bytes)
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use rocketgate_native::FrameCodec;
+use rocketgate_remoting::FrameCodec;
 
 fuzz_target!(|data: &[u8]| {
     let codec = FrameCodec::new(64 * 1024);

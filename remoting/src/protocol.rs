@@ -47,10 +47,11 @@ pub struct DataVersion {
     pub timestamp: i64,
 }
 
-/// One topic as a broker hosts it (`TopicConfig`).
+/// One topic as a broker hosts it (Java's `TopicConfig`; named apart from the core's
+/// `TopicConfig`, which holds the broker's own view of a topic).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub struct TopicConfig {
+pub struct WireTopicConfig {
     pub attributes: BTreeMap<String, String>,
     pub order: bool,
     pub perm: u32,
@@ -61,10 +62,10 @@ pub struct TopicConfig {
     pub write_queue_nums: u32,
 }
 
-impl Default for TopicConfig {
+impl Default for WireTopicConfig {
     /// Java's defaults: 16 queues, read + write.
     fn default() -> Self {
-        TopicConfig {
+        WireTopicConfig {
             attributes: BTreeMap::new(),
             order: false,
             perm: perm::READ | perm::WRITE,
@@ -77,10 +78,10 @@ impl Default for TopicConfig {
     }
 }
 
-impl TopicConfig {
+impl WireTopicConfig {
     /// A read-write topic with `queues` read and write queues.
     pub fn new(name: impl Into<String>, queues: u32) -> Self {
-        TopicConfig {
+        WireTopicConfig {
             topic_name: name.into(),
             read_queue_nums: queues,
             write_queue_nums: queues,
@@ -94,7 +95,7 @@ impl TopicConfig {
 #[serde(default, rename_all = "camelCase")]
 pub struct TopicConfigWrapper {
     pub data_version: DataVersion,
-    pub topic_config_table: BTreeMap<String, TopicConfig>,
+    pub topic_config_table: BTreeMap<String, WireTopicConfig>,
 }
 
 /// The body of `REGISTER_BROKER` (`RegisterBrokerBody`, uncompressed form).

@@ -10,16 +10,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, info, warn};
 
+use crate::client::Link;
 use crate::code::{request, response, version};
-use crate::codec::{FrameCodec, LanguageCode, RemotingCommand};
-use crate::protocol::{DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigWrapper, field};
+use crate::codec::{LanguageCode, RemotingCommand};
+use crate::protocol::{
+    DataVersion, RegisterBrokerBody, TopicConfigWrapper, WireTopicConfig, field,
+};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -41,14 +41,14 @@ pub struct BrokerIdentity {
 
 /// The broker's current topics, read at every registration.
 pub trait TopicSource: Send + Sync + 'static {
-    fn topics(&self) -> Vec<TopicConfig>;
+    fn topics(&self) -> Vec<WireTopicConfig>;
 }
 
 impl<F> TopicSource for F
 where
-    F: Fn() -> Vec<TopicConfig> + Send + Sync + 'static,
+    F: Fn() -> Vec<WireTopicConfig> + Send + Sync + 'static,
 {
-    fn topics(&self) -> Vec<TopicConfig> {
+    fn topics(&self) -> Vec<WireTopicConfig> {
         self()
     }
 }
@@ -66,7 +66,7 @@ struct Shared {
     topics: Arc<dyn TopicSource>,
     /// Last topic table sent and its version; bumped when the table changes. One short
     /// std lock shared by the per-NameServer tasks, never held across an await.
-    version: Mutex<(Vec<TopicConfig>, DataVersion)>,
+    version: Mutex<(Vec<WireTopicConfig>, DataVersion)>,
 }
 
 /// Where a registrar is in its life; watched by every per-NameServer task.
@@ -94,7 +94,7 @@ impl RegistrarHandle {
     }
 
     /// [`RegistrarHandle::register_now`] as a callable that does not borrow the handle
-    /// (e.g. for [`crate::Server::on_topics_changed`]).
+    /// (e.g. for the native door's `Server::on_topics_changed`).
     pub fn trigger(&self) -> impl Fn() + Send + Sync + 'static {
         let kick = self.kick.clone();
         move || {
@@ -267,54 +267,54 @@ async fn keep_registered(
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
+        // Nothing the NameServer sends unasked matters here: no push channel.
         let connected = tokio::select! {
-            c = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&addr)) => c,
+            c = Link::connect(&addr, REQUEST_TIMEOUT, None) => c,
             _ = stop.wait_for(|p| *p != Phase::Running) => return,
         };
         match connected {
-            Ok(Ok(stream)) => {
-                let mut link = Link::new(stream);
-                loop {
-                    match link.call(shared.register_request()).await {
-                        Ok(r) if r.code == response::SUCCESS => {
-                            debug!(namesrv = %addr, "registered");
-                            backoff = FIRST_BACKOFF;
-                        }
-                        Ok(r) => {
-                            warn!(namesrv = %addr, code = r.code, remark = ?r.remark, "registration refused")
-                        }
-                        Err(e) => {
-                            warn!(namesrv = %addr, error = %e, "registration failed; reconnecting");
-                            break;
-                        }
+            Ok(link) => loop {
+                match link.call(shared.register_request(), REQUEST_TIMEOUT).await {
+                    Ok(r) if r.code == response::SUCCESS => {
+                        debug!(namesrv = %addr, "registered");
+                        backoff = FIRST_BACKOFF;
                     }
-                    let wake = tokio::select! {
-                        _ = tokio::time::sleep(shared.interval) => Wake::Tick,
-                        _ = kick.changed() => Wake::Tick,
-                        p = stop.wait_for(|p| *p != Phase::Running) => match p.map(|p| *p) {
-                            Ok(Phase::Stopping) => Wake::Stop,
-                            _ => return,
-                        },
-                        _ = link.closed() => Wake::Closed,
-                    };
-                    match wake {
-                        Wake::Tick => {}
-                        Wake::Closed => {
-                            info!(namesrv = %addr, "connection closed by NameServer; reconnecting");
-                            break;
-                        }
-                        Wake::Stop => {
-                            match link.call(shared.unregister_request()).await {
-                                Ok(_) => info!(namesrv = %addr, "unregistered"),
-                                Err(e) => warn!(namesrv = %addr, error = %e, "unregister failed"),
-                            }
-                            return;
-                        }
+                    Ok(r) => {
+                        warn!(namesrv = %addr, code = r.code, remark = ?r.remark, "registration refused")
+                    }
+                    Err(e) => {
+                        warn!(namesrv = %addr, error = %e, "registration failed; reconnecting");
+                        break;
                     }
                 }
-            }
-            Ok(Err(e)) => debug!(namesrv = %addr, error = %e, "connect failed"),
-            Err(_) => debug!(namesrv = %addr, "connect timed out"),
+                let wake = tokio::select! {
+                    _ = tokio::time::sleep(shared.interval) => Wake::Tick,
+                    _ = kick.changed() => Wake::Tick,
+                    p = stop.wait_for(|p| *p != Phase::Running) => match p.map(|p| *p) {
+                        Ok(Phase::Stopping) => Wake::Stop,
+                        _ => return,
+                    },
+                    _ = link.closed() => Wake::Closed,
+                };
+                match wake {
+                    Wake::Tick => {}
+                    Wake::Closed => {
+                        info!(namesrv = %addr, "connection closed by NameServer; reconnecting");
+                        break;
+                    }
+                    Wake::Stop => {
+                        match link
+                            .call(shared.unregister_request(), REQUEST_TIMEOUT)
+                            .await
+                        {
+                            Ok(_) => info!(namesrv = %addr, "unregistered"),
+                            Err(e) => warn!(namesrv = %addr, error = %e, "unregister failed"),
+                        }
+                        return;
+                    }
+                }
+            },
+            Err(e) => debug!(namesrv = %addr, error = %e, "connect failed"),
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -324,75 +324,11 @@ async fn keep_registered(
     }
 }
 
-/// A request/response connection to one peer, used by one task at a time.
-struct Link {
-    stream: TcpStream,
-    buf: BytesMut,
-    codec: FrameCodec,
-    next_opaque: i32,
-}
-
-impl Link {
-    fn new(stream: TcpStream) -> Self {
-        Link {
-            stream,
-            buf: BytesMut::with_capacity(4096),
-            codec: FrameCodec::default(),
-            next_opaque: 1,
-        }
-    }
-
-    /// Sends `cmd` and waits for the response with its opaque, within [`REQUEST_TIMEOUT`].
-    async fn call(&mut self, mut cmd: RemotingCommand) -> std::io::Result<RemotingCommand> {
-        cmd.opaque = self.next_opaque;
-        self.next_opaque = self.next_opaque.wrapping_add(1);
-        let mut out = BytesMut::new();
-        self.codec.encode(&cmd, &mut out).map_err(invalid)?;
-        let exchange = async {
-            self.stream.write_all(&out).await?;
-            loop {
-                if let Some(r) = self.codec.decode(&mut self.buf).map_err(invalid)? {
-                    if r.is_response() && r.opaque == cmd.opaque {
-                        return Ok(r);
-                    }
-                    continue;
-                }
-                if self.stream.read_buf(&mut self.buf).await? == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-            }
-        };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
-    }
-
-    /// Completes when the peer closes the connection (or breaks it); stray frames are
-    /// discarded.
-    async fn closed(&mut self) {
-        loop {
-            match self.stream.read_buf(&mut self.buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    while let Ok(Some(_)) = self.codec.decode(&mut self.buf) {}
-                    if self.buf.len() > self.codec.max_frame_len() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn invalid(e: crate::codec::CodecError) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn shared(topics: Arc<Mutex<Vec<TopicConfig>>>) -> Shared {
+    fn shared(topics: Arc<Mutex<Vec<WireTopicConfig>>>) -> Shared {
         let source = move || topics.lock().unwrap().clone();
         Shared {
             identity: BrokerIdentity {
@@ -410,7 +346,7 @@ mod tests {
 
     #[test]
     fn register_request_carries_identity_topics_and_a_checksum() {
-        let topics = Arc::new(Mutex::new(vec![TopicConfig::new("T", 4)]));
+        let topics = Arc::new(Mutex::new(vec![WireTopicConfig::new("T", 4)]));
         let s = shared(topics.clone());
         let r = s.register_request();
         assert_eq!(r.code, request::REGISTER_BROKER);
@@ -428,7 +364,7 @@ mod tests {
         let again: RegisterBrokerBody =
             crate::protocol::from_json(&s.register_request().body).unwrap();
         assert_eq!(again.topic_config_serialize_wrapper.data_version.counter, 1);
-        topics.lock().unwrap().push(TopicConfig::new("U", 2));
+        topics.lock().unwrap().push(WireTopicConfig::new("U", 2));
         let changed: RegisterBrokerBody =
             crate::protocol::from_json(&s.register_request().body).unwrap();
         assert_eq!(
