@@ -314,3 +314,30 @@ pub(crate) fn allocate(me: &str, members: &[String], queues: &[MessageQueue]) ->
         .map(|q| MessageQueue::new(q.topic, q.broker_name, q.queue_id))
         .collect()
 }
+
+/// Where a queue without a committed offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsumeFrom {
+    /// Its oldest stored message.
+    #[default]
+    First,
+    /// Only messages stored from now on.
+    Last,
+    /// The first message stored at or after this time (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// The start of a queue with no committed offset.
+pub(super) async fn start_offset(
+    broker: &Broker,
+    mq: &MessageQueue,
+    from: ConsumeFrom,
+) -> Result<u64, Error> {
+    match from {
+        // Offset 0; a pull there answers OFFSET_MOVED with the real minimum if
+        // retention deleted the start.
+        ConsumeFrom::First => Ok(0),
+        ConsumeFrom::Last => broker.max_offset(mq).await,
+        ConsumeFrom::Timestamp(ts) => broker.offset_by_time(mq, ts).await,
+    }
+}

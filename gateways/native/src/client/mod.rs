@@ -46,11 +46,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use crate::message::ReceivedMessage;
+pub use consume::ConsumeFrom;
 pub use message::{Message, SendResult};
 pub use producer::Producer;
 pub use pull_consumer::PullConsumer;
 pub use push_consumer::{
-    ConsumeFrom, ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerOptions,
+    ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerOptions,
 };
 pub use session::Route;
 pub use transaction::{TransactionProducer, TransactionState};

@@ -9,8 +9,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::ClientConfig;
-use super::consume::{Broker, Expression, Pulled, allocate};
-use super::push_consumer::ConsumeFrom;
+use super::consume::{Broker, ConsumeFrom, Expression, Pulled, allocate, start_offset};
 use super::session::Session;
 use crate::Error;
 use crate::message::ReceivedMessage;
@@ -357,21 +356,6 @@ impl PullConsumer {
             self.broker.unregister().await;
         }
         self.broker.session.links.close_all();
-    }
-}
-
-/// The start of a queue with no committed offset.
-pub(super) async fn start_offset(
-    broker: &Broker,
-    mq: &MessageQueue,
-    from: ConsumeFrom,
-) -> Result<u64, Error> {
-    match from {
-        // Offset 0; a pull there answers OFFSET_MOVED with the real minimum if
-        // retention deleted the start.
-        ConsumeFrom::First => Ok(0),
-        ConsumeFrom::Last => broker.max_offset(mq).await,
-        ConsumeFrom::Timestamp(ts) => broker.offset_by_time(mq, ts).await,
     }
 }
 

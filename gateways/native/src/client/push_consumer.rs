@@ -21,11 +21,10 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
 use super::ClientConfig;
-use super::consume::{Broker, Expression, Pulled, allocate};
+use super::consume::{Broker, ConsumeFrom, Expression, Pulled, allocate, start_offset};
 use super::link::Pushed;
 use super::offset_store::{self, LocalOffsets, Persisted};
 use super::progress::Progress;
-use super::pull_consumer::start_offset;
 use super::session::Session;
 use crate::Error;
 use crate::message::ReceivedMessage;
@@ -41,18 +40,6 @@ pub enum ConsumeMode {
     /// Every member gets every message; each member keeps its offsets in a local file
     /// (see [`PushConsumerOptions::offset_store_dir`]).
     Broadcasting,
-}
-
-/// Where a queue without a committed offset starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConsumeFrom {
-    /// Its oldest stored message.
-    #[default]
-    First,
-    /// Only messages stored from now on.
-    Last,
-    /// The first message stored at or after this time (ms since the epoch).
-    Timestamp(i64),
 }
 
 /// A concurrent listener's verdict on a batch.

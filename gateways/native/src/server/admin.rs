@@ -6,7 +6,7 @@ use rocketgate_core::broker::{Delivered, MessagingApi, Perm, TopicConfig};
 use rocketgate_core::store::record::encode_msg_id;
 
 use super::Ctx;
-use super::handle::{Fail, Handled, core_fail, ok, parse, parse_opt, queue_id, required};
+use super::reply::{Fail, Handled, core_fail, ok, parse, parse_opt, queue_id, required};
 use rocketgate_remoting::body::{
     MessageQueue, OffsetWrapper, TopicOffset, consume_stats_json, field, topic_stats_json,
 };

@@ -43,7 +43,7 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
         let departed = self.ctx.clients.disconnected(peer.id);
         if let Some(client_id) = departed.client_id {
             for group in departed.consumer_groups {
-                handle::member_left(&self.ctx, &group, &client_id).await;
+                super::consumer::member_left(&self.ctx, &group, &client_id).await;
             }
         }
     }

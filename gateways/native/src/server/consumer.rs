@@ -10,18 +10,15 @@ use tracing::debug;
 
 use super::Ctx;
 use super::clients::Sub;
-use super::conn::Peer;
-use super::handle::{
-    Fail, Handled, core_fail, member_left, notify_consumers, ok, parse, parse_opt, queue_id,
-    required,
-};
 use super::pull::filter_type;
+use super::reply::{Fail, Handled, core_fail, ok, parse, parse_opt, queue_id, required};
 use rocketgate_remoting::body::{
     ConsumerList, HeartbeatData, LockBatchRequest, LockBatchResponse, field,
 };
-use rocketgate_remoting::code::response;
+use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::codec::RemotingCommand;
 use rocketgate_remoting::protocol::{from_json, to_json};
+use rocketgate_remoting::server::Peer;
 
 fn bad_body(what: &str, e: impl std::fmt::Display) -> Fail {
     Fail::new(
@@ -229,4 +226,22 @@ pub(crate) async fn unlock_batch<B: MessagingApi>(ctx: &Ctx<B>, req: &RemotingCo
             .map_err(core_fail)?;
     }
     Ok(ok(req))
+}
+
+/// A member left a consumer group (unregistered or disconnected): tell the core and
+/// the remaining members.
+pub(crate) async fn member_left<B: MessagingApi>(ctx: &Ctx<B>, group: &str, client_id: &str) {
+    let _ = ctx.broker.unregister(group, client_id).await;
+    notify_consumers(ctx, group);
+}
+
+/// `NOTIFY_CONSUMER_IDS_CHANGED` (one-way) to every member of `group`.
+pub(crate) fn notify_consumers<B>(ctx: &Ctx<B>, group: &str) {
+    let mut cmd = RemotingCommand::request(request::NOTIFY_CONSUMER_IDS_CHANGED, 0)
+        .with_field(field::CONSUMER_GROUP, group);
+    cmd.flag = rocketgate_remoting::codec::FLAG_ONEWAY;
+    cmd.language = rocketgate_remoting::LanguageCode::Rust;
+    cmd.version = rocketgate_remoting::code::version::CURRENT;
+    let n = ctx.clients.push_to_consumers(group, &cmd);
+    debug!(group, notified = n, "consumer ids changed");
 }

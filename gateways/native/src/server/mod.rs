@@ -18,6 +18,7 @@ mod conn;
 mod consumer;
 mod handle;
 mod pull;
+mod reply;
 mod send;
 mod txn;
 

@@ -9,11 +9,11 @@ use rocketgate_core::broker::{MessagingApi, PullRequest, PullStatus};
 use tracing::debug;
 
 use super::Ctx;
-use super::conn::Peer;
-use super::handle::{Fail, Handled, core_fail, parse, parse_opt, queue_id, required};
+use super::reply::{Fail, Handled, core_fail, parse, parse_opt, queue_id, required};
 use rocketgate_remoting::body::{expression, field, pull_flag};
 use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::server::Peer;
 
 /// Messages one pull returns at most, whatever it asks for.
 const MAX_PULL_MESSAGES: usize = 1024;

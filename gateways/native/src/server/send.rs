@@ -11,13 +11,12 @@ use rocketgate_core::store::record::{
 };
 
 use super::Ctx;
-use super::conn::Peer;
-use super::handle::{Fail, Handled, core_fail};
-use super::txn;
+use super::reply::{Fail, Handled, core_fail};
 use crate::message::{decode_batch_encoded, decode_properties};
 use rocketgate_remoting::body::field;
 use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::codec::RemotingCommand;
+use rocketgate_remoting::server::Peer;
 
 /// A send header, whichever of the two layouts it came in.
 pub(crate) struct SendHeader {
@@ -158,7 +157,7 @@ pub(crate) async fn send<B: MessagingApi>(
         // Delays, transactions, or properties not in the stored form: parsed.
         let m = header.message(peer, req.body.clone());
         if m.property(property::TRANSACTION_PREPARED) == Some("true") {
-            txn::send_half(ctx, req, &header, m).await?
+            send_half(ctx, req, &header, m).await?
         } else {
             let sent = ctx
                 .broker
@@ -236,6 +235,32 @@ fn response_fields(
         .with_field(field::QUEUE_OFFSET, queue_offset)
         .with_static_field(field::MSG_REGION, "DefaultRegion")
         .with_static_field(field::TRACE_ON, "true")
+}
+
+/// A transactional half message: stored invisible until the producer ends it.
+pub(crate) async fn send_half<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    req: &RemotingCommand,
+    header: &SendHeader,
+    message: Message,
+) -> Handled {
+    if header.producer_group.is_empty() {
+        return Err(Fail::new(
+            response::MESSAGE_ILLEGAL,
+            "a transactional message needs its producer group",
+        ));
+    }
+    let transaction_id = message
+        .property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        .map(str::to_owned);
+    let half = ctx
+        .broker
+        .send_half(&header.producer_group, message, header.queue_choice())
+        .await
+        .map_err(core_fail)?;
+    let id = half.sent.append.msg_id.clone();
+    let resp = sent_response(req, &half.sent, id.clone());
+    Ok(resp.with_field(field::TRANSACTION_ID, transaction_id.unwrap_or(id)))
 }
 
 #[cfg(test)]

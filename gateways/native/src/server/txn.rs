@@ -8,42 +8,15 @@ use std::sync::{Arc, Weak};
 use rocketgate_core::broker::{
     HalfMessage, MessagingApi, Resolution, TransactionChecker, TransactionHandle,
 };
-use rocketgate_core::store::Message;
-use rocketgate_core::store::record::{encode_msg_id, property};
+use rocketgate_core::store::record::encode_msg_id;
 use tracing::debug;
 
 use super::Ctx;
 use super::clients::Clients;
-use super::handle::{Fail, Handled, core_fail, ok, parse, parse_opt, required};
-use super::send::{SendHeader, sent_response};
+use super::reply::{Fail, Handled, core_fail, ok, parse, parse_opt, required};
 use rocketgate_remoting::body::{field, transaction};
 use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::codec::{FLAG_ONEWAY, RemotingCommand};
-
-pub(crate) async fn send_half<B: MessagingApi>(
-    ctx: &Ctx<B>,
-    req: &RemotingCommand,
-    header: &SendHeader,
-    message: Message,
-) -> Handled {
-    if header.producer_group.is_empty() {
-        return Err(Fail::new(
-            response::MESSAGE_ILLEGAL,
-            "a transactional message needs its producer group",
-        ));
-    }
-    let transaction_id = message
-        .property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        .map(str::to_owned);
-    let half = ctx
-        .broker
-        .send_half(&header.producer_group, message, header.queue_choice())
-        .await
-        .map_err(core_fail)?;
-    let id = half.sent.append.msg_id.clone();
-    let resp = sent_response(req, &half.sent, id.clone());
-    Ok(resp.with_field(field::TRANSACTION_ID, transaction_id.unwrap_or(id)))
-}
 
 pub(crate) async fn end_transaction<B: MessagingApi>(
     ctx: &Ctx<B>,
