@@ -25,9 +25,10 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::auth::{AuthAttempt, AuthDecision, Authenticator, Door};
+use crate::protocol::error_code;
 use crate::protocol::{self, AckTarget, Envelope, Request, Start, Subscribe};
 use crate::settings::Settings;
-use crate::subscription::{Feed, Outbox, Shared, parse_broadcast_receipt};
+use crate::subscription::{Feed, Outbox, Shared, parse_broadcast_receipt, stopped};
 
 /// Frames the outbound buffer holds at most, whatever their size.
 const OUTBOUND_FRAMES: usize = 1024;
@@ -39,29 +40,6 @@ pub(crate) struct Context<B> {
     pub broker: Arc<B>,
     pub settings: Arc<Settings>,
     pub auth: Arc<dyn Authenticator>,
-}
-
-/// An error frame's code and message for a core error.
-pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
-    use rocketgate_core::Error as E;
-    let code = match e {
-        E::TopicNotFound { .. } => "topic_not_found",
-        E::NoPermission { .. } => "forbidden",
-        E::InvalidFilter(_) => "invalid_filter",
-        E::InvalidName(_)
-        | E::InvalidTopicName { .. }
-        | E::InvalidArgument(_)
-        | E::InvalidMessage(_)
-        | E::DelayTooLong { .. } => "bad_request",
-        E::MessageTooLarge { .. } => "message_too_large",
-        E::InvalidReceiptHandle { .. } => "invalid_receipt",
-        E::StaleReceiptHandle { .. } => "stale_receipt",
-        E::GroupModeConflict { .. } => "group_mode_conflict",
-        E::QueueNotFound { .. } => "queue_not_found",
-        E::DiskFull { .. } | E::FlushTimeout { .. } | E::ShutDown => "unavailable",
-        _ => "internal",
-    };
-    (code, e.to_string())
 }
 
 struct Sub {
@@ -521,12 +499,6 @@ async fn commit<B: MessagingApi>(broker: &B, sub: &Sub, queue: u32) -> Result<()
             .map_err(|e| error_code(&e))?;
     }
     Ok(())
-}
-
-/// Completes when the flag turns true (or its sender is gone); returns nothing,
-/// so no watch guard lives across an await in a `select!`.
-pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
-    let _ = flag.wait_for(|c| *c).await;
 }
 
 fn unknown(id: &str) -> Failure {

@@ -532,6 +532,29 @@ pub(crate) fn message_frame(
     .to_string())
 }
 
+/// An error frame's code and message for a core error.
+pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
+    use rocketgate_core::Error as E;
+    let code = match e {
+        E::TopicNotFound { .. } => "topic_not_found",
+        E::NoPermission { .. } => "forbidden",
+        E::InvalidFilter(_) => "invalid_filter",
+        E::InvalidName(_)
+        | E::InvalidTopicName { .. }
+        | E::InvalidArgument(_)
+        | E::InvalidMessage(_)
+        | E::DelayTooLong { .. } => "bad_request",
+        E::MessageTooLarge { .. } => "message_too_large",
+        E::InvalidReceiptHandle { .. } => "invalid_receipt",
+        E::StaleReceiptHandle { .. } => "stale_receipt",
+        E::GroupModeConflict { .. } => "group_mode_conflict",
+        E::QueueNotFound { .. } => "queue_not_found",
+        E::DiskFull { .. } | E::FlushTimeout { .. } | E::ShutDown => "unavailable",
+        _ => "internal",
+    };
+    (code, e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

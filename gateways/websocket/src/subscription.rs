@@ -30,7 +30,6 @@ use rocketgate_core::broker::{
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::connection::stopped;
 use crate::protocol::{self, Subscribe};
 use crate::settings::Settings;
 
@@ -242,7 +241,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
         };
         let id = self.spec.id.clone();
         if let End::Failed(e) = &end {
-            let (code, _) = crate::connection::error_code(e);
+            let (code, _) = protocol::error_code(e);
             let frame = protocol::error_frame(
                 &None,
                 code,
@@ -546,6 +545,12 @@ impl<B: MessagingApi + 'static> Feed<B> {
             }
         }
     }
+}
+
+/// Completes when the flag turns true (or its sender is gone); returns nothing,
+/// so no watch guard lives across an await in a `select!`.
+pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|c| *c).await;
 }
 
 #[cfg(test)]
