@@ -36,7 +36,9 @@
 //! ```
 
 pub mod broker;
+pub mod clock;
 pub mod error;
 pub mod store;
+pub mod sync;
 
 pub use error::{Error, Result};

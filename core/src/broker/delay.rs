@@ -34,11 +34,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::local::{Broker, lock};
+use super::local::Broker;
 use super::persist;
 use super::schedule::{self, DelayLevels};
 use crate::store::record::property;
 use crate::store::{Message, RecordView, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// The stored property holding a delayed message's delivery time (ms since the

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,7 +30,6 @@ use super::api::{
     PullRequest, PullResult, QueueChoice, QueueStats, SEND_TIME_PROPERTIES, SendBackResult,
     SendResult,
 };
-use super::clock::Clock;
 use super::delay::{self, DelayOptions, DelayState};
 use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
@@ -42,9 +41,11 @@ use super::topics::{TopicConfig, TopicKind, TopicTable};
 use super::transaction::{
     CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
 };
+use crate::clock::Clock;
 use crate::store::consume_queue::java_string_hash;
 use crate::store::record::{BatchSent, EncodedBatch, PlainBatch};
 use crate::store::{Message, Store};
+use crate::sync::{self, lock};
 use crate::{Error, Result};
 
 /// What a [`Broker`] needs to know besides its store and clock.
@@ -128,10 +129,6 @@ pub struct Broker {
     flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
     /// Set by [`Broker::halt_for_tests`]: close writes nothing.
     halted: std::sync::atomic::AtomicBool,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Broker {
@@ -268,11 +265,11 @@ impl Broker {
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, TopicTable> {
-        self.topics.read().unwrap_or_else(|p| p.into_inner())
+        sync::read(&self.topics)
     }
 
     fn topics_write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTable> {
-        self.topics.write().unwrap_or_else(|p| p.into_inner())
+        sync::write(&self.topics)
     }
 
     pub(super) fn topic_config(&self, topic: &str) -> Result<TopicConfig> {

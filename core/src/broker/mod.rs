@@ -19,7 +19,6 @@
 
 pub mod allocate;
 mod api;
-pub mod clock;
 pub mod delay;
 pub mod filter;
 pub mod group_config;
@@ -37,12 +36,13 @@ pub mod schedule;
 pub mod topics;
 pub mod transaction;
 
+/// The crate's clock, at the path gateways have used so far.
+pub use crate::clock::{self, Clock, ManualClock, SystemClock};
 pub use api::{
     DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
     PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats,
     SEND_TIME_PROPERTIES, SendBackResult, SendResult,
 };
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use delay::DelayOptions;
 pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};

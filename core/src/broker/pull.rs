@@ -18,8 +18,9 @@ use tokio::time::Instant;
 
 use super::api::{Delivered, PullRequest, PullResult, PullStatus};
 use super::filter::Filter;
-use super::local::{Broker, lock};
+use super::local::Broker;
 use crate::store::{CqEntry, RecordRef, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// One scan of a queue.

@@ -45,11 +45,12 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{QueueChoice, SendResult};
 use super::delay;
-use super::local::{Broker, lock};
+use super::local::Broker;
 use super::persist;
 use super::schedule::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group};
 use crate::store::record::{encode_msg_id, property, sys_flag};
 use crate::store::{Message, RecordView, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// Property of a half record: the broker clock (ms) when it was stored; the

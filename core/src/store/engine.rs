@@ -81,22 +81,20 @@ impl Default for StoreOptions {
     }
 }
 
-/// Wall-clock milliseconds since the epoch; injectable for retention tests.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+/// The store's clock (retention ages, checkpoint times): the crate's one
+/// [`crate::clock::Clock`], kept at this path for existing callers.
+pub use crate::clock::Clock;
 
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
-    })
+/// The system clock as a store dependency.
+pub fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(crate::clock::SystemClock)
 }
 
 /// What a store depends on besides its options.
 pub struct StoreDeps {
     pub disk: Arc<dyn DiskSpace>,
-    pub clock: Clock,
+    /// Wall-clock ms; injectable for retention tests.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for StoreDeps {
@@ -784,14 +782,14 @@ impl Inner {
             // The checkpoint never vouches for queue entries of bytes that are not
             // durable in the log itself.
             dispatched: dispatched.min(log_flushed),
-            written_at_ms: (self.deps.clock)(),
+            written_at_ms: self.deps.clock.now_ms(),
         }
         .store(&self.dir)
     }
 
     /// Deletes expired segments, and the oldest ones while above the soft disk ratio.
     fn retain(&self) -> Result<usize> {
-        let now = (self.deps.clock)();
+        let now = self.deps.clock.now_ms();
         let cutoff = now - self.opts.retention.as_millis() as i64;
         let mut deleted = 0;
         // Never delete what is not yet dispatched or durable: recovery needs it.
