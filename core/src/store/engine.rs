@@ -205,7 +205,7 @@ impl Signal {
     fn notify(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _g = crate::sync::lock(&self.lock);
             self.cv.notify_all();
         }
     }
@@ -213,7 +213,7 @@ impl Signal {
     /// Waits until the counter moves past `seen` or `timeout` passes; returns the counter.
     fn wait(&self, seen: u64, timeout: Duration) -> u64 {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::sync::lock(&self.lock);
         if self.seq.load(Ordering::SeqCst) == seen {
             let _ = self
                 .cv
@@ -676,12 +676,12 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
         let _ = inner.durability.close();
-        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(m) = crate::sync::lock(&self.abort).take() {
             std::mem::forget(m);
         }
     }
@@ -695,7 +695,7 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
@@ -706,7 +706,7 @@ impl Store {
         }
         inner.checkpoint()?;
         inner.durability.close()?;
-        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(m) = crate::sync::lock(&self.abort).take() {
             m.remove()?;
         }
         Ok(())
