@@ -3,7 +3,7 @@
 //! `<data_dir>/commitlog/`. This module owns appending (offset and queue-offset
 //! assignment, segment roll with blank fillers), zero-copy reads, the written
 //! and durable positions, and the retention hooks. It does not decide policy:
-//! when to flush ([`crate::store::flush`]), what to delete, and what the
+//! when to flush (the `flush` module, which drives this one), what to delete, and what the
 //! consume queues say are the store's business.
 //!
 //! Start with [`CommitLog::open`], [`CommitLog::append_batch`] and

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tracing::{debug, warn};
 
 use super::entry::{CqEntry, ENTRY_SIZE};
-use super::mapped::MappedFile;
 use super::validate_topic;
 use crate::error::{Error, Result};
+use crate::store::mapped::MappedFile;
 
 const ZERO_ENTRY: [u8; ENTRY_SIZE] = [0; ENTRY_SIZE];
 /// Width of a file name: the logical byte offset of its first entry.
@@ -645,7 +645,7 @@ fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
             .filter(|n| n.len() == NAME_DIGITS && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         let Some(byte_offset) = parsed else {
-            if !super::mapped::remove_if_unfinished(&path)? {
+            if !crate::store::mapped::remove_if_unfinished(&path)? {
                 warn!(path = %path.display(), "ignoring unexpected file in consume queue directory");
             }
             continue;

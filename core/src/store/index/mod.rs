@@ -106,7 +106,7 @@ impl IndexStore {
                     files.push(Arc::new(IndexFile::open(&path, name, slots, max_entries)?))
                 }
                 None => {
-                    if !crate::store::consume_queue::mapped::remove_if_unfinished(&path)? {
+                    if !crate::store::mapped::remove_if_unfinished(&path)? {
                         warn!(path = %path.display(), "ignoring unexpected file in index directory")
                     }
                 }
