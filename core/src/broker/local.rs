@@ -25,11 +25,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::allocate::{self, AllocateStrategy, MessageQueue};
-use super::api::{
-    self, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped,
-    PullRequest, PullResult, QueueChoice, QueueStats, SEND_TIME_PROPERTIES, SendBackResult,
-    SendResult,
-};
+use super::api::{self, MessagingApi, SEND_TIME_PROPERTIES};
 use super::delay::{self, DelayOptions, DelayState};
 use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
@@ -38,8 +34,11 @@ use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind, TopicTable};
-use super::transaction::{
-    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
+use super::transaction::TxnState;
+use super::values::{
+    CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfSent, OffsetReset, PopRequest,
+    Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution, SendBackResult,
+    SendResult, TransactionChecker, TransactionHandle,
 };
 use crate::clock::Clock;
 use crate::store::consume_queue::java_string_hash;

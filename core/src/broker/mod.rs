@@ -35,21 +35,20 @@ pub mod retry;
 pub mod schedule;
 pub mod topics;
 pub mod transaction;
+mod values;
 
 /// The crate's clock, at the path gateways have used so far.
 pub use crate::clock::{self, Clock, ManualClock, SystemClock};
-pub use api::{
-    DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
-    PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats,
-    SEND_TIME_PROPERTIES, SendBackResult, SendResult,
-};
+pub use api::{MessagingApi, SEND_TIME_PROPERTIES};
 pub use delay::DelayOptions;
 pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, BrokerOptions, sharding_queue};
 pub use receipt::ReceiptHandle;
 pub use topics::{Perm, TopicConfig, TopicKind};
-pub use transaction::{
-    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+pub use values::{
+    CheckRound, CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfMessage, HalfSent,
+    MemberInfo, OffsetReset, PopRequest, Popped, PullRequest, PullResult, PullStatus, QueueChoice,
+    QueueProgress, QueueStats, Resolution, SendBackResult, SendResult, TransactionChecker,
     TransactionHandle,
 };

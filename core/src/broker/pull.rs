@@ -16,9 +16,9 @@
 
 use tokio::time::Instant;
 
-use super::api::{Delivered, PullRequest, PullResult, PullStatus};
 use super::filter::Filter;
 use super::local::Broker;
+use super::values::{Delivered, PullRequest, PullResult, PullStatus};
 use crate::store::{CqEntry, RecordRef, Store};
 use crate::sync::lock;
 use crate::{Error, Result};

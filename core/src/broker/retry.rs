@@ -22,10 +22,10 @@
 use bytes::Bytes;
 
 use super::api::MessagingApi;
-use super::api::{DeadLetters, QueueChoice, SendBackResult, SendResult};
 use super::delay;
 use super::local::Broker;
 use super::schedule::{self, RetryDecision};
+use super::values::{DeadLetters, QueueChoice, SendBackResult, SendResult};
 use crate::store::record::{encode_msg_id, property};
 use crate::store::{Message, RecordView};
 use crate::{Error, Result};

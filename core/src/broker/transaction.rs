@@ -35,19 +35,21 @@
 //!   duplicate if the producer commits again), never lose a committed message.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::api::{QueueChoice, SendResult};
 use super::delay;
 use super::local::Broker;
 use super::persist;
 use super::schedule::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group};
+pub use super::values::{
+    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+    TransactionHandle,
+};
+use super::values::{QueueChoice, SendResult};
 use crate::store::record::{encode_msg_id, property, sys_flag};
 use crate::store::{Message, RecordView, Store};
 use crate::sync::lock;
@@ -64,137 +66,6 @@ const OP_TAG: &str = "d";
 const OP_RESOLUTION: &str = "TRAN_RESOLUTION";
 /// Half-queue entries read per step of a check round.
 const SCAN_BATCH: usize = 256;
-
-/// Names one half message: where it is in the commit log and in the half queue.
-/// Self-describing, so any broker process over the same store can end it;
-/// `to_string()` / `parse()` as `<commit_log_offset>-<half_queue_offset>`.
-/// The native door builds it from END_TRANSACTION's `commitLogOffset` and
-/// `tranStateTableOffset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TransactionHandle {
-    pub commit_log_offset: u64,
-    pub half_queue_offset: u64,
-}
-
-impl fmt::Display for TransactionHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.commit_log_offset, self.half_queue_offset)
-    }
-}
-
-impl FromStr for TransactionHandle {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "malformed transaction handle {s:?}: expected <commit log offset>-<half queue offset>"
-            ))
-        };
-        let (c, q) = s.split_once('-').ok_or_else(bad)?;
-        Ok(TransactionHandle {
-            commit_log_offset: c.parse().map_err(|_| bad())?,
-            half_queue_offset: q.parse().map_err(|_| bad())?,
-        })
-    }
-}
-
-/// How a transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    Commit,
-    Rollback,
-}
-
-impl Resolution {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resolution::Commit => "COMMIT",
-            Resolution::Rollback => "ROLLBACK",
-        }
-    }
-}
-
-/// What [`super::MessagingApi::send_half`] stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HalfSent {
-    /// `topic` / `queue_id`: where a commit will put the message; `append`: the
-    /// half record (its `queue_offset` is the half-queue offset, its `msg_id`
-    /// the half's offset message id, as RocketMQ answers a half send).
-    pub sent: SendResult,
-    pub transaction: TransactionHandle,
-}
-
-/// An undecided half message handed to a [`TransactionChecker`].
-#[derive(Debug, Clone)]
-pub struct HalfMessage {
-    pub producer_group: String,
-    pub handle: TransactionHandle,
-    /// The producer's `UNIQ_KEY`, else the half's offset message id.
-    pub msg_id: String,
-    /// `__transactionId__`, else the `UNIQ_KEY` (RocketMQ's check header).
-    pub transaction_id: Option<String>,
-    /// The stored half record, RocketMQ layout: its topic is the half topic;
-    /// `REAL_TOPIC` / `REAL_QID` name the real one.
-    pub record: Bytes,
-    /// 1 on the first check.
-    pub check_times: u32,
-}
-
-impl HalfMessage {
-    pub fn view(&self) -> Result<RecordView<'_>> {
-        Ok(RecordView::parse(&self.record)?)
-    }
-}
-
-/// What a gateway registers for a producer group to answer check-backs.
-/// `check` must not block: it hands the half to a producer (the native door
-/// sends CHECK_TRANSACTION_STATE) and the answer comes later through
-/// `end_transaction`. No answer is fine: the half is checked again next round.
-pub trait TransactionChecker: Send + Sync {
-    fn check(&self, half: HalfMessage);
-}
-
-/// Keeps a [`TransactionChecker`] registered; dropping it unregisters.
-pub struct CheckerRegistration {
-    unregister: Option<Box<dyn FnOnce() + Send + Sync>>,
-}
-
-impl CheckerRegistration {
-    /// A registration that runs `unregister` when dropped (for other
-    /// implementations of the API).
-    pub fn new(unregister: impl FnOnce() + Send + Sync + 'static) -> Self {
-        CheckerRegistration {
-            unregister: Some(Box::new(unregister)),
-        }
-    }
-}
-
-impl Drop for CheckerRegistration {
-    fn drop(&mut self) {
-        if let Some(f) = self.unregister.take() {
-            f();
-        }
-    }
-}
-
-impl fmt::Debug for CheckerRegistration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CheckerRegistration")
-    }
-}
-
-/// What one [`Broker::check_transactions`] round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CheckRound {
-    /// Halves handed to a registered checker.
-    pub checked: usize,
-    /// Halves due for a check whose producer group has no checker registered
-    /// (the check still counts).
-    pub unchecked: usize,
-    /// Halves rolled back because their checks ran out.
-    pub rolled_back: usize,
-}
 
 /// A set of offsets as a low-water mark plus the members above it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
