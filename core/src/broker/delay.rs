@@ -11,9 +11,9 @@
 //!   in any order: an in-memory min-heap of `(deadline, offset)` is fed by scanning
 //!   the queue, and rebuilt at open from the persisted low-water mark.
 //!
-//! [`DelayState`] owns the schedule's progress and reaches the rest of the broker
+//! `DelayState` owns the schedule's progress and reaches the rest of the broker
 //! through two narrow things: the store (reads of the schedule queues, appends)
-//! and a [`TopicLookup`] for the real topic's current queue count. Its
+//! and a `TopicLookup` for the real topic's current queue count. Its
 //! `deliver_due` (run by the loop of [`Broker::spawn_delay_delivery`], and by
 //! [`Broker::deliver_due`] directly in tests with a manual clock) re-appends every
 //! due message to its real topic and queue, properties restored, in

@@ -13,9 +13,12 @@
 //! - `pop`: see [`PopState`]; written to disk with the offsets.
 //! - `delay`: see [`DelayState`]; its progress is written with the offsets, up to
 //!   what the commit log has flushed.
+//! - `txn`: see [`TxnState`]; written the same way.
 //!
-//! Pulling (long polling) is in `pull.rs`, POP in `pop.rs`, delayed delivery in
-//! `delay.rs`.
+//! Every lock is taken through [`crate::sync`]. Pulling (long polling) is in
+//! `pull.rs`, POP in `pop.rs`, send-back in `retry.rs`, admin lookups in
+//! `inspect.rs`; delayed delivery and transactions are their own types (they
+//! see this broker only as a `TopicLookup`), run on timers by `tasks.rs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

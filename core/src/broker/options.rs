@@ -7,7 +7,7 @@ use super::allocate::AllocateStrategy;
 use super::delay::DelayOptions;
 use super::schedule;
 
-/// What a [`Broker`] needs to know besides its store and clock.
+/// What a [`Broker`](super::Broker) needs to know besides its store and clock.
 #[derive(Debug, Clone)]
 pub struct BrokerOptions {
     /// This broker's name in queue identities (allocation sorts by it).

@@ -1,8 +1,8 @@
 //! Transactional messages, RocketMQ's design: half messages, commit or
 //! rollback, and the check-back of undecided ones.
 //!
-//! [`TxnState`] owns all of it and reaches the rest of the broker through the
-//! store and a [`TopicLookup`] (the real topic's queue count and permission at
+//! `TxnState` owns all of it and reaches the rest of the broker through the
+//! store and a `TopicLookup` (the real topic's queue count and permission at
 //! commit); the broker checks a half's group, delay and target queue, as for a
 //! send, before handing it over.
 //!

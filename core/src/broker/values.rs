@@ -131,7 +131,7 @@ impl Popped {
     }
 }
 
-/// What [`MessagingApi::send_back`] did with a failed message.
+/// What [`MessagingApi::send_back`](super::MessagingApi::send_back) did with a failed message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendBackResult {
     /// Retried (to `%RETRY%<group>` after the delay) or dead-lettered (`%DLQ%<group>`).
@@ -142,7 +142,7 @@ pub struct SendBackResult {
     pub sent: SendResult,
 }
 
-/// Which dead letters [`MessagingApi::resend_dead_letters`] re-sends.
+/// Which dead letters [`MessagingApi::resend_dead_letters`](super::MessagingApi::resend_dead_letters) re-sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadLetters {
     /// The one at this offset of `%DLQ%<group>` (again, if it was re-sent before).
@@ -152,7 +152,7 @@ pub enum DeadLetters {
     All,
 }
 
-/// Where [`MessagingApi::reset_offset`] moves a consumer.
+/// Where [`MessagingApi::reset_offset`](super::MessagingApi::reset_offset) moves a consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
     /// The oldest message still stored.
@@ -163,7 +163,7 @@ pub enum OffsetReset {
     Timestamp(i64),
 }
 
-/// The state of one queue of a topic ([`MessagingApi::queue_stats`]).
+/// The state of one queue of a topic ([`MessagingApi::queue_stats`](super::MessagingApi::queue_stats)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueStats {
     pub queue_id: u32,
@@ -175,7 +175,7 @@ pub struct QueueStats {
     pub last_store_ms: Option<i64>,
 }
 
-/// A live member of a consumer group ([`MessagingApi::group_info`]).
+/// A live member of a consumer group ([`MessagingApi::group_info`](super::MessagingApi::group_info)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberInfo {
     pub member: String,
@@ -184,7 +184,7 @@ pub struct MemberInfo {
     pub last_seen_ms: i64,
 }
 
-/// How far a group got in one queue ([`MessagingApi::group_info`]).
+/// How far a group got in one queue ([`MessagingApi::group_info`](super::MessagingApi::group_info)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueProgress {
     pub topic: String,
