@@ -518,10 +518,67 @@ impl DelayState {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+    use crate::broker::topics::TopicConfig;
+    use crate::clock::ManualClock;
+    use crate::store::{StoreDeps, StoreOptions};
 
     fn opts() -> DelayOptions {
         DelayOptions::default()
+    }
+
+    /// The topic table as a plain map: the in-memory twin of the seam.
+    struct Topics(HashMap<String, TopicConfig>);
+
+    impl TopicLookup for Topics {
+        fn topic_config(&self, topic: &str) -> Result<TopicConfig> {
+            self.0
+                .get(topic)
+                .cloned()
+                .ok_or_else(|| Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                })
+        }
+    }
+
+    /// Delivery needs only the store, its clock and the topic table as it is at
+    /// delivery time: a topic that shrank gets the message in a queue it still
+    /// has, a deleted one loses it, and nothing is delivered early.
+    #[tokio::test]
+    async fn due_messages_go_where_the_topic_table_says_at_delivery() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) =
+            Store::open(dir.path(), StoreOptions::default(), StoreDeps::default()).unwrap();
+        let store = Arc::new(store);
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let config = dir.path().join("config");
+        std::fs::create_dir_all(&config).unwrap();
+        let delay = DelayState::open(&config, store.clone(), opts(), clock.clone()).unwrap();
+        for (topic, queue) in [("kept", 3), ("gone", 0)] {
+            let mut m =
+                Message::new(topic, queue, "x").with_property(property::DELAY_TIME_LEVEL, "1");
+            let due = plan(&m, &opts(), clock.now_ms()).unwrap();
+            divert(&mut m, due);
+            store.put(&m).unwrap();
+        }
+        assert!(store.wait_dispatched(Duration::from_secs(5)));
+        let topics = Topics(HashMap::from([(
+            "kept".to_owned(),
+            TopicConfig::new("kept", 2),
+        )]));
+
+        clock.advance(Duration::from_millis(999));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 0);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 2);
+        assert!(store.wait_dispatched(Duration::from_secs(5)));
+        assert_eq!(store.queue_bounds("kept", 1), (0, 1));
+        assert_eq!(store.queue_bounds("kept", 3), (0, 0));
+        assert_eq!(store.queue_bounds("gone", 0), (0, 0));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 0);
+        store.close().unwrap();
     }
 
     #[test]
