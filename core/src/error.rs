@@ -1,5 +1,13 @@
 //! The one error type of the core. Gateways map these to their own status codes.
+//!
+//! The detailed errors it wraps (a malformed record, a rejected filter
+//! expression, a bad name, bad delay levels) are defined here too, below every
+//! module that returns them, so this module depends on no other part of the
+//! crate; each is re-exported where it is raised (`store::record::RecordError`,
+//! `broker::filter::{FilterError, Position}`, `broker::schedule::{InvalidName,
+//! DelayLevelsError}`).
 
+use std::fmt;
 use std::path::PathBuf;
 
 /// Everything the core can fail with. Variants carry structured fields so a
@@ -48,7 +56,7 @@ pub enum Error {
     },
 
     #[error("malformed record: {0}")]
-    Record(#[from] crate::store::record::RecordError),
+    Record(#[from] RecordError),
 
     #[error("the store is shut down")]
     ShutDown,
@@ -61,10 +69,10 @@ pub enum Error {
     InvalidTopicName { topic: String, reason: &'static str },
 
     #[error("invalid filter expression: {0}")]
-    InvalidFilter(#[from] crate::broker::filter::FilterError),
+    InvalidFilter(#[from] FilterError),
 
     #[error("invalid name: {0}")]
-    InvalidName(#[from] crate::broker::schedule::InvalidName),
+    InvalidName(#[from] InvalidName),
 
     #[error("topic {topic:?} does not exist")]
     TopicNotFound { topic: String },
@@ -146,7 +154,7 @@ pub enum Error {
     },
 
     #[error("invalid delay levels: {0}")]
-    InvalidDelayLevels(#[from] crate::broker::schedule::DelayLevelsError),
+    InvalidDelayLevels(#[from] DelayLevelsError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -159,4 +167,147 @@ impl Error {
             source,
         }
     }
+}
+
+/// Why bytes are not a valid record. The commit log wraps it with the file and
+/// offset into [`Error::Corrupt`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record truncated: {needed} bytes needed, {available} available")]
+    Truncated { needed: usize, available: usize },
+    #[error("bad magic code {0:#010x}")]
+    BadMagic(u32),
+    #[error("impossible total size {0}")]
+    BadTotalSize(i64),
+    #[error("{field} length {len} does not fit in the record")]
+    BadLength { field: &'static str, len: i64 },
+    #[error("fields end at byte {fields_end} but the total size is {total_size}")]
+    SizeMismatch {
+        fields_end: usize,
+        total_size: usize,
+    },
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(&'static str),
+    #[error("body CRC mismatch: stored {stored}, computed {computed}")]
+    BodyCrc { stored: u32, computed: u32 },
+    #[error("record CRC mismatch: stored {stored}, computed {computed}")]
+    RecordCrc { stored: u32, computed: u32 },
+    #[error("the __CRC32# property is missing or malformed")]
+    MissingRecordCrc,
+}
+
+/// Where in an expression an error was found. `line` and `column` are 1-based and
+/// count characters, not bytes; `offset` is the byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub offset: usize,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Position {
+    /// The position of byte `offset` in `src` (clamped to the end, and to a char
+    /// boundary, so it is safe for any offset).
+    pub(crate) fn locate(src: &str, offset: usize) -> Self {
+        let mut offset = offset.min(src.len());
+        while !src.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &src[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        Position {
+            offset,
+            line,
+            column,
+        }
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 1 {
+            write!(f, "column {}", self.column)
+        } else {
+            write!(f, "line {}, column {}", self.line, self.column)
+        }
+    }
+}
+
+/// Why an expression was rejected at subscribe time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    /// The expression is not well formed, or is well formed but meaningless
+    /// (`'a' > 1`, `x BETWEEN 5 AND 1`).
+    #[error("{message} at {position}")]
+    Syntax { message: String, position: Position },
+
+    #[error("filter expression is {len} bytes long; the maximum is {max} bytes")]
+    TooLong { len: usize, max: usize },
+
+    #[error("filter expression nests deeper than {max} levels at {position}")]
+    TooDeep { max: usize, position: Position },
+
+    #[error("unknown filter type {0:?}; expected TAG or SQL92")]
+    UnknownType(String),
+}
+
+impl FilterError {
+    pub(crate) fn syntax(src: &str, offset: usize, message: impl Into<String>) -> Self {
+        FilterError::Syntax {
+            message: message.into(),
+            position: Position::locate(src, offset),
+        }
+    }
+
+    /// Where the problem is, when it has a place in the expression.
+    pub fn position(&self) -> Option<Position> {
+        match self {
+            FilterError::Syntax { position, .. } | FilterError::TooDeep { position, .. } => {
+                Some(*position)
+            }
+            FilterError::TooLong { .. } | FilterError::UnknownType(_) => None,
+        }
+    }
+}
+
+/// A delay-level string that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DelayLevelsError {
+    #[error(
+        "delay levels are empty; expected e.g. \"1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h\""
+    )]
+    Empty,
+    #[error(
+        "delay level {level} is {text:?}: expected a positive whole number followed by s, m, h or d (e.g. 30s, 2h)"
+    )]
+    BadLevel { level: usize, text: String },
+    #[error("{count} delay levels configured; the maximum is 256")]
+    TooMany { count: usize },
+}
+
+/// A topic or group name that breaks RocketMQ's naming rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidName {
+    #[error("{what} name is empty")]
+    Empty { what: &'static str },
+    #[error("{what} name is {len} characters long; the maximum is {max}")]
+    TooLong {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "{what} name {name:?} has the illegal character {ch:?} at position {position}; allowed are letters, digits, '%', '|', '_' and '-'"
+    )]
+    IllegalChar {
+        what: &'static str,
+        name: String,
+        ch: char,
+        /// 1-based character position.
+        position: usize,
+    },
+    #[error("topic {0:?} is reserved for the broker")]
+    Reserved(String),
 }

@@ -13,6 +13,12 @@
 //! - [`store::Store`] — ties them together: dispatch, flush, checkpoint, recovery,
 //!   retention. Start here.
 //! - [`broker`] — topics, groups, offsets, long polling behind the `MessagingApi` seam.
+//!
+//! Layers, each depending only on those above it (`tests/module_graph.rs` keeps
+//! it so): [`clock`] (the one wall clock), [`sync`] (the one poison-tolerant lock
+//! helper) and [`error`] (the one error enum and the detailed errors it wraps);
+//! then [`store`]; then [`broker`]. Other crates take their clock and lock helper
+//! from here rather than keeping copies.
 
 //!
 //! Embedding the storage engine (what every door builds on):
@@ -35,8 +41,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// core maps files, so it cannot forbid unsafe; every unsafe block says why it
+// is sound, and clippy holds that.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod broker;
+pub mod clock;
 pub mod error;
 pub mod store;
+pub mod sync;
 
 pub use error::{Error, Result};

@@ -217,7 +217,7 @@ fn retention_deletes_expired_segments_and_moves_readers_up() {
     let dir = tempfile::tempdir().unwrap();
     let clock_state = Arc::new(FakeClock(AtomicI64::new(now_ms())));
     let c = clock_state.clone();
-    let clock: Clock = Arc::new(move || c.0.load(Ordering::SeqCst));
+    let clock: Arc<dyn Clock> = Arc::new(move || c.0.load(Ordering::SeqCst));
     let deps = StoreDeps {
         clock,
         ..StoreDeps::default()
@@ -235,7 +235,7 @@ fn retention_deletes_expired_segments_and_moves_readers_up() {
     store.close().unwrap();
     let (store, _) = {
         let c = clock_state.clone();
-        let clock: Clock = Arc::new(move || c.0.load(Ordering::SeqCst));
+        let clock: Arc<dyn Clock> = Arc::new(move || c.0.load(Ordering::SeqCst));
         let mut opts = small(asynchronous());
         opts.retention = Duration::from_secs(3600);
         Store::open(

@@ -11,10 +11,16 @@
 //!   in any order: an in-memory min-heap of `(deadline, offset)` is fed by scanning
 //!   the queue, and rebuilt at open from the persisted low-water mark.
 //!
-//! [`Broker::deliver_due`] (called by the loop of
-//! [`Broker::spawn_delay_delivery`], and directly by tests with a manual clock)
-//! re-appends every due message to its real topic and queue, properties
-//! restored, in delivery-time order.
+//! `DelayState` owns the schedule's progress and reaches the rest of the broker
+//! through two narrow things: the store (reads of the schedule queues, appends)
+//! and a `TopicLookup` for the real topic's current queue count. Its
+//! `deliver_due` (run by the loop of [`Broker::spawn_delay_delivery`], and by
+//! [`Broker::deliver_due`] directly in tests with a manual clock) re-appends every
+//! due message to its real topic and queue, properties restored, in
+//! delivery-time order.
+//!
+//! [`Broker::deliver_due`]: super::Broker::deliver_due
+//! [`Broker::spawn_delay_delivery`]: super::Broker::spawn_delay_delivery
 //!
 //! # Invariants
 //! - A message is re-appended only once its deadline is `<=` the broker clock:
@@ -28,17 +34,19 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::local::{Broker, lock};
 use super::persist;
 use super::schedule::{self, DelayLevels};
+use super::topics::TopicLookup;
+use crate::clock::Clock;
 use crate::store::record::property;
 use crate::store::{Message, RecordView, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// The stored property holding a delayed message's delivery time (ms since the
@@ -269,9 +277,14 @@ struct Marks {
     version: u64,
 }
 
-/// Delay state of a broker: see the module docs.
+/// Delayed delivery of a broker: its progress and what it needs to deliver.
+/// See the module docs.
 pub(super) struct DelayState {
     path: PathBuf,
+    store: Arc<Store>,
+    opts: DelayOptions,
+    /// Deadlines are compared with this clock (the broker's).
+    clock: Arc<dyn Clock>,
     /// Owned by one tick at a time; a tokio lock because a tick holds it across
     /// its re-appends, so two ticks never deliver the same entry.
     scheduler: tokio::sync::Mutex<Scheduler>,
@@ -283,13 +296,21 @@ pub(super) struct DelayState {
 }
 
 impl DelayState {
-    pub(super) fn open(config_dir: &Path) -> Result<DelayState> {
+    pub(super) fn open(
+        config_dir: &Path,
+        store: Arc<Store>,
+        opts: DelayOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<DelayState> {
         let path = config_dir.join("delay.json");
         let progress = persist::read_json::<DelayFile>(&path)?
             .map(|f| f.progress)
             .unwrap_or_default();
         Ok(DelayState {
             path,
+            store,
+            opts,
+            clock,
             scheduler: tokio::sync::Mutex::new(Scheduler {
                 timer_scanned: progress.timer_base,
                 live: progress.clone(),
@@ -404,14 +425,14 @@ fn scan_timer(store: &Store, batch: usize, s: &mut Scheduler) -> Result<()> {
     }
 }
 
-impl Broker {
+impl DelayState {
     /// Re-appends every delayed message whose time has come (broker clock) to
-    /// its real topic and queue, in delivery-time order; returns how many. The
-    /// loop of [`Broker::spawn_delay_delivery`] calls this every tick.
-    pub async fn deliver_due(&self) -> Result<usize> {
+    /// its real topic and queue (as `topics` has it now), in delivery-time
+    /// order; returns how many.
+    pub(super) async fn deliver_due(&self, topics: &dyn TopicLookup) -> Result<usize> {
         let now = self.clock.now_ms();
-        let opts = &self.opts.delay;
-        let mut s = self.delay.scheduler.lock().await;
+        let opts = &self.opts;
+        let mut s = self.scheduler.lock().await;
         scan_timer(&self.store, opts.batch, &mut s)?;
         let mut due = Vec::new();
         read_due_levels(&self.store, opts, &s.live, now, &mut due)?;
@@ -430,7 +451,7 @@ impl Broker {
                 Err(_) if offset < self.store.queue_bounds(schedule::TIMER_TOPIC, 0).0 => {
                     tracing::warn!(offset, "delayed message removed by retention; dropped");
                     s.live.mark(Entry::Timer { offset });
-                    lock(&self.delay.marks)
+                    lock(&self.marks)
                         .pending
                         .push_back((0, Entry::Timer { offset }));
                 }
@@ -444,10 +465,10 @@ impl Broker {
         let mut delivered = 0;
         let mut left = due.into_iter();
         while let Some(d) = left.next() {
-            match self.redeliver(&d).await {
+            match self.redeliver(topics, &d).await {
                 Ok(end) => {
                     s.live.mark(d.entry);
-                    lock(&self.delay.marks).pending.push_back((end, d.entry));
+                    lock(&self.marks).pending.push_back((end, d.entry));
                     delivered += 1;
                 }
                 Err(e) => {
@@ -471,13 +492,13 @@ impl Broker {
 
     /// Appends one due message to its real topic; returns the commit-log end
     /// offset whose flush makes the delivery durable (0 when it was dropped).
-    async fn redeliver(&self, d: &Due) -> Result<u64> {
+    async fn redeliver(&self, topics: &dyn TopicLookup, d: &Due) -> Result<u64> {
         let view = RecordView::parse(&d.record)?;
         let Some(mut msg) = restore(&view) else {
             tracing::warn!(entry = ?d.entry, "schedule entry without its real topic; dropped");
             return Ok(0);
         };
-        let Ok(config) = self.topic_config(&msg.topic) else {
+        let Ok(config) = topics.topic_config(&msg.topic) else {
             tracing::warn!(
                 topic = msg.topic,
                 "delayed message for a deleted topic; dropped"
@@ -493,36 +514,71 @@ impl Broker {
             .await?;
         Ok(appended.last().map_or(0, |a| a.end_offset))
     }
-
-    /// Starts the delivery loop on the current tokio runtime: every
-    /// `delay.tick` it calls [`Broker::deliver_due`]. It stops when the broker
-    /// is closed or dropped.
-    pub fn spawn_delay_delivery(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let broker: Weak<Broker> = Arc::downgrade(self);
-        let tick = self.opts.delay.tick;
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(tick);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                every.tick().await;
-                let Some(b) = broker.upgrade() else { return };
-                if b.is_closed() {
-                    return;
-                }
-                if let Err(e) = b.deliver_due().await {
-                    tracing::error!(error = %e, "delivering delayed messages failed");
-                }
-            }
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+    use crate::broker::topics::TopicConfig;
+    use crate::clock::ManualClock;
+    use crate::store::{StoreDeps, StoreOptions};
 
     fn opts() -> DelayOptions {
         DelayOptions::default()
+    }
+
+    /// The topic table as a plain map: the in-memory twin of the seam.
+    struct Topics(HashMap<String, TopicConfig>);
+
+    impl TopicLookup for Topics {
+        fn topic_config(&self, topic: &str) -> Result<TopicConfig> {
+            self.0
+                .get(topic)
+                .cloned()
+                .ok_or_else(|| Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                })
+        }
+    }
+
+    /// Delivery needs only the store, its clock and the topic table as it is at
+    /// delivery time: a topic that shrank gets the message in a queue it still
+    /// has, a deleted one loses it, and nothing is delivered early.
+    #[tokio::test]
+    async fn due_messages_go_where_the_topic_table_says_at_delivery() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) =
+            Store::open(dir.path(), StoreOptions::default(), StoreDeps::default()).unwrap();
+        let store = Arc::new(store);
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let config = dir.path().join("config");
+        std::fs::create_dir_all(&config).unwrap();
+        let delay = DelayState::open(&config, store.clone(), opts(), clock.clone()).unwrap();
+        for (topic, queue) in [("kept", 3), ("gone", 0)] {
+            let mut m =
+                Message::new(topic, queue, "x").with_property(property::DELAY_TIME_LEVEL, "1");
+            let due = plan(&m, &opts(), clock.now_ms()).unwrap();
+            divert(&mut m, due);
+            store.put(&m).unwrap();
+        }
+        assert!(store.wait_dispatched(Duration::from_secs(5)));
+        let topics = Topics(HashMap::from([(
+            "kept".to_owned(),
+            TopicConfig::new("kept", 2),
+        )]));
+
+        clock.advance(Duration::from_millis(999));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 0);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 2);
+        assert!(store.wait_dispatched(Duration::from_secs(5)));
+        assert_eq!(store.queue_bounds("kept", 1), (0, 1));
+        assert_eq!(store.queue_bounds("kept", 3), (0, 0));
+        assert_eq!(store.queue_bounds("gone", 0), (0, 0));
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 0);
+        store.close().unwrap();
     }
 
     #[test]

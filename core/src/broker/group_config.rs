@@ -12,9 +12,9 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::groups::ConsumeMode;
-use super::local::lock;
 use super::persist;
 use crate::Result;
+use crate::sync::lock;
 
 /// The remembered settings of one group.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,14 +20,15 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use super::api::{Delivered, GroupInfo, MemberInfo, QueueProgress, QueueStats};
 use super::group_config::GroupConfig;
-use super::local::{Broker, lock};
+use super::local::Broker;
 use super::offsets::MEMBER_SEPARATOR;
 use super::schedule;
 use super::topics::TopicKind;
+use super::values::{Delivered, GroupInfo, MemberInfo, QueueProgress, QueueStats};
 use crate::store::RecordView;
 use crate::store::record::{decode_msg_id, property};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// Consume-queue entries read per step of a time-range scan.

@@ -13,95 +13,43 @@
 //! - `pop`: see [`PopState`]; written to disk with the offsets.
 //! - `delay`: see [`DelayState`]; its progress is written with the offsets, up to
 //!   what the commit log has flushed.
+//! - `txn`: see [`TxnState`]; written the same way.
 //!
-//! Pulling (long polling) is in `pull.rs`, POP in `pop.rs`, delayed delivery in
-//! `delay.rs`.
+//! Every lock is taken through [`crate::sync`]. Pulling (long polling) is in
+//! `pull.rs`, POP in `pop.rs`, send-back in `retry.rs`, admin lookups in
+//! `inspect.rs`; delayed delivery and transactions are their own types (they
+//! see this broker only as a `TopicLookup`), run on timers by `tasks.rs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::allocate::{self, AllocateStrategy, MessageQueue};
-use super::api::{
-    self, DeadLetters, Delivered, GroupInfo, MessagingApi, OffsetReset, PopRequest, Popped,
-    PullRequest, PullResult, QueueChoice, QueueStats, SEND_TIME_PROPERTIES, SendBackResult,
-    SendResult,
-};
-use super::clock::Clock;
-use super::delay::{self, DelayOptions, DelayState};
+use super::allocate::{self, MessageQueue};
+use super::api::{self, MessagingApi, SEND_TIME_PROPERTIES};
+use super::delay::{self, DelayState};
 use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
+use super::options::BrokerOptions;
 use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
-use super::schedule;
-use super::topics::{TopicConfig, TopicKind, TopicTable};
-use super::transaction::{
-    CheckerRegistration, HalfSent, Resolution, TransactionChecker, TransactionHandle, TxnState,
+use super::schedule::{self, validate_group};
+use super::topics::{TopicConfig, TopicKind, TopicLookup, TopicTable};
+use super::transaction::TxnState;
+use super::values::{
+    CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfSent, OffsetReset, PopRequest,
+    Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution, SendBackResult,
+    SendResult, TransactionChecker, TransactionHandle,
 };
+use crate::clock::Clock;
 use crate::store::consume_queue::java_string_hash;
 use crate::store::record::{BatchSent, EncodedBatch, PlainBatch};
 use crate::store::{Message, Store};
+use crate::sync::{self, lock};
 use crate::{Error, Result};
-
-/// What a [`Broker`] needs to know besides its store and clock.
-#[derive(Debug, Clone)]
-pub struct BrokerOptions {
-    /// This broker's name in queue identities (allocation sorts by it).
-    pub broker_name: String,
-    /// Create a user topic on its first send (standalone mode).
-    pub auto_create_topics: bool,
-    /// Read and write queues of an auto-created topic.
-    pub default_queues: u32,
-    /// A consumer whose last heartbeat is older than this is dropped.
-    pub member_timeout: Duration,
-    /// How long an orderly-consumption queue lock lasts without renewal.
-    pub lock_lease: Duration,
-    /// How often changed consumer offsets are written to disk.
-    pub offset_flush_interval: Duration,
-    /// How clustering groups share out queues.
-    pub allocate: AllocateStrategy,
-    /// Consume-queue entries one pull round examines before it lets other tasks
-    /// run (a filter may reject long runs of messages).
-    pub pull_scan_batch: usize,
-    /// Delay levels, the longest delay and the delivery tick.
-    pub delay: DelayOptions,
-    /// How often a group's message is retried before it is dead-lettered
-    /// (RocketMQ `maxReconsumeTimes`): it is delivered this many times + 1.
-    pub max_reconsume_times: u32,
-    /// How often undecided transactions are checked back with their producer
-    /// group (RocketMQ `transactionCheckInterval`).
-    pub transaction_check_interval: Duration,
-    /// A half message younger than this is not checked yet (RocketMQ
-    /// `transactionTimeOut`); a message's `CHECK_IMMUNITY_TIME_IN_SECONDS` overrides it.
-    pub transaction_timeout: Duration,
-    /// Checks of one half message before it is rolled back (RocketMQ
-    /// `transactionCheckMax`).
-    pub transaction_max_checks: u32,
-}
-
-impl Default for BrokerOptions {
-    fn default() -> Self {
-        BrokerOptions {
-            broker_name: "broker-a".into(),
-            auto_create_topics: true,
-            default_queues: 4,
-            member_timeout: Duration::from_secs(120),
-            lock_lease: Duration::from_secs(60),
-            offset_flush_interval: Duration::from_secs(5),
-            allocate: AllocateStrategy::Average,
-            pull_scan_batch: 1024,
-            delay: DelayOptions::default(),
-            max_reconsume_times: schedule::DEFAULT_MAX_RECONSUME_TIMES,
-            transaction_check_interval: Duration::from_secs(60),
-            transaction_timeout: Duration::from_secs(6),
-            transaction_max_checks: 15,
-        }
-    }
-}
 
 /// The local broker. Share it as `Arc<Broker>`; call [`Broker::close`] (or drop
 /// it) to write the final offsets.
@@ -116,9 +64,9 @@ pub struct Broker {
     pub(super) offsets: Arc<Offsets>,
     /// POP cursors and leases of every group; its own short lock (see [`PopState`]).
     pub(super) pop: Arc<PopState>,
-    /// Delayed-delivery scheduler and its progress (see [`super::delay`]).
+    /// Delayed delivery: scheduler and progress (see [`super::delay`]).
     pub(super) delay: Arc<DelayState>,
-    /// Transaction decisions and check counts (see [`super::transaction`]).
+    /// Transactions: decisions, check counts, checkers (see [`super::transaction`]).
     pub(super) txn: Arc<TxnState>,
     pub(super) groups: Mutex<ConsumerGroups>,
     /// Modes and settings of groups, kept while no member is live (`groups.json`).
@@ -128,10 +76,6 @@ pub struct Broker {
     flusher: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
     /// Set by [`Broker::halt_for_tests`]: close writes nothing.
     halted: std::sync::atomic::AtomicBool,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Broker {
@@ -149,8 +93,19 @@ impl Broker {
         let topics = TopicTable::open(&config_dir)?;
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         let pop = Arc::new(PopState::open(&config_dir)?);
-        let delay = Arc::new(DelayState::open(&config_dir)?);
-        let txn = Arc::new(TxnState::open(&config_dir, &store)?);
+        let delay = Arc::new(DelayState::open(
+            &config_dir,
+            store.clone(),
+            opts.delay.clone(),
+            clock.clone(),
+        )?);
+        let txn = Arc::new(TxnState::open(
+            &config_dir,
+            store.clone(),
+            clock.clone(),
+            opts.transaction_timeout,
+            opts.transaction_max_checks,
+        )?);
         let group_configs = GroupConfigs::open(&config_dir)?;
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
@@ -175,7 +130,7 @@ impl Broker {
                         if let Err(e) = delay.flush(flushed) {
                             tracing::error!(error = %e, "writing delay progress failed");
                         }
-                        if let Err(e) = txn.flush(&store) {
+                        if let Err(e) = txn.flush() {
                             tracing::error!(error = %e, "writing transaction state failed");
                         }
                     }
@@ -247,7 +202,7 @@ impl Broker {
         }
         let flushed = self.store.positions().flushed;
         self.delay.flush(flushed)?;
-        self.txn.flush(&self.store)
+        self.txn.flush()
     }
 
     /// Writes changed offsets and POP state now (the flusher does this periodically).
@@ -268,11 +223,11 @@ impl Broker {
     }
 
     fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, TopicTable> {
-        self.topics.read().unwrap_or_else(|p| p.into_inner())
+        sync::read(&self.topics)
     }
 
     fn topics_write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTable> {
-        self.topics.write().unwrap_or_else(|p| p.into_inner())
+        sync::write(&self.topics)
     }
 
     pub(super) fn topic_config(&self, topic: &str) -> Result<TopicConfig> {
@@ -413,6 +368,12 @@ impl Broker {
 pub fn sharding_queue(key: &str, queues: u32) -> u32 {
     let n = i64::from(queues.max(1));
     (i64::from(java_string_hash(key)) % n).unsigned_abs() as u32
+}
+
+impl TopicLookup for Broker {
+    fn topic_config(&self, topic: &str) -> Result<TopicConfig> {
+        Broker::topic_config(self, topic)
+    }
 }
 
 impl Drop for Broker {
@@ -721,7 +682,18 @@ impl MessagingApi for Broker {
         message: Message,
         queue: QueueChoice,
     ) -> Result<HalfSent> {
-        self.store_half(producer_group, message, queue).await
+        validate_group(producer_group)?;
+        let now = self.clock.now_ms();
+        if delay::plan(&message, &self.opts.delay, now)? != delay::Plan::Now {
+            return Err(Error::InvalidMessage(
+                "a transactional message cannot be delayed".into(),
+            ));
+        }
+        let config = self.writable_topic(&message.topic)?;
+        let queue_id = self.choose_queue(&config, &queue)?;
+        self.txn
+            .store_half(producer_group, message, config.name, queue_id, now)
+            .await
     }
 
     async fn end_transaction(
@@ -729,7 +701,7 @@ impl MessagingApi for Broker {
         handle: &TransactionHandle,
         resolution: Resolution,
     ) -> Result<Option<SendResult>> {
-        self.end_half(handle, resolution).await
+        self.txn.end_half(self, handle, resolution).await
     }
 
     async fn register_transaction_checker(
@@ -737,7 +709,7 @@ impl MessagingApi for Broker {
         producer_group: &str,
         checker: Arc<dyn TransactionChecker>,
     ) -> Result<CheckerRegistration> {
-        self.add_checker(producer_group, checker)
+        self.txn.add_checker(producer_group, checker)
     }
 
     async fn queue_stats(&self, topic: &str) -> Result<Vec<QueueStats>> {

@@ -1,25 +1,29 @@
 //! Broker semantics on top of the store: topics, sending, consumer groups,
 //! offsets and pull with long polling, behind one narrow API.
 //!
-//! Start with [`MessagingApi`] (what a gateway calls) and [`Broker`] (the local
-//! implementation over a [`crate::store::Store`]). The stateful parts are split
-//! along their seams: [`topics`] (the persisted topic table), [`offsets`]
-//! (persisted consumer offsets), [`groups`] (membership, subscriptions and queue
-//! locks as a pure state machine driven by a [`Clock`]), [`group_config`] (a
-//! group's persisted mode and retry limit), [`pop_state`] (POP
-//! cursors and in-flight leases, persisted), [`delay`] (delay levels and
-//! delivery at a time: schedule topics, the delivery tick, persisted progress),
-//! [`retry`] (send-back with back-off, dead letters), [`transaction`] (half
-//! messages, commit / rollback, check-back), `inspect.rs` (queue stats,
-//! group progress, lookup by id / key / time). The pure building
-//! blocks need no I/O: subscription filters ([`filter::Filter`]), queue
-//! allocation and rebalance ([`allocate`]), delay levels, retry back-off and
-//! system topic names ([`schedule`]). The model and its decisions are written
-//! down in `docs/broker.md`.
+//! Start with [`MessagingApi`] (what a gateway calls; the values crossing it
+//! are in `values.rs`, below the trait) and [`Broker`] (the local
+//! implementation over a [`crate::store::Store`], in `local.rs`, with its
+//! [`BrokerOptions`]). The stateful parts are split along their seams:
+//! [`topics`] (the persisted topic table), [`offsets`] (persisted consumer
+//! offsets), [`groups`] (membership, subscriptions and queue locks as a pure
+//! state machine driven by a [`Clock`]), [`group_config`] (a group's persisted
+//! mode and retry limit), [`pop_state`] (POP cursors and in-flight leases,
+//! persisted), [`delay`] (delay levels and delivery at a time: schedule topics,
+//! persisted progress) and [`transaction`] (half messages, commit / rollback,
+//! check-back). Delay and transactions own their work as well as their state:
+//! they take the store and the clock at open and see the topic table only
+//! through `topics::TopicLookup`, so they never reach into the `Broker`; its
+//! `tasks.rs` runs their timers. The `Broker`'s own operations are spread over
+//! `pull.rs`, `pop.rs`, [`retry`] (send-back with back-off, dead letters) and
+//! `inspect.rs` (queue stats, group progress, lookup by id / key / time). The
+//! pure building blocks need no I/O: subscription filters ([`filter::Filter`]),
+//! queue allocation and rebalance ([`allocate`]), delay levels, retry back-off
+//! and system topic names ([`schedule`]). The model, the module map and its
+//! decisions are written down in `docs/broker.md`.
 
 pub mod allocate;
 mod api;
-pub mod clock;
 pub mod delay;
 pub mod filter;
 pub mod group_config;
@@ -27,6 +31,7 @@ pub mod groups;
 mod inspect;
 mod local;
 pub mod offsets;
+mod options;
 mod persist;
 mod pop;
 pub mod pop_state;
@@ -34,22 +39,24 @@ mod pull;
 pub mod receipt;
 pub mod retry;
 pub mod schedule;
+mod tasks;
 pub mod topics;
 pub mod transaction;
+mod values;
 
-pub use api::{
-    DeadLetters, Delivered, GroupInfo, MemberInfo, MessagingApi, OffsetReset, PopRequest, Popped,
-    PullRequest, PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats,
-    SEND_TIME_PROPERTIES, SendBackResult, SendResult,
-};
-pub use clock::{Clock, ManualClock, SystemClock};
+/// The crate's clock, at the path gateways have used so far.
+pub use crate::clock::{self, Clock, ManualClock, SystemClock};
+pub use api::{MessagingApi, SEND_TIME_PROPERTIES};
 pub use delay::DelayOptions;
 pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
-pub use local::{Broker, BrokerOptions, sharding_queue};
+pub use local::{Broker, sharding_queue};
+pub use options::BrokerOptions;
 pub use receipt::ReceiptHandle;
 pub use topics::{Perm, TopicConfig, TopicKind};
-pub use transaction::{
-    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+pub use values::{
+    CheckRound, CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfMessage, HalfSent,
+    MemberInfo, OffsetReset, PopRequest, Popped, PullRequest, PullResult, PullStatus, QueueChoice,
+    QueueProgress, QueueStats, Resolution, SendBackResult, SendResult, TransactionChecker,
     TransactionHandle,
 };

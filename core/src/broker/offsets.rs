@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::persist;
 use crate::Result;
+use crate::sync::lock;
 
 /// Separates group and member in a broadcasting owner key. Not a legal group
 /// character, so `group@member` can never collide with a real group name.
@@ -153,12 +154,12 @@ impl Offsets {
 
     /// The table, for a short read or update.
     pub fn table(&self) -> MutexGuard<'_, OffsetTable> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     /// Writes the file if the table changed since the last write.
     pub fn flush(&self) -> Result<()> {
-        let mut written = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = lock(&self.file);
         let (bytes, version, path) = {
             let t = self.table();
             if t.version() == *written {

@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::api::{Delivered, PopRequest, Popped};
 use super::local::Broker;
 use super::pop_state::{Lease, Scanned};
 use super::pull::read_if_matches;
 use super::receipt::ReceiptHandle;
 use super::schedule;
+use super::values::{Delivered, PopRequest, Popped};
 use crate::{Error, Result};
 
 fn millis(d: Duration) -> i64 {

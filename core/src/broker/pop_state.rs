@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::persist;
 use super::receipt::ReceiptHandle;
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// One handed-out, not yet acked message.
@@ -356,12 +357,12 @@ impl PopState {
     }
 
     pub fn table(&self) -> MutexGuard<'_, PopTable> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     /// Writes the file if the table changed since the last write.
     pub fn flush(&self) -> Result<()> {
-        let mut written = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = lock(&self.file);
         let (bytes, version, path) = {
             let t = self.table();
             if t.version == *written {

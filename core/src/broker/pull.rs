@@ -16,10 +16,11 @@
 
 use tokio::time::Instant;
 
-use super::api::{Delivered, PullRequest, PullResult, PullStatus};
 use super::filter::Filter;
-use super::local::{Broker, lock};
+use super::local::Broker;
+use super::values::{Delivered, PullRequest, PullResult, PullStatus};
 use crate::store::{CqEntry, RecordRef, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// One scan of a queue.

@@ -1,6 +1,6 @@
 //! Retry with back-off, then dead-letter: RocketMQ's `CONSUMER_SEND_MSG_BACK`.
 //!
-//! A consumer that failed a message sends it back ([`Broker::send_back_message`]).
+//! A consumer that failed a message sends it back (`Broker::send_back_message`).
 //! The broker reads the stored record, and from its reconsume times decides
 //! ([`schedule::DelayLevels::next_retry`]):
 //! - a retry: a copy goes to `%RETRY%<group>` (queue 0) through the delay
@@ -13,7 +13,7 @@
 //! `ORIGIN_MESSAGE_ID` (the first message's id). A POP message whose
 //! invisibility ran out once too often goes to the DLQ the same way
 //! (see `pop.rs`). Dead letters are re-sent to their original topic with
-//! [`Broker::resend_dead_letters_from`], reconsume times reset.
+//! `Broker::resend_dead_letters_from`, reconsume times reset.
 //!
 //! The retry and DLQ topics are system topics created on first use; nothing
 //! here keeps state of its own: the copies are ordinary records, so they
@@ -22,10 +22,10 @@
 use bytes::Bytes;
 
 use super::api::MessagingApi;
-use super::api::{DeadLetters, QueueChoice, SendBackResult, SendResult};
 use super::delay;
 use super::local::Broker;
 use super::schedule::{self, RetryDecision};
+use super::values::{DeadLetters, QueueChoice, SendBackResult, SendResult};
 use crate::store::record::{encode_msg_id, property};
 use crate::store::{Message, RecordView};
 use crate::{Error, Result};

@@ -13,6 +13,8 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::error::{DelayLevelsError, InvalidName};
+
 // ---------------------------------------------------------------------------
 // Delay levels
 // ---------------------------------------------------------------------------
@@ -29,19 +31,6 @@ pub const MAX_DELAY_LEVELS: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelayLevels {
     delays: Vec<Duration>,
-}
-
-/// A delay-level string that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DelayLevelsError {
-    #[error("delay levels are empty; expected e.g. {DEFAULT_DELAY_LEVELS:?}")]
-    Empty,
-    #[error(
-        "delay level {level} is {text:?}: expected a positive whole number followed by s, m, h or d (e.g. 30s, 2h)"
-    )]
-    BadLevel { level: usize, text: String },
-    #[error("{count} delay levels configured; the maximum is {MAX_DELAY_LEVELS}")]
-    TooMany { count: usize },
 }
 
 impl Default for DelayLevels {
@@ -273,31 +262,6 @@ pub fn is_send_forbidden(topic: &str) -> bool {
     SEND_FORBIDDEN_TOPICS.contains(&topic) || topic == TIMER_TOPIC
 }
 
-/// A topic or group name that breaks RocketMQ's naming rules.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidName {
-    #[error("{what} name is empty")]
-    Empty { what: &'static str },
-    #[error("{what} name is {len} characters long; the maximum is {max}")]
-    TooLong {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
-    #[error(
-        "{what} name {name:?} has the illegal character {ch:?} at position {position}; allowed are letters, digits, '%', '|', '_' and '-'"
-    )]
-    IllegalChar {
-        what: &'static str,
-        name: String,
-        ch: char,
-        /// 1-based character position.
-        position: usize,
-    },
-    #[error("topic {0:?} is reserved for the broker")]
-    Reserved(String),
-}
-
 fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), InvalidName> {
     if name.trim().is_empty() {
         return Err(InvalidName::Empty { what });
@@ -388,6 +352,23 @@ mod tests {
         assert_eq!(levels.delay_of(u32::MAX), None);
         assert_eq!(levels.to_string(), DEFAULT_DELAY_LEVELS);
         assert_eq!(levels.iter().count(), 18);
+    }
+
+    #[test]
+    fn level_errors_quote_the_tables_they_check_against() {
+        // The messages live in `crate::error` (below this module), so they spell
+        // the default table and the bound out; this keeps them in step.
+        let empty = DelayLevels::parse("  ").unwrap_err().to_string();
+        assert!(
+            empty.contains(&format!("{DEFAULT_DELAY_LEVELS:?}")),
+            "{empty}"
+        );
+        let many = vec!["1s"; MAX_DELAY_LEVELS + 1].join(" ");
+        let too_many = DelayLevels::parse(&many).unwrap_err().to_string();
+        assert!(
+            too_many.ends_with(&format!("the maximum is {MAX_DELAY_LEVELS}")),
+            "{too_many}"
+        );
     }
 
     #[test]

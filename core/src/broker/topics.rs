@@ -17,6 +17,15 @@ use super::persist;
 use super::schedule;
 use crate::{Error, Result};
 
+/// What the broker's parts that re-append messages (delayed delivery,
+/// transaction commits) need of the topic table: a topic as it is now. The
+/// `Broker` implements it over its table; the parts see nothing else of the
+/// broker, so they depend on this module and the store only.
+pub(crate) trait TopicLookup: Send + Sync {
+    /// The topic's config; [`Error::TopicNotFound`] when it does not exist.
+    fn topic_config(&self, topic: &str) -> Result<TopicConfig>;
+}
+
 /// The most queues a topic may have (read or write).
 pub const MAX_QUEUES: u32 = 1024;
 

@@ -1,17 +1,22 @@
 //! Transactional messages, RocketMQ's design: half messages, commit or
 //! rollback, and the check-back of undecided ones.
 //!
-//! - [`Broker::store_half`]: the message is stored durably in
+//! `TxnState` owns all of it and reaches the rest of the broker through the
+//! store and a `TopicLookup` (the real topic's queue count and permission at
+//! commit); the broker checks a half's group, delay and target queue, as for a
+//! send, before handing it over.
+//!
+//! - `store_half`: the message is stored durably in
 //!   `RMQ_SYS_TRANS_HALF_TOPIC` queue 0 with its real topic and queue in
 //!   `REAL_TOPIC` / `REAL_QID`, its producer group in `PGROUP` and the broker
 //!   clock in [`HALF_AT`]. The half topic is in no topic listing and cannot be
 //!   pulled, popped or sent to, and lookups refuse it: consumers see nothing.
-//! - [`Broker::end_half`]: a commit appends the message to its real topic and
+//! - `end_half`: a commit appends the message to its real topic and
 //!   queue (properties restored, same `UNIQ_KEY`, sys flag "commit") *and* an op
 //!   record to `RMQ_SYS_TRANS_OP_HALF_TOPIC` (body: the half's queue offset, tag
 //!   `d`) as one contiguous append; a rollback appends the op record only. The op
 //!   records are the durable truth of what was decided.
-//! - [`Broker::check_transactions`]: every half older than the transaction
+//! - `check` ([`Broker::check_transactions`]): every half older than the transaction
 //!   timeout and still undecided is handed to a [`TransactionChecker`] its
 //!   producer group registered (the gateway asks a producer, which answers
 //!   through `end_transaction`), at most `transaction_max_checks` times; the
@@ -26,6 +31,9 @@
 //! lost or invented by a crash. Check counts are best effort (a crash can lose
 //! the last interval's, so a half may be checked a little more often).
 //!
+//! [`Broker::check_transactions`]: super::Broker::check_transactions
+//! [`Broker::spawn_transaction_checks`]: super::Broker::spawn_transaction_checks
+//!
 //! # Invariants
 //! - A half is ended at most once: `ending` claims it under the state lock
 //!   before any append, and a decided or claimed half is refused
@@ -35,21 +43,25 @@
 //!   duplicate if the producer commits again), never lose a committed message.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::api::{QueueChoice, SendResult};
-use super::delay;
-use super::local::{Broker, lock};
 use super::persist;
 use super::schedule::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group};
+use super::topics::TopicLookup;
+use super::values::SendResult;
+pub use super::values::{
+    CheckRound, CheckerRegistration, HalfMessage, HalfSent, Resolution, TransactionChecker,
+    TransactionHandle,
+};
+use crate::clock::Clock;
 use crate::store::record::{encode_msg_id, property, sys_flag};
 use crate::store::{Message, RecordView, Store};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 /// Property of a half record: the broker clock (ms) when it was stored; the
@@ -63,137 +75,6 @@ const OP_TAG: &str = "d";
 const OP_RESOLUTION: &str = "TRAN_RESOLUTION";
 /// Half-queue entries read per step of a check round.
 const SCAN_BATCH: usize = 256;
-
-/// Names one half message: where it is in the commit log and in the half queue.
-/// Self-describing, so any broker process over the same store can end it;
-/// `to_string()` / `parse()` as `<commit_log_offset>-<half_queue_offset>`.
-/// The native door builds it from END_TRANSACTION's `commitLogOffset` and
-/// `tranStateTableOffset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TransactionHandle {
-    pub commit_log_offset: u64,
-    pub half_queue_offset: u64,
-}
-
-impl fmt::Display for TransactionHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.commit_log_offset, self.half_queue_offset)
-    }
-}
-
-impl FromStr for TransactionHandle {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "malformed transaction handle {s:?}: expected <commit log offset>-<half queue offset>"
-            ))
-        };
-        let (c, q) = s.split_once('-').ok_or_else(bad)?;
-        Ok(TransactionHandle {
-            commit_log_offset: c.parse().map_err(|_| bad())?,
-            half_queue_offset: q.parse().map_err(|_| bad())?,
-        })
-    }
-}
-
-/// How a transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    Commit,
-    Rollback,
-}
-
-impl Resolution {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resolution::Commit => "COMMIT",
-            Resolution::Rollback => "ROLLBACK",
-        }
-    }
-}
-
-/// What [`super::MessagingApi::send_half`] stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HalfSent {
-    /// `topic` / `queue_id`: where a commit will put the message; `append`: the
-    /// half record (its `queue_offset` is the half-queue offset, its `msg_id`
-    /// the half's offset message id, as RocketMQ answers a half send).
-    pub sent: SendResult,
-    pub transaction: TransactionHandle,
-}
-
-/// An undecided half message handed to a [`TransactionChecker`].
-#[derive(Debug, Clone)]
-pub struct HalfMessage {
-    pub producer_group: String,
-    pub handle: TransactionHandle,
-    /// The producer's `UNIQ_KEY`, else the half's offset message id.
-    pub msg_id: String,
-    /// `__transactionId__`, else the `UNIQ_KEY` (RocketMQ's check header).
-    pub transaction_id: Option<String>,
-    /// The stored half record, RocketMQ layout: its topic is the half topic;
-    /// `REAL_TOPIC` / `REAL_QID` name the real one.
-    pub record: Bytes,
-    /// 1 on the first check.
-    pub check_times: u32,
-}
-
-impl HalfMessage {
-    pub fn view(&self) -> Result<RecordView<'_>> {
-        Ok(RecordView::parse(&self.record)?)
-    }
-}
-
-/// What a gateway registers for a producer group to answer check-backs.
-/// `check` must not block: it hands the half to a producer (the native door
-/// sends CHECK_TRANSACTION_STATE) and the answer comes later through
-/// `end_transaction`. No answer is fine: the half is checked again next round.
-pub trait TransactionChecker: Send + Sync {
-    fn check(&self, half: HalfMessage);
-}
-
-/// Keeps a [`TransactionChecker`] registered; dropping it unregisters.
-pub struct CheckerRegistration {
-    unregister: Option<Box<dyn FnOnce() + Send + Sync>>,
-}
-
-impl CheckerRegistration {
-    /// A registration that runs `unregister` when dropped (for other
-    /// implementations of the API).
-    pub fn new(unregister: impl FnOnce() + Send + Sync + 'static) -> Self {
-        CheckerRegistration {
-            unregister: Some(Box::new(unregister)),
-        }
-    }
-}
-
-impl Drop for CheckerRegistration {
-    fn drop(&mut self) {
-        if let Some(f) = self.unregister.take() {
-            f();
-        }
-    }
-}
-
-impl fmt::Debug for CheckerRegistration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CheckerRegistration")
-    }
-}
-
-/// What one [`Broker::check_transactions`] round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CheckRound {
-    /// Halves handed to a registered checker.
-    pub checked: usize,
-    /// Halves due for a check whose producer group has no checker registered
-    /// (the check still counts).
-    pub unchecked: usize,
-    /// Halves rolled back because their checks ran out.
-    pub rolled_back: usize,
-}
 
 /// A set of offsets as a low-water mark plus the members above it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -267,9 +148,17 @@ struct Checkers {
     by_group: HashMap<String, Vec<Registered>>,
 }
 
-/// Transaction state of a broker: see the module docs.
+/// Transactions of a broker: their state and what checking them needs. See
+/// the module docs.
 pub(super) struct TxnState {
     path: PathBuf,
+    store: Arc<Store>,
+    /// The broker's clock: half ages count by it.
+    clock: Arc<dyn Clock>,
+    /// A half younger than this is not checked yet.
+    timeout: Duration,
+    /// Checks of one half before it is rolled back.
+    max_checks: u32,
     txns: Mutex<Txns>,
     /// The `Txns::version` the file holds; held while writing.
     file: Mutex<u64>,
@@ -289,7 +178,13 @@ fn op_half_offset(store: &Store, entry: &crate::store::CqEntry) -> Result<Option
 
 impl TxnState {
     /// Loads `transactions.json` and applies the op records written after it.
-    pub(super) fn open(config_dir: &Path, store: &Store) -> Result<TxnState> {
+    pub(super) fn open(
+        config_dir: &Path,
+        store: Arc<Store>,
+        clock: Arc<dyn Clock>,
+        timeout: Duration,
+        max_checks: u32,
+    ) -> Result<TxnState> {
         let path = config_dir.join("transactions.json");
         let (mut progress, checks) = match persist::read_json::<TxnFile>(&path)? {
             Some(f) => (f.progress, f.checks),
@@ -305,7 +200,7 @@ impl TxnState {
                 if progress.ops.contains(op) {
                     continue;
                 }
-                match op_half_offset(store, &entry)? {
+                match op_half_offset(&store, &entry)? {
                     Some(half) => progress.halves.mark(half),
                     None => tracing::warn!(op, "transaction op record without a half offset"),
                 }
@@ -319,6 +214,10 @@ impl TxnState {
             .collect();
         Ok(TxnState {
             path,
+            store,
+            clock,
+            timeout,
+            max_checks,
             txns: Mutex::new(Txns {
                 live: progress.clone(),
                 durable: progress,
@@ -334,7 +233,8 @@ impl TxnState {
     /// Writes the decisions whose op records the commit log has flushed and the
     /// check counts, if something changed. Halves and op records retention
     /// removed count as done (a half that is gone can no longer be committed).
-    pub(super) fn flush(&self, store: &Store) -> Result<()> {
+    pub(super) fn flush(&self) -> Result<()> {
+        let store = &self.store;
         let flushed = store.positions().flushed;
         let half_min = store.queue_bounds(TRANS_HALF_TOPIC, 0).0;
         let op_min = store.queue_bounds(TRANS_OP_HALF_TOPIC, 0).0;
@@ -423,23 +323,19 @@ fn committed_message(view: &RecordView<'_>, half_phys: u64) -> Option<Message> {
     Some(msg)
 }
 
-impl Broker {
+impl TxnState {
+    /// Stores a half of `producer_group` that a commit puts into `queue_id` of
+    /// `topic`. The broker has checked the group, the target (as for a send)
+    /// and that no delay is asked for, at broker time `now`.
     pub(super) async fn store_half(
         &self,
         producer_group: &str,
         mut message: Message,
-        queue: QueueChoice,
-    ) -> Result<super::HalfSent> {
-        validate_group(producer_group)?;
-        let now = self.clock.now_ms();
-        if delay::plan(&message, &self.opts.delay, now)? != delay::Plan::Now {
-            return Err(Error::InvalidMessage(
-                "a transactional message cannot be delayed".into(),
-            ));
-        }
-        let config = self.writable_topic(&message.topic)?;
-        let queue_id = self.choose_queue(&config, &queue)?;
-        message.insert_property(property::REAL_TOPIC, config.name.clone());
+        topic: String,
+        queue_id: u32,
+        now: i64,
+    ) -> Result<HalfSent> {
+        message.insert_property(property::REAL_TOPIC, topic.clone());
         message.insert_property(property::REAL_QUEUE_ID, queue_id.to_string());
         message.insert_property(property::TRANSACTION_PREPARED, "true");
         message.insert_property(property::PRODUCER_GROUP, producer_group);
@@ -460,9 +356,9 @@ impl Broker {
             commit_log_offset: append.phys_offset,
             half_queue_offset: append.queue_offset,
         };
-        Ok(super::HalfSent {
+        Ok(HalfSent {
             sent: SendResult {
-                topic: config.name,
+                topic,
                 queue_id,
                 append,
             },
@@ -493,21 +389,22 @@ impl Broker {
 
     pub(super) async fn end_half(
         &self,
+        topics: &dyn TopicLookup,
         handle: &TransactionHandle,
         resolution: Resolution,
     ) -> Result<Option<SendResult>> {
         let record = self.half_record(handle)?;
         let half = handle.half_queue_offset;
         {
-            let mut t = lock(&self.txn.txns);
+            let mut t = lock(&self.txns);
             if t.live.halves.contains(half) || !t.ending.insert(half) {
                 return Err(Error::TransactionEnded {
                     handle: handle.to_string(),
                 });
             }
         }
-        let appended = self.append_end(handle, &record, resolution).await;
-        let mut t = lock(&self.txn.txns);
+        let appended = self.append_end(topics, handle, &record, resolution).await;
+        let mut t = lock(&self.txns);
         t.ending.remove(&half);
         let (sent, op_end, op) = appended?;
         t.live.halves.mark(half);
@@ -522,6 +419,7 @@ impl Broker {
     /// where the message went, the op record's end and its op-queue offset.
     async fn append_end(
         &self,
+        topics: &dyn TopicLookup,
         handle: &TransactionHandle,
         record: &[u8],
         resolution: Resolution,
@@ -538,7 +436,7 @@ impl Broker {
                     "half message {handle} lacks its real topic or queue"
                 ))
             })?;
-            let config = self.topic_config(&msg.topic)?;
+            let config = topics.topic_config(&msg.topic)?;
             if !config.perm.is_writable() {
                 return Err(Error::NoPermission {
                     topic: config.name,
@@ -574,7 +472,7 @@ impl Broker {
     ) -> Result<CheckerRegistration> {
         validate_group(producer_group)?;
         let id = {
-            let mut c = lock(&self.txn.checkers);
+            let mut c = lock(&self.checkers);
             c.next_id += 1;
             let id = c.next_id;
             c.by_group
@@ -583,7 +481,7 @@ impl Broker {
                 .push((id, checker));
             id
         };
-        let checkers: Weak<Mutex<Checkers>> = Arc::downgrade(&self.txn.checkers);
+        let checkers: Weak<Mutex<Checkers>> = Arc::downgrade(&self.checkers);
         let group = producer_group.to_owned();
         Ok(CheckerRegistration::new(move || {
             if let Some(c) = checkers.upgrade() {
@@ -601,16 +499,16 @@ impl Broker {
     /// One check round (broker clock): every undecided half older than the
     /// transaction timeout (or its `CHECK_IMMUNITY_TIME_IN_SECONDS`) is handed
     /// to its producer group's checker, or rolled back once it has been checked
-    /// `transaction_max_checks` times. The loop of
-    /// [`Broker::spawn_transaction_checks`] calls this; tests call it directly.
-    pub async fn check_transactions(&self) -> Result<CheckRound> {
-        let _round = self.txn.round.lock().await;
+    /// `transaction_max_checks` times. Ends go to their real topics as
+    /// `topics` has them now.
+    pub(super) async fn check(&self, topics: &dyn TopicLookup) -> Result<CheckRound> {
+        let _round = self.round.lock().await;
         let now = self.clock.now_ms();
-        let timeout_ms = self.opts.transaction_timeout.as_millis() as i64;
-        let max_checks = self.opts.transaction_max_checks;
+        let timeout_ms = self.timeout.as_millis() as i64;
+        let max_checks = self.max_checks;
         let mut due_rollback = Vec::new();
         let mut due_check = Vec::new();
-        let mut from = lock(&self.txn.txns).live.halves.base;
+        let mut from = lock(&self.txns).live.halves.base;
         loop {
             let read = self
                 .store
@@ -620,7 +518,7 @@ impl Broker {
             }
             for (at, entry) in read.entries {
                 {
-                    let t = lock(&self.txn.txns);
+                    let t = lock(&self.txns);
                     if t.live.halves.contains(at) || t.ending.contains(&at) {
                         continue;
                     }
@@ -643,7 +541,7 @@ impl Broker {
                     half_queue_offset: at,
                 };
                 let checks = {
-                    let mut t = lock(&self.txn.txns);
+                    let mut t = lock(&self.txns);
                     if t.live.halves.contains(at) || t.ending.contains(&at) {
                         continue; // ended while its record was read
                     }
@@ -666,7 +564,7 @@ impl Broker {
         }
         let mut round = CheckRound::default();
         for handle in due_rollback {
-            match self.end_half(&handle, Resolution::Rollback).await {
+            match self.end_half(topics, &handle, Resolution::Rollback).await {
                 Ok(_) => {
                     tracing::warn!(%handle, max_checks, "undecided transaction rolled back");
                     round.rolled_back += 1;
@@ -692,7 +590,7 @@ impl Broker {
                 check_times: n,
                 record: record.clone(),
             };
-            match self.txn.checker(group, n - 1) {
+            match self.checker(group, n - 1) {
                 Some(checker) => {
                     checker.check(half);
                     round.checked += 1;
@@ -701,29 +599,6 @@ impl Broker {
             }
         }
         Ok(round)
-    }
-
-    /// Starts the check loop on the current tokio runtime: every
-    /// `transaction_check_interval` it runs [`Broker::check_transactions`]. It
-    /// stops when the broker is closed or dropped.
-    pub fn spawn_transaction_checks(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let broker: Weak<Broker> = Arc::downgrade(self);
-        let every = self.opts.transaction_check_interval;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await; // the first tick is immediate; start one interval in
-            loop {
-                tick.tick().await;
-                let Some(b) = broker.upgrade() else { return };
-                if b.is_closed() {
-                    return;
-                }
-                if let Err(e) = b.check_transactions().await {
-                    tracing::error!(error = %e, "checking transactions failed");
-                }
-            }
-        })
     }
 }
 

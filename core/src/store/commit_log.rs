@@ -3,7 +3,7 @@
 //! `<data_dir>/commitlog/`. This module owns appending (offset and queue-offset
 //! assignment, segment roll with blank fillers), zero-copy reads, the written
 //! and durable positions, and the retention hooks. It does not decide policy:
-//! when to flush ([`crate::store::flush`]), what to delete, and what the
+//! when to flush (the `flush` module, which drives this one), what to delete, and what the
 //! consume queues say are the store's business.
 //!
 //! Start with [`CommitLog::open`], [`CommitLog::append_batch`] and
@@ -19,7 +19,7 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use recovery::{Recovery, RecoveryReport};
@@ -247,11 +247,11 @@ impl CommitLog {
     fn lock_append(&self) -> MutexGuard<'_, AppendState> {
         // A panic under the lock happens before `written` is published, so the
         // state is still consistent: keep going rather than poison every append.
-        self.append.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.append)
     }
 
     fn segment_list(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Segment>>> {
-        self.segments.read().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::read(&self.segments)
     }
 
     /// Appends one message. Not durable until `flushed_offset() >= end_offset`.
@@ -404,10 +404,7 @@ impl CommitLog {
             st.active
                 .write((st.pos - st.active.start()) as usize, &blank)?;
         }
-        self.segments
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(next.clone());
+        crate::sync::write(&self.segments).push(next.clone());
         st.pos = st.active.end();
         next.advise_appending(0);
         let sealed = std::mem::replace(&mut st.active, next);
@@ -670,10 +667,7 @@ impl CommitLog {
         let mut deleted = Vec::new();
         let written = self.max_offset();
         let flushed = self.flushed_offset();
-        let mut segs = self
-            .segments
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut segs = crate::sync::write(&self.segments);
         while segs.len() > 1 && segs[0].end() <= flushed {
             let info = Self::info(&segs[0], written);
             if !pred(&info) {

@@ -19,6 +19,8 @@ impl DiskSpace for Statvfs {
         use std::os::unix::ffi::OsStrExt;
         let c = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: `statvfs` is a C struct of integers only, for which all-zero
+        // bytes are a valid value; the call below overwrites it anyway.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
         let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };

@@ -81,22 +81,20 @@ impl Default for StoreOptions {
     }
 }
 
-/// Wall-clock milliseconds since the epoch; injectable for retention tests.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+/// The store's clock (retention ages, checkpoint times): the crate's one
+/// [`crate::clock::Clock`], kept at this path for existing callers.
+pub use crate::clock::Clock;
 
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
-    })
+/// The system clock as a store dependency.
+pub fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(crate::clock::SystemClock)
 }
 
 /// What a store depends on besides its options.
 pub struct StoreDeps {
     pub disk: Arc<dyn DiskSpace>,
-    pub clock: Clock,
+    /// Wall-clock ms; injectable for retention tests.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for StoreDeps {
@@ -207,7 +205,7 @@ impl Signal {
     fn notify(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _g = crate::sync::lock(&self.lock);
             self.cv.notify_all();
         }
     }
@@ -215,7 +213,7 @@ impl Signal {
     /// Waits until the counter moves past `seen` or `timeout` passes; returns the counter.
     fn wait(&self, seen: u64, timeout: Duration) -> u64 {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::sync::lock(&self.lock);
         if self.seq.load(Ordering::SeqCst) == seen {
             let _ = self
                 .cv
@@ -678,12 +676,12 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
         let _ = inner.durability.close();
-        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(m) = crate::sync::lock(&self.abort).take() {
             std::mem::forget(m);
         }
     }
@@ -697,7 +695,7 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
@@ -708,7 +706,7 @@ impl Store {
         }
         inner.checkpoint()?;
         inner.durability.close()?;
-        if let Some(m) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(m) = crate::sync::lock(&self.abort).take() {
             m.remove()?;
         }
         Ok(())
@@ -784,14 +782,14 @@ impl Inner {
             // The checkpoint never vouches for queue entries of bytes that are not
             // durable in the log itself.
             dispatched: dispatched.min(log_flushed),
-            written_at_ms: (self.deps.clock)(),
+            written_at_ms: self.deps.clock.now_ms(),
         }
         .store(&self.dir)
     }
 
     /// Deletes expired segments, and the oldest ones while above the soft disk ratio.
     fn retain(&self) -> Result<usize> {
-        let now = (self.deps.clock)();
+        let now = self.deps.clock.now_ms();
         let cutoff = now - self.opts.retention.as_millis() as i64;
         let mut deleted = 0;
         // Never delete what is not yet dispatched or durable: recovery needs it.

@@ -110,7 +110,7 @@ struct Shared<L> {
 
 impl<L: FlushTarget> Shared<L> {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// One flush round: sync, record the outcome, tell every waiter.
@@ -361,11 +361,7 @@ impl<L: FlushTarget> GroupCommit<L> {
             st.shutdown = true;
             self.shared.wake_flusher.notify_all();
         }
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let handle = crate::sync::lock(&self.thread).take();
         if let Some(handle) = handle
             && handle.join().is_err()
         {

@@ -8,6 +8,7 @@ pub mod disk;
 mod engine;
 pub mod flush;
 pub mod index;
+pub(crate) mod mapped;
 pub mod record;
 mod resident;
 

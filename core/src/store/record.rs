@@ -25,6 +25,7 @@ pub use encode::{Encoded, Stamp, encode, encoded_len};
 pub(crate) use encode::{Parts, Props, encode_parts};
 pub use msg_id::{decode_msg_id, encode_msg_id, push_msg_id};
 
+pub use crate::error::RecordError;
 use crate::error::Result;
 
 /// MAGICCODE of a message record (`0xDAA320A7`).
@@ -108,33 +109,6 @@ pub mod property {
     pub const CRC32: &str = "__CRC32#";
     /// Separates several keys inside the `KEYS` property.
     pub const KEY_SEPARATOR: &str = " ";
-}
-
-/// Why bytes are not a valid record. The commit log wraps it with the file and
-/// offset into [`crate::Error::Corrupt`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    #[error("record truncated: {needed} bytes needed, {available} available")]
-    Truncated { needed: usize, available: usize },
-    #[error("bad magic code {0:#010x}")]
-    BadMagic(u32),
-    #[error("impossible total size {0}")]
-    BadTotalSize(i64),
-    #[error("{field} length {len} does not fit in the record")]
-    BadLength { field: &'static str, len: i64 },
-    #[error("fields end at byte {fields_end} but the total size is {total_size}")]
-    SizeMismatch {
-        fields_end: usize,
-        total_size: usize,
-    },
-    #[error("{0} is not valid UTF-8")]
-    NotUtf8(&'static str),
-    #[error("body CRC mismatch: stored {stored}, computed {computed}")]
-    BodyCrc { stored: u32, computed: u32 },
-    #[error("record CRC mismatch: stored {stored}, computed {computed}")]
-    RecordCrc { stored: u32, computed: u32 },
-    #[error("the __CRC32# property is missing or malformed")]
-    MissingRecordCrc,
 }
 
 /// A message as a producer hands it to the store. The store fills in queue

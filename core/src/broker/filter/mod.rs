@@ -23,6 +23,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::str::FromStr;
 
+pub use crate::error::{FilterError, Position};
 use sql::Selector;
 use tag::TagFilter;
 
@@ -78,82 +79,6 @@ impl FromStr for FilterType {
             Ok(FilterType::Sql92)
         } else {
             Err(FilterError::UnknownType(s.to_owned()))
-        }
-    }
-}
-
-/// Where in an expression an error was found. `line` and `column` are 1-based and
-/// count characters, not bytes; `offset` is the byte offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    pub offset: usize,
-    pub line: usize,
-    pub column: usize,
-}
-
-impl Position {
-    /// The position of byte `offset` in `src` (clamped to the end, and to a char
-    /// boundary, so it is safe for any offset).
-    pub(crate) fn locate(src: &str, offset: usize) -> Self {
-        let mut offset = offset.min(src.len());
-        while !src.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let before = &src[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
-        Position {
-            offset,
-            line,
-            column,
-        }
-    }
-}
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 1 {
-            write!(f, "column {}", self.column)
-        } else {
-            write!(f, "line {}, column {}", self.line, self.column)
-        }
-    }
-}
-
-/// Why an expression was rejected at subscribe time.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FilterError {
-    /// The expression is not well formed, or is well formed but meaningless
-    /// (`'a' > 1`, `x BETWEEN 5 AND 1`).
-    #[error("{message} at {position}")]
-    Syntax { message: String, position: Position },
-
-    #[error("filter expression is {len} bytes long; the maximum is {max} bytes")]
-    TooLong { len: usize, max: usize },
-
-    #[error("filter expression nests deeper than {max} levels at {position}")]
-    TooDeep { max: usize, position: Position },
-
-    #[error("unknown filter type {0:?}; expected TAG or SQL92")]
-    UnknownType(String),
-}
-
-impl FilterError {
-    pub(crate) fn syntax(src: &str, offset: usize, message: impl Into<String>) -> Self {
-        FilterError::Syntax {
-            message: message.into(),
-            position: Position::locate(src, offset),
-        }
-    }
-
-    /// Where the problem is, when it has a place in the expression.
-    pub fn position(&self) -> Option<Position> {
-        match self {
-            FilterError::Syntax { position, .. } | FilterError::TooDeep { position, .. } => {
-                Some(*position)
-            }
-            FilterError::TooLong { .. } | FilterError::UnknownType(_) => None,
         }
     }
 }

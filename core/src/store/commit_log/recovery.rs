@@ -285,6 +285,8 @@ fn data_ranges(path: &Path, from: usize, len: usize) -> Vec<std::ops::Range<usiz
                 }
                 return whole;
             }
+            // SAFETY: as above; `fd` stays open while `file` lives, and lseek
+            // only moves this descriptor's position.
             let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
             if hole < 0 {
                 return whole;

@@ -9,7 +9,6 @@
 //! `docs/storage-queues.md`.
 
 mod entry;
-pub(crate) mod mapped;
 mod queue;
 mod table;
 

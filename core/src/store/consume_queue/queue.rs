@@ -3,14 +3,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tracing::{debug, warn};
 
 use super::entry::{CqEntry, ENTRY_SIZE};
-use super::mapped::MappedFile;
 use super::validate_topic;
 use crate::error::{Error, Result};
+use crate::store::mapped::MappedFile;
 
 const ZERO_ENTRY: [u8; ENTRY_SIZE] = [0; ENTRY_SIZE];
 /// Width of a file name: the logical byte offset of its first entry.
@@ -201,12 +201,12 @@ impl ConsumeQueue {
 
     fn lock_writer(&self) -> MutexGuard<'_, WriterState> {
         // WriterState is only a dirty range; after a panic it is still valid.
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.writer)
     }
 
     /// The file holding `offset`, if it is mapped.
     fn file_of(&self, offset: u64) -> Option<Arc<CqFile>> {
-        let files = self.files.read().unwrap_or_else(PoisonError::into_inner);
+        let files = crate::sync::read(&self.files);
         let first = files.first()?.first;
         if offset < first {
             return None;
@@ -347,7 +347,7 @@ impl ConsumeQueue {
         let epf = self.entries_per_file;
         let target = offset / epf * epf;
         let next = {
-            let files = self.files.read().unwrap_or_else(PoisonError::into_inner);
+            let files = crate::sync::read(&self.files);
             match files.last() {
                 Some(last) if target < last.first => return Err(self.missing(offset)),
                 Some(last) => last.first + epf,
@@ -360,10 +360,7 @@ impl ConsumeQueue {
             let path = self.dir.join(file_name(first));
             let map = MappedFile::create(&path, self.file_bytes())?;
             // Push one by one: a reader never sees a file it cannot use.
-            self.files
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(Arc::new(CqFile { first, map }));
+            crate::sync::write(&self.files).push(Arc::new(CqFile { first, map }));
             first += epf;
         }
         self.file_of(offset).ok_or_else(|| self.missing(offset))
@@ -373,11 +370,7 @@ impl ConsumeQueue {
     /// the page cache; see `store::resident`).
     pub fn release_cold(&self, keep: u64) {
         let limit = self.max_offset().saturating_sub(keep);
-        let files: Vec<Arc<CqFile>> = self
-            .files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let files: Vec<Arc<CqFile>> = crate::sync::read(&self.files).clone();
         for f in files {
             if f.first >= limit {
                 break;
@@ -468,11 +461,7 @@ impl ConsumeQueue {
         let min = self.min_offset.load(Ordering::Relaxed);
         let max = self.max_offset.load(Ordering::Relaxed);
         let epf = self.entries_per_file;
-        let files: Vec<Arc<CqFile>> = self
-            .files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let files: Vec<Arc<CqFile>> = crate::sync::read(&self.files).clone();
         let mut doomed = 0;
         for (i, file) in files.iter().enumerate() {
             let end = file.first + epf;
@@ -495,10 +484,7 @@ impl ConsumeQueue {
             return Ok(0);
         }
         // `min_offset` moved past these files before they leave the list.
-        self.files
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..doomed);
+        crate::sync::write(&self.files).drain(..doomed);
         for file in &files[..doomed] {
             fs::remove_file(file.map.path()).map_err(|e| Error::io(file.map.path(), e))?;
         }
@@ -578,10 +564,7 @@ impl ConsumeQueue {
     /// [`super::ConsumeQueues::remove_topic`] once the queue left the table.
     pub(super) fn destroy(&self) -> Result<()> {
         let _w = self.lock_writer();
-        self.files
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        crate::sync::write(&self.files).clear();
         let max = self.max_offset.load(Ordering::Relaxed);
         self.min_offset.store(max, Ordering::Release);
         match fs::remove_dir_all(&self.dir) {
@@ -593,11 +576,7 @@ impl ConsumeQueue {
 
     /// Finds min/max on open, drops a torn tail and zeroes everything past it.
     fn recover(&self) -> Result<()> {
-        let files = self
-            .files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let files = crate::sync::read(&self.files).clone();
         let (Some(first), Some(last)) = (files.first(), files.last()) else {
             return Ok(());
         };
@@ -666,7 +645,7 @@ fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
             .filter(|n| n.len() == NAME_DIGITS && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         let Some(byte_offset) = parsed else {
-            if !super::mapped::remove_if_unfinished(&path)? {
+            if !crate::store::mapped::remove_if_unfinished(&path)? {
                 warn!(path = %path.display(), "ignoring unexpected file in consume queue directory");
             }
             continue;

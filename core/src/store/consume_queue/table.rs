@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use tracing::warn;
 
@@ -48,11 +48,11 @@ impl ConsumeQueues {
     fn read_table(&self) -> std::sync::RwLockReadGuard<'_, Table> {
         // The map is only ever changed by single inserts/removes, so it is
         // consistent even if a holder panicked.
-        self.queues.read().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::read(&self.queues)
     }
 
     fn write_table(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        self.queues.write().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::write(&self.queues)
     }
 
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {

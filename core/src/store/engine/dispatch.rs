@@ -34,7 +34,7 @@ impl Inner {
     }
 
     pub(super) fn lock_dispatch(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.dispatching.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.dispatching)
     }
 
     /// Under async flush the appender dispatches what was appended, unless another

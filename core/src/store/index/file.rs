@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
-use crate::store::consume_queue::mapped::MappedFile;
+use crate::store::mapped::MappedFile;
 
 pub(super) const HEADER_SIZE: usize = 40;
 pub(super) const SLOT_SIZE: usize = 4;

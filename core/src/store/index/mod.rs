@@ -12,7 +12,7 @@ mod file;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tracing::{debug, warn};
 
@@ -106,7 +106,7 @@ impl IndexStore {
                     files.push(Arc::new(IndexFile::open(&path, name, slots, max_entries)?))
                 }
                 None => {
-                    if !crate::store::consume_queue::mapped::remove_if_unfinished(&path)? {
+                    if !crate::store::mapped::remove_if_unfinished(&path)? {
                         warn!(path = %path.display(), "ignoring unexpected file in index directory")
                     }
                 }
@@ -124,14 +124,11 @@ impl IndexStore {
 
     fn lock_writer(&self) -> MutexGuard<'_, WriterState> {
         // Only a list of files to flush; still valid after a panic.
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.writer)
     }
 
     fn snapshot(&self) -> Vec<Arc<IndexFile>> {
-        self.files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        crate::sync::read(&self.files).clone()
     }
 
     /// Indexes `<topic>#<key>` for the message at `phys_offset` stored at
@@ -149,12 +146,7 @@ impl IndexStore {
         }
         let hash = key_hash(topic, key);
         let mut w = self.lock_writer();
-        let last = self
-            .files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .last()
-            .cloned();
+        let last = crate::sync::read(&self.files).last().cloned();
         let active = match last {
             Some(f) if !f.is_full() => f,
             last => self.roll(last.map(|f| f.name), store_ts_ms)?,
@@ -185,10 +177,7 @@ impl IndexStore {
             self.slots,
             self.max_entries,
         )?);
-        self.files
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(file.clone());
+        crate::sync::write(&self.files).push(file.clone());
         debug!(path = %path.display(), "new index file");
         Ok(file)
     }
@@ -279,10 +268,7 @@ impl IndexStore {
         if doomed == 0 {
             return Ok(0);
         }
-        self.files
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..doomed);
+        crate::sync::write(&self.files).drain(..doomed);
         w.dirty
             .retain(|d| !files[..doomed].iter().any(|f| Arc::ptr_eq(d, f)));
         drop(w);
@@ -306,10 +292,7 @@ impl IndexStore {
 
     /// Number of index files (for metrics and tests).
     pub fn file_count(&self) -> usize {
-        self.files
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        crate::sync::read(&self.files).len()
     }
 }
 

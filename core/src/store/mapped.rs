@@ -7,8 +7,7 @@
 //! each caller publishes with a `Release` store of its own counter, and documents
 //! that under `# Invariants`.
 //!
-//! Shared with the index (`crate::store::index`); it lives here only because
-//! `store/mod.rs` belongs to another change. It should move to `store/mapped.rs`.
+//! Used by the consume queues and the index alike; it depends on neither.
 //!
 //! Bytes are stored so that the *file* is big-endian: a word holding bytes
 //! `b0..b3` is `u32::from_ne_bytes([b0, b1, b2, b3])`.
