@@ -14,11 +14,11 @@
 //!   retention. Start here.
 //! - [`broker`] — topics, groups, offsets, long polling behind the `MessagingApi` seam.
 //!
-//! Layers, each depending only on those above it (`tests/module_graph.rs` keeps
-//! it so): [`clock`] (the one wall clock), [`sync`] (the one poison-tolerant lock
-//! helper) and [`error`] (the one error enum and the detailed errors it wraps);
-//! then [`store`]; then [`broker`]. Other crates take their clock and lock helper
-//! from here rather than keeping copies.
+//! Layers, each depending only on those above it (the workspace's
+//! `tests/structure.rs` keeps it so): [`clock`] (the one wall clock) and [`sync`]
+//! (the one poison-tolerant lock helper), both from `rocketgate-base` and
+//! re-exported here, and [`error`] (the one error enum and the detailed errors it
+//! wraps); then [`store`]; then [`broker`].
 
 //!
 //! Embedding the storage engine (what every door builds on):
@@ -46,9 +46,9 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod broker;
-pub mod clock;
 pub mod error;
 pub mod store;
-pub mod sync;
+
+pub use rocketgate_base::{clock, sync};
 
 pub use error::{Error, Result};

@@ -307,8 +307,4 @@ pub fn wait_for<T>(
 }
 
 /// Wall-clock time in unix milliseconds, as the broker stamps messages.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use rocketgate_base::clock::now_ms;

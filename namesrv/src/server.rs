@@ -2,10 +2,11 @@
 //! with this NameServer's [`Handler`], and beside it the liveness scan, which closes the
 //! connection a broker registered on when that broker expires.
 
+use rocketgate_base::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rocketgate_remoting::RemotingCommand;
@@ -29,11 +30,6 @@ const OUTBOUND_CAPACITY: usize = 4;
 /// Shared by the connection tasks and the scan. One short std lock: every holder does a
 /// table lookup or update and never awaits while holding it.
 type Shared = Arc<Mutex<State>>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves a table that is still structurally valid.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A bound, not yet running NameServer.
 pub struct NameServer {

@@ -9,9 +9,10 @@
 //! [`Error::ConnectionClosed`], and the owner connects again (with whatever back-off
 //! suits it).
 
+use rocketgate_base::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -43,11 +44,6 @@ type Reply = Result<RemotingCommand, CodecError>;
 
 /// Calls waiting for their response, by opaque. Std lock, held for one map operation.
 type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<Reply>>>>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves a map that is still structurally valid.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One connection to a remoting peer. Share it behind an `Arc`; the socket closes when
 /// the last holder drops it (or the peer closes first).

@@ -6,9 +6,11 @@
 //! reconnects with exponential back-off when the link breaks. A clean stop unregisters
 //! from each NameServer; an abort just drops the sockets, which is what a crash looks like.
 
+use rocketgate_base::clock::now_ms;
+use rocketgate_base::sync::lock;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -196,10 +198,10 @@ impl Shared {
             t
         };
         let data_version = {
-            let mut v = self.version.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = lock(&self.version);
             if v.1.timestamp == 0 || v.0 != topics {
                 v.1.counter += 1;
-                v.1.timestamp = now_millis();
+                v.1.timestamp = now_ms();
                 v.0 = topics.clone();
             }
             v.1.clone()
@@ -244,12 +246,6 @@ fn command(code: i32) -> RemotingCommand {
         version: version::CURRENT,
         ..Default::default()
     }
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 enum Wake {

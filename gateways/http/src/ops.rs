@@ -207,9 +207,9 @@ impl Meters {
                 .find(|(me, st, ..)| me == method && *st == status)
                 .map(|(_, _, c, h)| (c.clone(), h.clone()))
         };
-        let cached = found(&self.requests.read().unwrap_or_else(|p| p.into_inner()));
+        let cached = found(&rocketgate_core::sync::read(&self.requests));
         let (counter, histogram) = cached.unwrap_or_else(|| {
-            let mut map = self.requests.write().unwrap_or_else(|p| p.into_inner());
+            let mut map = rocketgate_core::sync::write(&self.requests);
             if let Some(h) = found(&map) {
                 return h;
             }
@@ -235,10 +235,7 @@ impl Meters {
     /// `rocketgate_messages_in_total` / `rocketgate_bytes_in_total`
     /// `{protocol="http",topic}` and `rocketgate_publish_duration_seconds{protocol="http"}`.
     pub(crate) fn published(&self, topic: &str, n: usize, bytes: usize, started: Instant) {
-        let cached = self
-            .topics_in
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let cached = rocketgate_core::sync::read(&self.topics_in)
             .get(topic)
             .cloned();
         let (msgs, size) = cached.unwrap_or_else(|| {
@@ -247,9 +244,7 @@ impl Meters {
                 metrics::counter!("rocketgate_messages_in_total", &labels),
                 metrics::counter!("rocketgate_bytes_in_total", &labels),
             );
-            self.topics_in
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
+            rocketgate_core::sync::write(&self.topics_in)
                 .entry(topic.to_owned())
                 .or_insert(pair)
                 .clone()

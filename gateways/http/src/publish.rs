@@ -1,6 +1,7 @@
 //! Publishing: one message whose body is the request body byte for byte, or a
 //! JSON batch stored contiguously in one queue.
 
+use rocketgate_core::clock::now_ms;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,12 +62,6 @@ impl From<SendResult> for Published {
             transaction_id: None,
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The delay property a publish asks for, if any.

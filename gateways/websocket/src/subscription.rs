@@ -17,6 +17,7 @@
 //! waits for room in the connection's byte budget ([`Outbox`]) before it is
 //! queued, so a slow reader stops the fetching and the backlog stays in the log.
 
+use rocketgate_core::clock::now_ms;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -151,7 +152,7 @@ impl Shared {
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        rocketgate_core::sync::lock(&self.state)
     }
 
     pub fn add_credit(&self, n: u64) -> u64 {
@@ -225,12 +226,6 @@ enum End {
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 /// How long a task with no room waits before it looks at lease deadlines again.
 const RECHECK: Duration = Duration::from_secs(1);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 impl<B: MessagingApi + 'static> Feed<B> {
     /// Runs until stopped, the connection goes, or the broker refuses.

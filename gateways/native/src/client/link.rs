@@ -3,8 +3,9 @@
 //! the [`Links`]' push channel. [`Links`] reconnects on demand, with exponential back-off
 //! per address after a failed connect.
 
+use rocketgate_core::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rocketgate_remoting::client::Link;
@@ -19,10 +20,6 @@ use crate::Error;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Marks a request as ours. The compact binary header: cheaper to write and to parse
 /// than JSON, and the peer answers in the same form.

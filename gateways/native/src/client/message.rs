@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rocketgate_core::store::record::property;
@@ -136,9 +135,4 @@ pub(crate) fn unique_id_at(now: u64) -> String {
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub(crate) use rocketgate_core::clock::now_ms;

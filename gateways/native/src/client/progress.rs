@@ -1,14 +1,11 @@
 //! One queue's consumption progress in the push consumer: what was pulled, what is
 //! still being consumed, and so which offset may be committed.
 
+use rocketgate_core::sync::lock;
 use std::collections::BTreeSet;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use tokio::sync::Notify;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Offsets of one queue: pulled up to `next`, `inflight` not yet consumed.
 #[derive(Default)]

@@ -1,8 +1,9 @@
 //! [`PullConsumer`]: the application drives consumption — assign queues (or subscribe
 //! and let the group share them out), `poll`, `commit`, `seek`.
 
+use rocketgate_core::sync::lock;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -357,8 +358,4 @@ impl PullConsumer {
         }
         self.broker.session.links.close_all();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -10,9 +10,10 @@
 //! (a crash re-delivers, never loses). Flow control: a queue task stops pulling while
 //! `max_cached_per_queue` of its messages are unconsumed.
 
+use rocketgate_core::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rocketgate_core::store::record::property;
@@ -141,10 +142,6 @@ impl PushConsumerOptions {
 /// an await in a `Send` future).
 async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Running {

@@ -4,9 +4,10 @@
 //! every `heartbeat_interval`; it holds only a weak reference, so dropping the owner
 //! ends it.
 
+use rocketgate_core::sync::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -66,10 +67,6 @@ impl Route {
             read_queues,
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) struct Session {

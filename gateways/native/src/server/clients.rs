@@ -59,7 +59,7 @@ pub(crate) struct Departed {
 
 impl Clients {
     fn lock(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        rocketgate_core::sync::lock(&self.table)
     }
 
     pub fn connected(&self, conn: ConnId, outbound: Outbound) {

@@ -96,7 +96,7 @@ impl<B> Ctx<B> {
     /// A send to `topic` succeeded: re-register routes if it is new to this server.
     pub fn note_topic(&self, topic: &str) {
         let new = {
-            let mut known = self.known_topics.lock().unwrap_or_else(|e| e.into_inner());
+            let mut known = rocketgate_core::sync::lock(&self.known_topics);
             !known.contains(topic) && known.insert(topic.to_owned())
         };
         if new {
