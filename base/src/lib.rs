@@ -1,14 +1,15 @@
 //! # rocketgate-base
 //!
 //! The bottom layer: what every other crate of the workspace shares and nothing
-//! else owns. The one wall clock and its test twin ([`clock`]: `Clock`,
-//! `SystemClock`, `ManualClock`, `now_ms`) and the one rule for taking a std lock
-//! ([`sync`]: poison-tolerant, and why). Std only, no I/O; any crate may depend on it
-//! and it depends on none of them.
+//! else owns: the one wall clock and its test twin ([`clock`]: `Clock`,
+//! `SystemClock`, `ManualClock`, `now_ms`), the one rule for taking a std lock
+//! ([`sync`]: poison-tolerant, and why) and hex digits written once ([`hex`]).
+//! Std only, no I/O; any crate may depend on it and it depends on none of them.
 //!
 //! Start reading at [`sync`] (the reason for the poison rule), then [`clock`].
 
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod hex;
 pub mod sync;

@@ -23,7 +23,7 @@ pub use batch::{
 use encode::put_host;
 pub use encode::{Encoded, Stamp, encode, encoded_len};
 pub(crate) use encode::{Parts, Props, encode_parts};
-pub use msg_id::{decode_msg_id, encode_msg_id, push_msg_id};
+pub use msg_id::{decode_msg_id, encode_msg_id, push_msg_id, unique_id, unique_id_at};
 
 pub use crate::error::RecordError;
 use crate::error::Result;

@@ -297,7 +297,7 @@ async fn begin_transaction<B: MessagingApi>(
     let group = producer_group
         .filter(|g| !g.is_empty())
         .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
-    let uniq = unique_key();
+    let uniq = rocketgate_core::store::record::unique_id();
     msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
     let half = ctx.api.send_half(&group, msg, choice).await?;
     Ok(Published {
@@ -307,20 +307,4 @@ async fn begin_transaction<B: MessagingApi>(
         queue_offset: None,
         transaction_id: Some(half.transaction.to_string()),
     })
-}
-
-/// A producer-style unique message key: 32 hex digits of process id, time and
-/// a counter (RocketMQ clients make theirs from similar parts).
-fn unique_key() -> String {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!(
-        "{:08X}{:012X}{:012X}",
-        std::process::id(),
-        nanos & 0xFFFF_FFFF_FFFF,
-        n & 0xFFFF_FFFF_FFFF
-    )
 }

@@ -1,7 +1,6 @@
 //! The message a producer builds, and what a send returns.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use rocketgate_core::store::record::property;
@@ -109,30 +108,6 @@ pub struct SendResult {
     pub transaction_id: Option<String>,
 }
 
-/// A unique message id in Java's 32-hex-digit shape: ip, pid, time `now` (ms; the
-/// caller reads the clock once per request) and a counter.
-pub(crate) fn unique_id_at(now: u64) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // getpid is a syscall per message otherwise.
-    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let pid = u64::from(*PID.get_or_init(std::process::id));
-    // Hex by hand: `format!` was ~10 % of a batched send's instructions.
-    let mut s = String::with_capacity(32);
-    for (v, digits) in [
-        (0x7F00_0001, 8),
-        (pid & 0xFFFF, 4),
-        ((pid >> 16) & 0xFFFF, 4),
-        (now & 0xFFFF_FFFF_FFFF, 12),
-        (u64::from(n & 0xFFFF), 4),
-    ] {
-        for i in (0..digits).rev() {
-            s.push(HEX[((v >> (4 * i)) & 15) as usize] as char);
-        }
-    }
-    s
-}
-
-const HEX: &[u8; 16] = b"0123456789ABCDEF";
+pub(crate) use rocketgate_core::store::record::unique_id_at;
 
 pub(crate) use rocketgate_core::clock::now_ms;
