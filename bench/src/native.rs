@@ -21,7 +21,7 @@ use rocketgate_native::{BrokerIdentity, Registrar, Server, ServerSettings};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
