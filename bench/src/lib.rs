@@ -1,13 +1,15 @@
 //! `rocketgate bench …`: load generators that print throughput, latency percentiles and
 //! peak memory, and compare against a ceiling measured in the same run (a raw disk, a
-//! trivial MQTT forwarder, an in-process native sink), plus the probes behind a few
-//! storage decisions.
+//! trivial MQTT forwarder, an in-process native sink), plus `prefault`, the probe behind
+//! the commit log's read-ahead advice.
 //!
 //! It owns the measuring side only: it drives the broker through its public crates
 //! (`rocketgate-core`'s store and broker, the native door's client and server) or over a
 //! socket, and must never be a dependency of those crates or carry code the broker
 //! needs. The `rocketgate` binary links it behind its default-on `bench` feature, so a
-//! `--no-default-features` build leaves this crate and its dependencies out.
+//! `--no-default-features` build leaves it out (docs/benchmarks.md, "Build and binary
+//! size"; the crates it depends on are all ones the broker uses too, so what that build
+//! saves is this crate's code).
 //!
 //! Errors are `anyhow`: every one ends as a message printed by the command, and no
 //! caller matches on them. Start reading at [`Command`] (one variant per subcommand,
