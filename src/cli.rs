@@ -29,8 +29,17 @@ pub enum Command {
     /// A broker that registers with the given NameServers.
     Broker(BrokerArgs),
     /// Benchmarks (see docs/benchmarks.md).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
-    Bench(BenchCommand),
+    Bench(rocketgate_bench::Command),
+    /// Stands in for `bench` in a build without it, so asking for a benchmark says
+    /// why there is none instead of "unrecognized subcommand".
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Bench {
+        #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Args, Default)]
@@ -89,22 +98,6 @@ pub struct BrokerArgs {
     /// WebSocket listen address.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub ws: Option<std::net::SocketAddr>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Append throughput and latency of the storage engine, against the raw disk.
-    Store(crate::bench::store::StoreBenchArgs),
-    /// Catch-up read rate and long-poll wake-up latency through the broker's pull.
-    Consume(crate::bench::consume::ConsumeBenchArgs),
-    /// MQTT load generator for any MQTT 3.1.1 broker (rocketgate or a peer).
-    Mqtt(crate::bench::mqtt::MqttBenchArgs),
-    /// A trivial in-memory MQTT forwarder: the load generator's own ceiling.
-    MqttSink(crate::bench::mqtt::sink::SinkArgs),
-    /// Producers and a push consumer on the Rust client through the native door.
-    Native(crate::bench::native::NativeBenchArgs),
-    /// Fan-out through the WebSocket door: 1 publisher -> N subscribers.
-    Ws(crate::bench::ws::WsBenchArgs),
 }
 
 impl CommonArgs {

@@ -1,8 +1,8 @@
 //! The `rocketgate` binary: parses flags into a [`Config`], then starts a standalone
 //! broker (embedded NameServer + broker + gateways), a NameServer alone, a broker alone,
-//! or a benchmark. All wiring of the crates happens here and nowhere else.
+//! or a benchmark (the `rocketgate-bench` crate, behind the default `bench` feature).
+//! All wiring of the crates happens here and nowhere else.
 
-mod bench;
 mod cli;
 mod node;
 mod run;

@@ -36,7 +36,13 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             let config = args.common.load(flags)?;
             broker(config)
         }
-        Some(Command::Bench(cmd)) => crate::bench::run(cmd),
+        #[cfg(feature = "bench")]
+        Some(Command::Bench(cmd)) => rocketgate_bench::run(cmd),
+        #[cfg(not(feature = "bench"))]
+        Some(Command::Bench { .. }) => anyhow::bail!(
+            "this rocketgate was built without benchmarks (cargo's `--no-default-features`); \
+             build with the default `bench` feature for `rocketgate bench`"
+        ),
     }
 }
 

@@ -284,6 +284,7 @@ fn a_broker_without_namesrvs_is_a_clear_error() {
 
 /// The MQTT load generator works end to end against its trivial sink: it connects,
 /// subscribes, publishes at QoS 1 and reports deliveries with latencies.
+#[cfg(feature = "bench")]
 #[test]
 fn the_mqtt_load_generator_measures_its_sink() {
     let stdout = generate_against_sink(&[
@@ -307,6 +308,7 @@ fn the_mqtt_load_generator_measures_its_sink() {
 
 /// Runs `rocketgate bench mqtt ARGS --json` against a fresh `bench mqtt-sink`;
 /// the generator must succeed. Its stdout.
+#[cfg(feature = "bench")]
 fn generate_against_sink(args: &[&str]) -> String {
     let (mut sink, addr, _lines) = start(
         &["bench", "mqtt-sink", "--listen", "127.0.0.1:0"],
@@ -330,6 +332,7 @@ fn generate_against_sink(args: &[&str]) -> String {
 }
 
 /// A number field of the generator's `RESULT {json}` line.
+#[cfg(feature = "bench")]
 fn result_field(stdout: &str, field: &str) -> f64 {
     let result = stdout
         .lines()
@@ -346,6 +349,7 @@ fn result_field(stdout: &str, field: &str) -> f64 {
 /// `--arrivals spread` paces the publishers from the pacing thread: the fixed rate
 /// is kept (what each publisher owes is sent even if it wakes late) and deliveries
 /// are measured.
+#[cfg(feature = "bench")]
 #[test]
 fn the_mqtt_load_generator_spreads_a_fixed_rate() {
     let stdout = generate_against_sink(&[
@@ -376,6 +380,20 @@ fn the_mqtt_load_generator_spreads_a_fixed_rate() {
         "{stdout}"
     );
     assert!(result_field(&stdout, "p99_us") > 0.0, "{stdout}");
+}
+
+/// A build without the `bench` feature still knows the word and says what is missing,
+/// rather than failing as if the user mistyped.
+#[cfg(not(feature = "bench"))]
+#[test]
+fn bench_in_a_build_without_it_says_so() {
+    let out = bin()
+        .args(["bench", "mqtt", "--broker", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("built without benchmarks"), "{stderr}");
 }
 
 /// `curl -sS -w '\n%{http_code}' ARGS`: (status, body).

@@ -1,4 +1,4 @@
-//! The ceiling for `scripts/bench-http`: an axum server on the same stack as the
+//! The ceiling for `bench/http`: an axum server on the same stack as the
 //! gateway (axum, hyper, tokio multi-thread) whose publish handler reads the body
 //! and answers 201 with a small JSON, storing nothing.
 //!

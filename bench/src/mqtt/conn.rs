@@ -17,8 +17,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
-use super::super::stats::Latencies;
 use super::proto::{Pkt, Version};
+use crate::stats::Latencies;
 
 /// Largest packet the generator accepts from a broker.
 const MAX_PACKET: usize = 1 << 20;

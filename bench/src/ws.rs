@@ -14,7 +14,7 @@ use clap::Args;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::stats::{Latencies, fmt_dur};
+use crate::stats::{Latencies, fmt_dur};
 
 #[derive(Debug, Clone, Args)]
 pub struct WsBenchArgs {

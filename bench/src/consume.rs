@@ -14,7 +14,7 @@ use rocketgate_core::broker::{
 };
 use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreOptions};
 
-use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
 #[derive(Debug, Clone, Args)]
 pub struct ConsumeBenchArgs {

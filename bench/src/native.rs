@@ -6,23 +6,18 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
-use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::client::{
     ClientConfig, ConsumeResult, Message, Producer, PushConsumer, PushConsumerOptions,
 };
-use rocketgate_native::{Server, ServerSettings};
-use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
-use rocketgate_remoting::{BrokerIdentity, Registrar};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::node::start_node;
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -67,67 +62,9 @@ pub struct NativeBenchArgs {
     pub sink: bool,
 }
 
-pub(super) struct Node {
-    pub(super) namesrv: String,
-    pub(super) _handles: Vec<Box<dyn std::any::Any + Send>>,
-}
-
-async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let opts = StoreOptions {
-        flush: FlushMode::Async {
-            interval: Duration::from_millis(500),
-        },
-        store_host: addr,
-        ..StoreOptions::default()
-    };
-    let (store, _) = Store::open(dir, opts, StoreDeps::default())?;
-    let broker = Arc::new(Broker::open(
-        Arc::new(store),
-        BrokerOptions::default(),
-        Arc::new(SystemClock),
-    )?);
-    let (ns, ns_addr) =
-        NameServer::bind("127.0.0.1:0".parse()?, NamesrvSettings::default()).await?;
-    let ns = ns.spawn();
-    let b = broker.clone();
-    let topics = move || {
-        b.topic_snapshot(TopicKind::All)
-            .into_iter()
-            .map(|t| {
-                let mut w = WireTopic::new(t.name, t.write_queues);
-                w.read_queue_nums = t.read_queues;
-                w.perm = u32::from(t.perm.0);
-                w
-            })
-            .collect::<Vec<_>>()
-    };
-    let registrar = registrar(addr, ns_addr, Arc::new(topics));
-    let settings = ServerSettings {
-        store_host: addr,
-        ..ServerSettings::default()
-    };
-    let (server, _) = Server::from_listener(listener, broker.clone(), settings)?;
-    let server = server
-        .on_topics_changed(Arc::new(registrar.trigger()))
-        .spawn();
-    Ok(Node {
-        namesrv: ns_addr.to_string(),
-        _handles: vec![
-            Box::new(server),
-            Box::new(registrar),
-            Box::new(ns),
-            Box::new(broker),
-        ],
-    })
-}
-
+/// The system clock in unix milliseconds, as the timestamps in bench bodies carry it.
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
+    rocketgate_core::clock::now_ms().max(0) as u64
 }
 
 /// A body of `size` bytes that starts with its send time (ms), for end-to-end latency.
@@ -149,7 +86,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     let (namesrv, _node) = match &args.namesrv {
         Some(list) => (list.clone(), None),
         None if args.sink => {
-            let node = super::native_sink::start(&args.topic, args.queues).await?;
+            let node = crate::native_sink::start(&args.topic, args.queues).await?;
             (node.namesrv.clone(), Some(node))
         }
         None => {
@@ -249,7 +186,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
         let started = Instant::now();
         let consumer = PushConsumer::start_concurrent(config(), opts, move |msgs| {
             let now = now_ms();
-            let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
+            let mut l = rocketgate_core::sync::lock(&l);
             for m in msgs {
                 if let Some(ts) = m.body.get(..8) {
                     let sent = u64::from_be_bytes(ts.try_into().unwrap_or_default());
@@ -267,7 +204,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
             .context("the consumer did not receive everything within 10 minutes")?;
         let secs = started.elapsed().as_secs_f64();
         consumer.shutdown().await;
-        let s = e2e.lock().unwrap_or_else(|e| e.into_inner()).summary();
+        let s = rocketgate_core::sync::lock(&e2e).summary();
         println!(
             "native consume (backlog): {total} msgs in {secs:.2}s: {:.0} msgs/s; end-to-end (send to listener, ms clock) p50 {} p99 {} max {}",
             total as f64 / secs,
@@ -285,26 +222,4 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
-}
-
-/// Registers the bench's one broker (`broker-a` at `addr`) with the NameServer.
-pub(super) fn registrar(
-    addr: std::net::SocketAddr,
-    ns_addr: std::net::SocketAddr,
-    topics: Arc<dyn rocketgate_remoting::TopicSource>,
-) -> rocketgate_remoting::RegistrarHandle {
-    let identity = BrokerIdentity {
-        cluster: "DefaultCluster".into(),
-        name: "broker-a".into(),
-        id: 0,
-        addr: addr.to_string(),
-        ha_addr: String::new(),
-    };
-    Registrar::new(
-        identity,
-        vec![ns_addr.to_string()],
-        Duration::from_secs(30),
-        topics,
-    )
-    .spawn()
 }

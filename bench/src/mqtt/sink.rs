@@ -64,7 +64,7 @@ impl Routes {
             Some(prefix) => (prefix.to_string(), true),
             None => (filter.to_string(), false),
         };
-        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let mut table = rocketgate_core::sync::write(&self.table);
         if group.is_some()
             && let Some(r) = table
                 .iter_mut()
@@ -89,7 +89,7 @@ impl Routes {
         payload: &Bytes,
         batches: &mut HashMap<usize, (Outbox, BytesMut)>,
     ) {
-        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let table = rocketgate_core::sync::read(&self.table);
         for route in table.iter() {
             let hit = if route.wildcard {
                 topic.starts_with(&route.pattern)

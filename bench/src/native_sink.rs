@@ -14,7 +14,7 @@ use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
 use rocketgate_remoting::server::{self, Answer, Handler, Limits, Outbound, Peer};
 use tokio::net::TcpListener;
 
-use super::native::Node;
+use crate::node::Node;
 
 /// A NameServer, and a sink registered with it as broker `broker-a` serving
 /// `topic` with `queues` queues.
@@ -26,7 +26,7 @@ pub(super) async fn start(topic: &str, queues: u32) -> anyhow::Result<Node> {
     let ns = ns.spawn();
     let wire = WireTopic::new(topic.to_owned(), queues);
     let topics = move || vec![wire.clone()];
-    let registrar = super::native::registrar(addr, ns_addr, Arc::new(topics));
+    let registrar = crate::node::registrar(addr, ns_addr, Arc::new(topics));
     // Runs as long as the bench process: nothing stops it.
     tokio::spawn(server::serve(
         listener,

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreOptions};
 
-use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
 #[derive(Debug, Clone, Args)]
 pub struct StoreBenchArgs {
@@ -58,7 +58,7 @@ struct Row {
     msgs: u64,
     syncs: u64,
     secs: f64,
-    lat: super::stats::Summary,
+    lat: crate::stats::Summary,
     peak_rss: u64,
 }
 

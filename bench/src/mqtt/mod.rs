@@ -32,7 +32,7 @@ use mqttbytes::QoS;
 use tokio::net::TcpStream;
 
 use self::conn::{Pace, Phase, PubStats};
-use super::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
 /// Connections opened concurrently while setting up a run.
 const CONNECT_AT_ONCE: usize = 64;
@@ -129,7 +129,7 @@ struct Report {
     acked: u64,
     received: u64,
     seconds: f64,
-    latencies: Option<super::stats::Summary>,
+    latencies: Option<crate::stats::Summary>,
     broker_rss: Option<u64>,
     per_connection: Option<f64>,
 }
