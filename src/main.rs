@@ -27,7 +27,18 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rocketgate: {e:#}");
-            std::process::ExitCode::from(exit_code(&e))
+            let code = exit_code(&e);
+            match code {
+                EXIT_DATA_DIR_LOCKED => eprintln!(
+                    "rocketgate: stop the other process, or give this one its own --data-dir"
+                ),
+                EXIT_DISK_UNUSABLE => eprintln!(
+                    "rocketgate: the data directory's file system is full or read-only; \
+                     free space (or remount it read-write) and start again"
+                ),
+                _ => {}
+            }
+            std::process::ExitCode::from(code)
         }
     }
 }

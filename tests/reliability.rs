@@ -208,6 +208,7 @@ fn a_second_node_on_the_same_data_dir_refuses_to_start_and_a_killed_one_does_not
         err.contains(&format!("in use by process {}", first.child.id())),
         "{err}"
     );
+    assert!(err.contains("its own --data-dir"), "{err}");
 
     // kill -9 leaves the lock file behind; the kernel released the lock itself.
     first.child.kill().unwrap();
@@ -341,6 +342,7 @@ fn a_restart_on_a_full_disk_is_an_error_and_an_exit_code_not_a_signal() {
     let (status, err) = run_to_exit(c);
     assert_eq!(status.code(), Some(4), "{status:?}: {err}");
     assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("full or read-only"), "{err}");
 }
 
 #[test]
