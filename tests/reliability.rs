@@ -319,6 +319,38 @@ fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_
 }
 
 #[test]
+fn a_file_system_out_of_space_below_the_hard_ratio_is_disk_full_not_internal() {
+    let fs = Tmpfs::mount(8);
+    // Watermarks the disk never reaches first: the next segment (1 MiB) does not fit
+    // long before 99 % of 8 MiB is used, so the file system's ENOSPC is what stops writes.
+    let mut cmd = node_cmd(&fs.path().join("data"));
+    cmd.env("ROCKETGATE_STORE__DISK_SOFT_RATIO", "0.98")
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "0.99");
+    let node = Node::start_with(cmd);
+    let body = "e".repeat(4000);
+    let mut acked = 0u64;
+    let refused = loop {
+        let (code, resp) = publish(&node, "enospc", &body);
+        if code != 201 {
+            break (code, resp);
+        }
+        acked += 1;
+        assert!(acked < 4000, "8 MiB cannot hold {acked} x 4 KB");
+    };
+    assert_eq!(refused.0, 503, "{}", refused.1);
+    assert_eq!(
+        json(&refused.1)["error"]["code"],
+        "disk_full",
+        "{}",
+        refused.1
+    );
+    // What was acknowledged is still served.
+    let (_, replay) = node.curl(&["/v1/topics/enospc/queues/0/messages?offset=0&max=1"]);
+    assert_eq!(json(&replay)["max_offset"], acked, "{replay}");
+    node.stop();
+}
+
+#[test]
 fn a_restart_on_a_full_disk_is_an_error_and_an_exit_code_not_a_signal() {
     let fs = Tmpfs::mount(16);
     let data = fs.path().join("data");
