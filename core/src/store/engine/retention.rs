@@ -55,6 +55,10 @@ impl ReadProgress for NothingRead {
 /// Entries read per step while counting what a deletion drops.
 const COUNT_BATCH: usize = 4096;
 
+/// Entries read per step while looking for a queue's first unread one (more
+/// than one only to get past holes).
+const FLOOR_BATCH: usize = 16;
+
 impl Inner {
     pub(super) fn disk_full_error(&self) -> Error {
         Error::DiskFull {
@@ -91,13 +95,18 @@ impl Inner {
         for (topic, qid, q) in self.queues.queues() {
             let (min, max) = (q.min_offset(), q.max_offset());
             let from = progress.consumed_below(&topic, qid).unwrap_or(0).max(min);
-            if from >= max {
-                continue;
-            }
             // Holes are skipped by reads; the first real entry is the floor.
-            let batch = q.read(from, COUNT_BATCH)?;
-            if let Some((_, e)) = batch.entries.first() {
-                floor = floor.min(e.phys_offset);
+            let mut at = from;
+            while at < max {
+                let batch = q.read(at, FLOOR_BATCH)?;
+                if let Some((_, e)) = batch.entries.first() {
+                    floor = floor.min(e.phys_offset);
+                    break;
+                }
+                if batch.next_offset <= at {
+                    break;
+                }
+                at = batch.next_offset;
             }
         }
         Ok(floor)
