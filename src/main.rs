@@ -27,7 +27,37 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rocketgate: {e:#}");
-            std::process::ExitCode::FAILURE
+            let code = exit_code(&e);
+            match code {
+                EXIT_DATA_DIR_LOCKED => eprintln!(
+                    "rocketgate: stop the other process, or give this one its own --data-dir"
+                ),
+                EXIT_DISK_UNUSABLE => eprintln!(
+                    "rocketgate: the data directory's file system is full or read-only; \
+                     free space (or remount it read-write) and start again"
+                ),
+                _ => {}
+            }
+            std::process::ExitCode::from(code)
         }
     }
 }
+
+/// The exit code for a failed run, so scripts and supervisors can tell "another
+/// node has this data directory" and "the disk cannot take writes" (neither is
+/// fixed by restarting) from other failures (docs/reliability.md).
+fn exit_code(e: &anyhow::Error) -> u8 {
+    use rocketgate_core::Error as CoreError;
+    let core = e.chain().find_map(|c| c.downcast_ref::<CoreError>());
+    match core {
+        Some(CoreError::DataDirLocked { .. }) => EXIT_DATA_DIR_LOCKED,
+        Some(c) if c.is_out_of_space() || c.is_read_only() => EXIT_DISK_UNUSABLE,
+        Some(CoreError::DiskFull { .. }) => EXIT_DISK_UNUSABLE,
+        _ => 1,
+    }
+}
+
+/// Another process holds the data directory's lock.
+const EXIT_DATA_DIR_LOCKED: u8 = 3;
+/// The data directory's file system is full or read-only.
+const EXIT_DISK_UNUSABLE: u8 = 4;

@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use rocketgate_config::{Config, FlushMode as ConfigFlush};
+use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreOptions};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::{Server as NativeServer, ServerHandle, ServerSettings};
@@ -34,6 +34,10 @@ pub fn store_options(config: &Config) -> StoreOptions {
         retention_check_interval: s.retention_check_interval,
         disk_soft_ratio: s.disk_soft_ratio,
         disk_hard_ratio: s.disk_hard_ratio,
+        disk_full_policy: match s.disk_full_policy {
+            ConfigDiskFull::Refuse => DiskFullPolicy::Refuse,
+            ConfigDiskFull::DeleteOldest => DiskFullPolicy::DeleteOldest,
+        },
         consume_queue_entries_per_file: s.consume_queue_entries_per_file,
         index_slots: s.index_slots,
         index_entries_per_file: s.index_entries_per_file,

@@ -84,6 +84,19 @@ pub enum FlushMode {
     Async,
 }
 
+/// What disk pressure may delete (`store.disk_full_policy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskFullPolicy {
+    /// Never delete a message some consumer group has not consumed; past
+    /// `disk_hard_ratio` refuse new writes until space is back.
+    #[default]
+    Refuse,
+    /// Delete the oldest segment above `disk_soft_ratio` whether read or not,
+    /// logging and counting every unread message dropped (Kafka's and RocketMQ's way).
+    DeleteOldest,
+}
+
 /// Storage engine settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -108,10 +121,13 @@ pub struct StoreConfig {
     /// How often retention and disk usage are checked.
     #[serde(with = "units::duration")]
     pub retention_check_interval: Duration,
-    /// Above this share of the disk in use, the oldest segments are deleted early.
+    /// Above this share of the disk in use, the oldest segments are deleted early
+    /// (only fully consumed ones under `disk_full_policy = "refuse"`).
     pub disk_soft_ratio: f64,
     /// Above this share of the disk in use, appends are refused ("disk full").
     pub disk_hard_ratio: f64,
+    /// What disk pressure may delete: `refuse` (default) or `delete_oldest`.
+    pub disk_full_policy: DiskFullPolicy,
     /// Entries (20 bytes each) per consume-queue file.
     pub consume_queue_entries_per_file: u32,
     /// Hash slots per index file.
@@ -329,6 +345,7 @@ impl Default for StoreConfig {
             retention_check_interval: Duration::from_secs(10),
             disk_soft_ratio: 0.75,
             disk_hard_ratio: 0.90,
+            disk_full_policy: DiskFullPolicy::Refuse,
             consume_queue_entries_per_file: 300_000,
             index_slots: 5_000_000,
             index_entries_per_file: 20_000_000,

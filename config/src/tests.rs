@@ -92,6 +92,31 @@ fn validation_reports_every_problem() {
 }
 
 #[test]
+fn disk_full_policy_defaults_to_refuse_and_takes_env_and_toml() {
+    let c = Config::load(None, &[]).unwrap();
+    assert_eq!(c.store.disk_full_policy, DiskFullPolicy::Refuse);
+    let env = env_overrides(vec![(
+        "ROCKETGATE_STORE__DISK_FULL_POLICY".to_string(),
+        "delete_oldest".to_string(),
+    )]);
+    let c = Config::load(None, &env).unwrap();
+    assert_eq!(c.store.disk_full_policy, DiskFullPolicy::DeleteOldest);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rg.toml");
+    std::fs::write(&file, "[store]\ndisk_full_policy = \"delete_oldest\"\n").unwrap();
+    let c = Config::load(Some(&file), &[]).unwrap();
+    assert_eq!(c.store.disk_full_policy, DiskFullPolicy::DeleteOldest);
+
+    let err = Config::load(
+        None,
+        &[Override::new("store.disk_full_policy", "shrug", "env P")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("env P"), "{err}");
+}
+
+#[test]
 fn listen_flags_accept_a_bare_port() {
     assert_eq!(parse_listen("0").unwrap(), "127.0.0.1:0".parse().unwrap());
     assert_eq!(

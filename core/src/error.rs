@@ -28,6 +28,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// Another process has the data directory open (its pid when it recorded one).
+    #[error("data directory {dir} is in use by {}; one process per data directory", match .holder { Some(pid) => format!("process {pid}"), None => "another process".to_owned() })]
+    DataDirLocked { dir: PathBuf, holder: Option<u32> },
+
     #[error("invalid message: {0}")]
     InvalidMessage(String),
 
@@ -166,6 +170,20 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+
+    /// Whether this is the file system saying it has no space (or quota) left:
+    /// callers turn it into [`Error::DiskFull`] for clients and refuse writes.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, Error::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+    }
+
+    /// Whether this is the file system refusing writes (mounted read-only, or no
+    /// permission on the data directory).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Error::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)))
     }
 }
 

@@ -4,6 +4,7 @@
 #[cfg(target_os = "linux")]
 mod smaps_support;
 #[cfg(target_os = "linux")]
+use rocketgate_core::clock::now_ms;
 use smaps_support::mapped_rss_kib;
 
 use std::path::Path;
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use rocketgate_core::Error;
 use rocketgate_core::store::{
-    Clock, DiskSpace, FlushMode, Message, RecordView, Store, StoreDeps, StoreOptions,
+    Clock, DiskFullPolicy, DiskSpace, FlushMode, Message, ReadProgress, RecordView, Store,
+    StoreDeps, StoreOptions,
 };
 
 fn small(flush: FlushMode) -> StoreOptions {
@@ -318,15 +320,15 @@ fn above_the_hard_ratio_appends_are_refused_then_resume() {
     );
 }
 
-#[test]
-fn above_the_soft_ratio_the_oldest_segments_go_first() {
-    let dir = tempfile::tempdir().unwrap();
+/// 300 unread 1000-byte messages in queue ("t", 0) over several 64 KiB segments,
+/// reopened with `policy` and a disk gauge at 10 %.
+fn backlog(dir: &Path, policy: DiskFullPolicy) -> (Store, Arc<Gauge>) {
     let gauge = Arc::new(Gauge(AtomicU64::new(10)));
     let deps = StoreDeps {
         disk: gauge.clone(),
         ..StoreDeps::default()
     };
-    let (store, _) = Store::open(dir.path(), small(asynchronous()), deps).unwrap();
+    let (store, _) = Store::open(dir, small(asynchronous()), deps).unwrap();
     for i in 0..300u32 {
         store
             .put(&Message::new("t", 0, vec![(i % 7) as u8; 1000]))
@@ -334,26 +336,73 @@ fn above_the_soft_ratio_the_oldest_segments_go_first() {
     }
     assert!(store.wait_dispatched(Duration::from_secs(10)));
     store.close().unwrap();
+    drop(store);
     let deps = StoreDeps {
         disk: gauge.clone(),
         ..StoreDeps::default()
     };
-    let (store, _) = Store::open(dir.path(), small(asynchronous()), deps).unwrap();
+    let opts = StoreOptions {
+        disk_full_policy: policy,
+        ..small(asynchronous())
+    };
+    (Store::open(dir, opts, deps).unwrap().0, gauge)
+}
+
+#[test]
+fn under_delete_oldest_the_oldest_segments_go_first_and_unread_drops_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gauge) = backlog(dir.path(), DiskFullPolicy::DeleteOldest);
     let before = store.positions().min;
     gauge.0.store(80, Ordering::SeqCst); // above soft (75%), below hard
     // The gauge never drops (a fake), so every segment but the active one goes.
     assert!(store.run_retention().unwrap() >= 1);
     assert!(store.positions().min > before);
+    // Nobody read anything: every message deleted was unread, and counted.
+    let (queue_min, _) = store.queue_bounds("t", 0);
+    assert!(queue_min > 0);
+    assert_eq!(store.unread_dropped(), queue_min);
     store
         .put(&Message::new("t", 0, b"still accepted".to_vec()))
         .unwrap();
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+/// Consumers have read queue ("t", 0) below a fixed offset.
+struct ReadBelow(u64);
+
+impl ReadProgress for ReadBelow {
+    fn consumed_below(&self, topic: &str, queue_id: u32) -> Option<u64> {
+        (topic == "t" && queue_id == 0).then_some(self.0)
+    }
+}
+
+#[test]
+fn under_refuse_disk_pressure_deletes_only_what_every_reader_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gauge) = backlog(dir.path(), DiskFullPolicy::Refuse);
+    let before = store.positions().min;
+    gauge.0.store(80, Ordering::SeqCst); // above soft (75%), below hard
+    // Nothing is known read: nothing goes, however full.
+    assert_eq!(store.run_retention().unwrap(), 0);
+    assert_eq!(store.positions().min, before);
+    assert_eq!(store.queue_bounds("t", 0).0, 0);
+
+    // Read up to 150: the segments wholly below message 150 go, none above.
+    store.follow_progress(Arc::new(ReadBelow(150)));
+    assert!(store.run_retention().unwrap() >= 1);
+    let (queue_min, _) = store.queue_bounds("t", 0);
+    assert!(queue_min > 0 && queue_min <= 150, "{queue_min}");
+    let read = store.read_queue("t", 0, 150, 1).unwrap();
+    assert_eq!(read.entries[0].0, 150);
+    assert_eq!(store.unread_dropped(), 0);
+
+    // Past the hard ratio writes are refused, not made room for.
+    gauge.0.store(95, Ordering::SeqCst);
+    store.run_retention().unwrap();
+    let err = store
+        .put(&Message::new("t", 0, b"refused".to_vec()))
+        .unwrap_err();
+    assert!(matches!(err, Error::DiskFull { .. }), "{err}");
+    assert!(store.read_queue("t", 0, 150, 1).unwrap().entries[0].0 == 150);
 }
 
 #[test]

@@ -92,6 +92,7 @@ impl Broker {
         let config_dir: PathBuf = store.dir().join("config");
         let topics = TopicTable::open(&config_dir)?;
         let offsets = Arc::new(Offsets::open(&config_dir)?);
+        store.follow_progress(offsets.clone());
         let pop = Arc::new(PopState::open(&config_dir)?);
         let delay = Arc::new(DelayState::open(
             &config_dir,

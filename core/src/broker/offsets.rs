@@ -174,6 +174,21 @@ impl Offsets {
     }
 }
 
+/// Disk pressure's view of the offsets (`store.disk_full_policy = "refuse"`): a
+/// message is read once every owner consuming its topic has committed past it.
+/// An owner with offsets for the topic but none for a queue has read nothing of
+/// that queue; a topic no owner has offsets for is `None` (all unread).
+impl crate::store::ReadProgress for Offsets {
+    fn consumed_below(&self, topic: &str, queue_id: u32) -> Option<u64> {
+        let t = self.table();
+        t.offsets
+            .values()
+            .filter_map(|topics| topics.get(topic))
+            .map(|queues| queues.get(&queue_id).copied().unwrap_or(0))
+            .min()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,14 +11,19 @@
 //! - **Recovery** (in [`Store::open`]): verify the log from the checkpoint on, truncate
 //!   the torn tail, drop queue entries past the new end, re-dispatch from the
 //!   checkpoint, seed the queue-offset counters.
-//! - **Retention**: segments older than the retention time go, oldest first; above the
-//!   soft disk ratio the oldest go early; above the hard ratio appends are refused with
-//!   [`Error::DiskFull`] until space is back.
+//! - **Retention** ([`retention`]): segments older than the retention time go, oldest
+//!   first; above the soft disk ratio the oldest go early if every consumer has read
+//!   them (or anyway under [`DiskFullPolicy::DeleteOldest`]); above the hard ratio
+//!   appends are refused with [`Error::DiskFull`] until space is back.
+//! - **Integrity** ([`integrity`]): every record is checksum-verified before it is
+//!   served; a damaged one is reported and skipped.
+//! - **One process per data directory**: [`Store::open`] takes the directory's lock
+//!   ([`super::lock`]) first and holds it until close.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,10 +33,15 @@ use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash, validate_t
 use super::disk::{DiskSpace, Statvfs};
 use super::flush::{FlushMode as FlushPolicy, GroupCommit};
 use super::index::IndexStore;
+use super::lock::DirLock;
 use super::record::{self, Message, RecordView};
 use crate::{Error, Result};
 
 mod dispatch;
+mod integrity;
+mod retention;
+
+pub use retention::{DiskFullPolicy, ReadProgress};
 
 /// When an append is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +63,8 @@ pub struct StoreOptions {
     pub retention_check_interval: Duration,
     pub disk_soft_ratio: f64,
     pub disk_hard_ratio: f64,
+    /// What disk pressure may delete ([`DiskFullPolicy`]).
+    pub disk_full_policy: DiskFullPolicy,
     pub consume_queue_entries_per_file: u32,
     pub index_slots: u32,
     pub index_entries_per_file: u32,
@@ -73,6 +85,7 @@ impl Default for StoreOptions {
             retention_check_interval: Duration::from_secs(10),
             disk_soft_ratio: 0.75,
             disk_hard_ratio: 0.90,
+            disk_full_policy: DiskFullPolicy::Refuse,
             consume_queue_entries_per_file: 300_000,
             index_slots: 5_000_000,
             index_entries_per_file: 20_000_000,
@@ -144,6 +157,18 @@ pub struct Store {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Removed on a clean close. Locked only at close.
     abort: Mutex<Option<AbortMarker>>,
+    /// The data directory's lock, released at close (or by the kernel when the
+    /// process dies). Locked only at close.
+    lock: Mutex<Option<DirLock>>,
+}
+
+/// Things the store counts for operators (admin stats, metrics).
+#[derive(Default)]
+struct Counters {
+    /// Records found damaged (or not matching their queue entry) on read, and not served.
+    corrupt_records: AtomicU64,
+    /// Unread messages deleted for disk space under `delete_oldest`.
+    unread_dropped: AtomicU64,
 }
 
 struct Inner {
@@ -174,6 +199,12 @@ struct Inner {
     /// Last measured disk usage in basis points (for the error message and metrics).
     disk_usage_bp: AtomicU64,
     closing: AtomicBool,
+    /// What consumers have read, for the disk-full policy. Replaced once, when the
+    /// broker attaches its offsets ([`Store::follow_progress`]); read by retention.
+    progress: RwLock<Arc<dyn ReadProgress>>,
+    counters: Counters,
+    /// Records verified recently (see `integrity`); lock-free.
+    verdicts: integrity::Verdicts,
 }
 
 /// A "something happened" signal between std threads that costs producers one
@@ -232,6 +263,8 @@ impl Store {
     /// starts its background threads.
     pub fn open(dir: &Path, opts: StoreOptions, deps: StoreDeps) -> Result<(Store, OpenReport)> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Before anything is read or written: a second process must not touch it.
+        let lock = DirLock::acquire(dir)?;
         let (abort, unclean) = AbortMarker::create(dir)?;
         let checkpoint = Checkpoint::load(dir);
         let mut report = OpenReport {
@@ -293,6 +326,9 @@ impl Store {
             disk_full: AtomicBool::new(false),
             disk_usage_bp: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            progress: RwLock::new(Arc::new(retention::NothingRead)),
+            counters: Counters::default(),
+            verdicts: integrity::Verdicts::new(),
         });
 
         // Re-dispatch everything the checkpoint does not vouch for, before anyone reads.
@@ -336,6 +372,7 @@ impl Store {
                 inner,
                 threads: Mutex::new(threads),
                 abort: Mutex::new(Some(abort)),
+                lock: Mutex::new(Some(lock)),
             },
             report,
         ))
@@ -447,9 +484,17 @@ impl Store {
         }
         self.check_appendable(msgs.iter().map(|m| m.topic.as_str()))?;
         let results = if msgs.len() == 1 {
-            vec![self.inner.log.append(&msgs[0])?]
+            vec![
+                self.inner
+                    .log
+                    .append(&msgs[0])
+                    .map_err(|e| self.inner.out_of_space(e))?,
+            ]
         } else {
-            self.inner.log.append_batch(msgs)?
+            self.inner
+                .log
+                .append_batch(msgs)
+                .map_err(|e| self.inner.out_of_space(e))?
         };
         self.after_append();
         Ok(results)
@@ -469,7 +514,14 @@ impl Store {
         let (min, max_off) = (q.min_offset(), q.max_offset());
         let from = offset.clamp(min, max_off);
         let batch = if from < max_off && max > 0 {
-            q.read(from, max)?
+            let mut batch = q.read(from, max)?;
+            // Only entries whose record is intact and is the message they name.
+            batch.entries.retain(|(offset, e)| {
+                self.inner
+                    .verified_entry(topic, queue_id, *offset, e)
+                    .is_ok()
+            });
+            batch
         } else {
             CqBatch {
                 entries: Vec::new(),
@@ -486,25 +538,26 @@ impl Store {
 
     /// The stored record at `phys` (RocketMQ layout, ready to send as is).
     pub fn read(&self, phys: u64, size: u32) -> Result<RecordRef> {
-        self.inner.log.read(phys, size)
+        self.inner.verified(self.inner.log.read(phys, size)?)
     }
 
     /// The record a consume-queue entry points at.
     pub fn read_entry(&self, e: &CqEntry) -> Result<RecordRef> {
-        self.inner.log.read(e.phys_offset, e.size)
+        self.inner
+            .verified(self.inner.log.read(e.phys_offset, e.size)?)
     }
 
     /// The record starting at commit-log offset `phys` (its size from its header),
     /// whether or not it is dispatched yet. An offset that is not a record start
     /// is an error (callers with untrusted offsets check what they got).
     pub fn read_at(&self, phys: u64) -> Result<RecordRef> {
-        self.inner.log.read_at(phys)
+        self.inner.verified(self.inner.log.read_at(phys)?)
     }
 
     /// Looks a message up by its offset message id (store host + physical offset).
     pub fn read_by_msg_id(&self, msg_id: &str) -> Result<RecordRef> {
         let (_, phys) = record::decode_msg_id(msg_id)?;
-        self.inner.log.read_at(phys)
+        self.read_at(phys)
     }
 
     /// Messages of `topic` whose `KEYS` (or unique key) include `key`, stored in
@@ -527,7 +580,7 @@ impl Store {
             if phys < min || phys >= self.inner.dispatched.load(Ordering::Acquire) {
                 continue;
             }
-            let Ok(rec) = self.inner.log.read_at(phys) else {
+            let Ok(rec) = self.read_at(phys) else {
                 continue;
             };
             let Ok(view) = RecordView::parse(&rec) else {
@@ -618,6 +671,26 @@ impl Store {
         self.inner.disk_usage_bp.load(Ordering::Relaxed) as f64 / 10_000.0
     }
 
+    /// Records found damaged on read (or not matching their consume-queue entry)
+    /// and not served, since the store opened.
+    pub fn corrupt_records(&self) -> u64 {
+        self.inner.counters.corrupt_records.load(Ordering::Relaxed)
+    }
+
+    /// Unread messages deleted for disk space under
+    /// [`DiskFullPolicy::DeleteOldest`], since the store opened.
+    pub fn unread_dropped(&self) -> u64 {
+        self.inner.counters.unread_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Tells the store how far consumers have read (the broker's committed
+    /// offsets), so disk pressure can tell read messages from unread ones. Until
+    /// this is called every message counts as unread. The broker is opened on
+    /// top of the store, so it attaches its offsets here rather than at open.
+    pub fn follow_progress(&self, progress: Arc<dyn ReadProgress>) {
+        *crate::sync::write(&self.inner.progress) = progress;
+    }
+
     /// Runs retention and the disk check now (the maintenance thread does this on its own).
     pub fn run_retention(&self) -> Result<usize> {
         let n = self.inner.retain()?;
@@ -684,6 +757,8 @@ impl Store {
         if let Some(m) = crate::sync::lock(&self.abort).take() {
             std::mem::forget(m);
         }
+        // A crashed process's lock is released by the kernel.
+        crate::sync::lock(&self.lock).take();
     }
 
     /// Stops the background threads, syncs everything, writes the checkpoint and
@@ -709,6 +784,7 @@ impl Store {
         if let Some(m) = crate::sync::lock(&self.abort).take() {
             m.remove()?;
         }
+        crate::sync::lock(&self.lock).take();
         Ok(())
     }
 }
@@ -729,13 +805,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 }
 
 impl Inner {
-    fn disk_full_error(&self) -> Error {
-        Error::DiskFull {
-            usage_percent: self.disk_usage_bp.load(Ordering::Relaxed) as f64 / 100.0,
-            limit_percent: self.opts.disk_hard_ratio * 100.0,
-        }
-    }
-
     fn maintain_loop(&self) {
         let tick = self
             .opts
@@ -785,86 +854,5 @@ impl Inner {
             written_at_ms: self.deps.clock.now_ms(),
         }
         .store(&self.dir)
-    }
-
-    /// Deletes expired segments, and the oldest ones while above the soft disk ratio.
-    fn retain(&self) -> Result<usize> {
-        let now = self.deps.clock.now_ms();
-        let cutoff = now - self.opts.retention.as_millis() as i64;
-        let mut deleted = 0;
-        // Never delete what is not yet dispatched or durable: recovery needs it.
-        let safe_below = self
-            .dispatched
-            .load(Ordering::Acquire)
-            .min(self.log.flushed_offset());
-        loop {
-            let segs = self.log.segments();
-            let Some(oldest) = segs.first() else { break };
-            if segs.len() < 2 || oldest.start + oldest.written > safe_below {
-                break;
-            }
-            // The newest message's store time when this process saw it, else the file's
-            // modification time (mmap writes update it).
-            let newest = oldest.last_store_timestamp.or_else(|| {
-                oldest
-                    .modified
-                    .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_millis() as i64)
-            });
-            let expired = newest.is_some_and(|t| t < cutoff);
-            let over_soft = self.usage() > self.opts.disk_soft_ratio;
-            if !expired && !over_soft {
-                break;
-            }
-            tracing::info!(
-                segment = %oldest.path.display(),
-                reason = if expired { "retention time" } else { "disk usage" },
-                "deleting commit-log segment"
-            );
-            self.log.delete_oldest_segment()?;
-            deleted += 1;
-        }
-        if deleted > 0 {
-            let min = self.log.min_offset();
-            self.queues.delete_all_before_phys(min)?;
-            self.index.delete_files_before_phys(min)?;
-        }
-        Ok(deleted)
-    }
-
-    fn usage(&self) -> f64 {
-        match self.deps.disk.usage_ratio(&self.dir) {
-            Ok(r) => {
-                self.disk_usage_bp
-                    .store((r * 10_000.0) as u64, Ordering::Relaxed);
-                r
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read disk usage");
-                self.disk_usage_bp.load(Ordering::Relaxed) as f64 / 10_000.0
-            }
-        }
-    }
-
-    /// Sets or clears the disk-full flag. Deletes old segments first when above soft.
-    fn check_disk(&self) {
-        let mut r = self.usage();
-        if r > self.opts.disk_soft_ratio {
-            if let Err(e) = self.retain() {
-                tracing::error!(error = %e, "freeing disk space failed");
-            }
-            r = self.usage();
-        }
-        let full = r > self.opts.disk_hard_ratio;
-        let was = self.disk_full.swap(full, Ordering::AcqRel);
-        if full && !was {
-            tracing::error!(
-                usage = r,
-                limit = self.opts.disk_hard_ratio,
-                "disk full: refusing appends"
-            );
-        } else if was && !full {
-            tracing::info!(usage = r, "disk space is back: accepting appends");
-        }
     }
 }

@@ -14,7 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -37,26 +37,60 @@ pub(crate) fn remove_if_unfinished(path: &Path) -> Result<bool> {
     Ok(unfinished)
 }
 
-/// A mapped file of a fixed length, pre-sized on creation.
+/// Blocks are allocated ahead of writes in steps of this much (see
+/// [`MappedFile::allocate_to`]).
+const ALLOCATE_STEP: usize = 1 << 20;
+
+/// Allocates the blocks of `[from, to)` (Linux `posix_fallocate`; glibc writes
+/// zeros where the file system cannot allocate). A page of a shared mapping with
+/// no block behind it is a SIGBUS at first touch when the disk is full (on tmpfs
+/// even a read of it is), so every byte this process maps and touches is
+/// allocated here first, and a full disk is an `ENOSPC` error instead of a signal.
+#[cfg(target_os = "linux")]
+fn allocate(file: &File, from: usize, to: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if to <= from {
+        return Ok(());
+    }
+    let off = libc::off_t::try_from(from).map_err(std::io::Error::other)?;
+    let len = libc::off_t::try_from(to - from).map_err(std::io::Error::other)?;
+    // SAFETY: a plain syscall on a file descriptor we own.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), off, len) } {
+        0 => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(code)),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocate(_file: &File, _from: usize, _to: usize) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// A mapped file of a fixed length, pre-sized on creation. Only its first
+/// `allocated` bytes may be touched; writers past them call
+/// [`allocate_to`](MappedFile::allocate_to) first.
 #[derive(Debug)]
 pub(crate) struct MappedFile {
     path: PathBuf,
     len: usize,
+    /// Bytes from the start known to have blocks on disk. Only grows.
+    allocated: AtomicUsize,
     /// `MmapRaw` is `Send + Sync` and hands out a raw pointer; all access goes
     /// through the atomic helpers below, never through a slice.
     map: MmapRaw,
-    /// Not needed by the mapping itself; kept so the descriptor's lifetime
-    /// matches the mapping's (one open file per mapped file, easy to account).
+    /// Kept so the descriptor's lifetime matches the mapping's (one open file
+    /// per mapped file, easy to account), and for [`Self::allocate_to`].
     _file: File,
 }
 
 impl MappedFile {
-    /// Creates a file of exactly `len` bytes and maps it. The file is sparse:
-    /// untouched pages take no disk space. It is sized under a temporary name
+    /// Creates a file of exactly `len` bytes, allocates its first `allocate`
+    /// bytes and maps it; the rest is sparse until [`allocate_to`](Self::allocate_to)
+    /// is asked for it. It is sized under a temporary name
     /// ([`UNFINISHED_SUFFIX`]) and renamed into place, so a crash mid-creation
     /// leaves a file the loaders remove ([`remove_if_unfinished`]), never a short
     /// file that would make the queue refuse to open.
-    pub(crate) fn create(path: &Path, len: usize) -> Result<Self> {
+    pub(crate) fn create(path: &Path, len: usize, allocate_len: usize) -> Result<Self> {
         if path.exists() {
             return Err(Error::io(
                 path,
@@ -75,12 +109,16 @@ impl MappedFile {
             .map_err(|e| Error::io(&tmp, e))?;
         if let Err(e) = file
             .set_len(len as u64)
+            .and_then(|()| allocate(&file, 0, allocate_len.min(len)))
             .and_then(|()| std::fs::rename(&tmp, path))
         {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(path, e));
         }
         let mapped = Self::map(path, file, len)?;
+        mapped
+            .allocated
+            .store(allocate_len.min(len), Ordering::Release);
         // A fresh file is all holes: without this, the first fault on it reads
         // around the faulting page, i.e. zeroes up to `read_ahead_kb` of page cache
         // in one uninterruptible step (8 MiB, ~20 ms on our VMs), and the index's
@@ -93,8 +131,11 @@ impl MappedFile {
         Ok(mapped)
     }
 
-    /// Opens an existing file, which must be exactly `len` bytes long.
-    pub(crate) fn open(path: &Path, len: usize) -> Result<Self> {
+    /// Opens an existing file, which must be exactly `len` bytes long, and makes
+    /// sure its first `allocate_len` bytes have blocks (a file written before
+    /// this version, or on a file system that dropped the allocation, may be
+    /// sparse; touching a hole on a full disk is a SIGBUS).
+    pub(crate) fn open(path: &Path, len: usize, allocate_len: usize) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -108,7 +149,25 @@ impl MappedFile {
                 reason: format!("file is {actual} bytes, expected exactly {len}"),
             });
         }
-        Self::map(path, file, len)
+        let allocate_len = allocate_len.min(len);
+        allocate(&file, 0, allocate_len).map_err(|e| Error::io(path, e))?;
+        let mapped = Self::map(path, file, len)?;
+        mapped.allocated.store(allocate_len, Ordering::Release);
+        Ok(mapped)
+    }
+
+    /// Makes sure bytes `[0, end)` have blocks on disk before the caller touches
+    /// them, allocating in [`ALLOCATE_STEP`]s. Only the file's single writer
+    /// calls this, so the check-then-store on `allocated` does not race.
+    pub(crate) fn allocate_to(&self, end: usize) -> Result<()> {
+        let have = self.allocated.load(Ordering::Acquire);
+        if end <= have {
+            return Ok(());
+        }
+        let to = end.next_multiple_of(ALLOCATE_STEP).min(self.len).max(end);
+        allocate(&self._file, have, to).map_err(|e| Error::io(&self.path, e))?;
+        self.allocated.store(to, Ordering::Release);
+        Ok(())
     }
 
     fn map(path: &Path, file: File, len: usize) -> Result<Self> {
@@ -125,6 +184,7 @@ impl MappedFile {
         Ok(Self {
             path: path.to_path_buf(),
             len,
+            allocated: AtomicUsize::new(0),
             map,
             _file: file,
         })
@@ -223,13 +283,13 @@ mod tests {
     fn a_fresh_file_is_mapped_without_read_ahead() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q");
-        let file = MappedFile::create(&path, 1 << 20).unwrap();
+        let file = MappedFile::create(&path, 1 << 20, 1 << 20).unwrap();
         let flags = crate::store::resident::mapping_flags(&path);
         assert_eq!(flags.len(), 1, "{flags:?}");
         assert!(flags[0].1.iter().any(|f| f == "rr"), "{flags:?}");
         drop(file);
         // Reopened (after a restart) it keeps the kernel's default read-ahead.
-        let _file = MappedFile::open(&path, 1 << 20).unwrap();
+        let _file = MappedFile::open(&path, 1 << 20, 1 << 20).unwrap();
         let flags = crate::store::resident::mapping_flags(&path);
         assert!(
             flags.iter().all(|(_, f)| !f.iter().any(|x| x == "rr")),

@@ -8,6 +8,7 @@ pub mod disk;
 mod engine;
 pub mod flush;
 pub mod index;
+pub mod lock;
 pub(crate) mod mapped;
 pub mod record;
 mod resident;
@@ -16,7 +17,7 @@ pub use commit_log::{AppendResult, RecordRef};
 pub use consume_queue::CqEntry;
 pub use disk::{DiskSpace, Statvfs};
 pub use engine::{
-    Clock, FlushMode, OpenReport, Positions, QueueRead, Store, StoreDeps, StoreOptions,
-    system_clock,
+    Clock, DiskFullPolicy, FlushMode, OpenReport, Positions, QueueRead, ReadProgress, Store,
+    StoreDeps, StoreOptions, system_clock,
 };
 pub use record::{Message, RecordView};

@@ -394,6 +394,24 @@ impl<'a> RecordView<'a> {
         Ok(())
     }
 
+    /// The same verdict as [`verify`](Self::verify) in one pass where possible:
+    /// the `__CRC32#` property covers every byte before it, the body and BODYCRC
+    /// included, so when it is there the body's own CRC adds nothing. Records
+    /// without it (written by other brokers) get the body CRC. What every read
+    /// of a stored record runs (docs/reliability.md has the cost).
+    pub fn verify_once(&self) -> Result<(), RecordError> {
+        match self.stored_record_crc() {
+            Some(stored) => {
+                let computed = crc32(&self.bytes[..self.bytes.len() - CRC32_PROPERTY_LEN]);
+                if stored != computed {
+                    return Err(RecordError::RecordCrc { stored, computed });
+                }
+                Ok(())
+            }
+            None => self.verify(),
+        }
+    }
+
     /// [`verify`](Self::verify), and the `__CRC32#` property must be present:
     /// every record this store writes has it, so recovery uses this.
     pub fn verify_strict(&self) -> Result<(), RecordError> {

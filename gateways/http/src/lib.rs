@@ -90,6 +90,10 @@ pub struct NodeStatus {
     pub disk_usage: f64,
     /// Above this share appends are refused.
     pub disk_hard_ratio: f64,
+    /// Damaged records found on read and not served (docs/reliability.md).
+    pub corrupt_records: u64,
+    /// Unread messages deleted for space under `disk_full_policy = "delete_oldest"`.
+    pub unread_dropped: u64,
 }
 
 impl NodeStatus {
@@ -123,6 +127,8 @@ impl Probe for StoreProbe {
             log_dispatched: p.dispatched,
             disk_usage: self.store.disk_usage(),
             disk_hard_ratio: self.disk_hard_ratio,
+            corrupt_records: self.store.corrupt_records(),
+            unread_dropped: self.store.unread_dropped(),
         }
     }
 }

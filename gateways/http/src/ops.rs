@@ -72,6 +72,8 @@ pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) 
         ("rocketgate_store_flushed_offset", s.log_flushed),
         ("rocketgate_store_written_offset", s.log_written),
         ("rocketgate_store_dispatched_offset", s.log_dispatched),
+        ("rocketgate_store_corrupt_records_total", s.corrupt_records),
+        ("rocketgate_store_unread_dropped_total", s.unread_dropped),
     ] {
         metrics::gauge!(name).set(v as f64);
     }

@@ -152,6 +152,9 @@ impl Segment {
                 reason: format!("segment file is {len} bytes; the segment size is {size}"),
             });
         }
+        // A copy made with holes (`cp --sparse`, a restore) would SIGBUS at the first
+        // touch of a hole on a full disk; allocated files make this a no-op.
+        reserve(&file, size).map_err(|e| Error::io(&path, e))?;
         Segment::map(file, path, start, size, write_through)
     }
 

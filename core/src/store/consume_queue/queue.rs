@@ -358,7 +358,7 @@ impl ConsumeQueue {
         let mut first = next;
         while first <= target {
             let path = self.dir.join(file_name(first));
-            let map = MappedFile::create(&path, self.file_bytes())?;
+            let map = MappedFile::create(&path, self.file_bytes(), self.file_bytes())?;
             // Push one by one: a reader never sees a file it cannot use.
             crate::sync::write(&self.files).push(Arc::new(CqFile { first, map }));
             first += epf;
@@ -677,7 +677,7 @@ fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
                 ),
             });
         }
-        let map = MappedFile::open(path, file_bytes as usize)?;
+        let map = MappedFile::open(path, file_bytes as usize, file_bytes as usize)?;
         files.push(Arc::new(CqFile { first: *first, map }));
     }
     Ok(files)

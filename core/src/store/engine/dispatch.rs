@@ -57,6 +57,9 @@ impl Inner {
             };
             if let Err(e) = self.dispatch_until(self.dispatch_limit()) {
                 drop(guard);
+                // Queue and index files are allocated before use: no space for
+                // them stops appends too, or the log would run ahead of them.
+                let e = self.out_of_space(e);
                 tracing::warn!(error = %e, "inline dispatch failed; the dispatcher retries");
                 self.wake.notify();
                 return;
@@ -77,6 +80,7 @@ impl Inner {
                 self.dispatch_until(self.dispatch_limit())
             };
             if let Err(e) = r {
+                let e = self.out_of_space(e);
                 tracing::error!(error = %e, "dispatch failed; retrying");
                 std::thread::sleep(Duration::from_millis(100));
             }

@@ -59,11 +59,14 @@ pub(super) struct IndexFile {
 impl IndexFile {
     pub(super) fn create(path: &Path, name: u64, slots: u32, max_entries: u32) -> Result<Self> {
         let len = file_size(slots, max_entries).ok_or_else(too_big)?;
+        // Header and slots are written anywhere at any time: allocated now. The
+        // entries grow from the front and are allocated as they come (`append`).
+        let fixed = file_size(slots, 0).ok_or_else(too_big)?;
         Ok(Self {
             name,
             slots,
             max_entries,
-            map: MappedFile::create(path, len)?,
+            map: MappedFile::create(path, len, fixed)?,
         })
     }
 
@@ -71,13 +74,17 @@ impl IndexFile {
     /// [`Error::Corrupt`].
     pub(super) fn open(path: &Path, name: u64, slots: u32, max_entries: u32) -> Result<Self> {
         let len = file_size(slots, max_entries).ok_or_else(too_big)?;
+        let fixed = file_size(slots, 0).ok_or_else(too_big)?;
         let file = Self {
             name,
             slots,
             max_entries,
-            map: MappedFile::open(path, len)?,
+            map: MappedFile::open(path, len, fixed)?,
         };
         file.check_header()?;
+        // The entries written so far (the count is checked to be in range above).
+        let count = file.map.load_i32(COUNT, Ordering::Relaxed).max(0) as u32;
+        file.map.allocate_to(fixed + count as usize * ENTRY_SIZE)?;
         Ok(file)
     }
 
@@ -183,10 +190,12 @@ impl IndexFile {
     /// Appends an entry (writer only; the file is not full). Writes the entry,
     /// then the header, then publishes the count and finally the slot head, all
     /// with `Release`, so a reader that sees either sees the entry.
-    pub(super) fn append(&self, key_hash: i32, phys: u64, ts_ms: i64) {
+    /// Fails (writing nothing) when the entry's blocks cannot be allocated.
+    pub(super) fn append(&self, key_hash: i32, phys: u64, ts_ms: i64) -> Result<()> {
         let count = self.count();
         debug_assert!(count < self.max_entries);
         let n = count + 1;
+        self.map.allocate_to(self.entry_pos(n) + ENTRY_SIZE)?;
         let slot = self.slot_of(key_hash);
         let prev = self.head(slot);
         let begin_ts = if n == 1 {
@@ -222,6 +231,7 @@ impl IndexFile {
         }
         m.store_i32(COUNT, n as i32, Ordering::Release);
         m.store_i32(self.slot_pos(slot), n as i32, Ordering::Release);
+        Ok(())
     }
 
     pub(super) fn flush(&self) -> Result<()> {

@@ -158,7 +158,7 @@ impl IndexStore {
         {
             return Ok(());
         }
-        active.append(hash, phys_offset, store_ts_ms);
+        active.append(hash, phys_offset, store_ts_ms)?;
         if !w.dirty.iter().any(|f| Arc::ptr_eq(f, &active)) {
             w.dirty.push(active);
         }
