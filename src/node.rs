@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
-use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock, TopicKind};
+use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
 use rocketgate_native::{Server as NativeServer, ServerHandle, ServerSettings};
@@ -16,9 +16,9 @@ use rocketgate_websocket as ws;
 use tokio::net::TcpListener;
 
 /// Store options from the config.
-pub fn store_options(config: &Config) -> StoreOptions {
+pub fn store_options(config: &Config) -> StoreSettings {
     let s = &config.store;
-    StoreOptions {
+    StoreSettings {
         segment_size: s.segment_size.0,
         max_message_size: s.max_message_size.0 as usize,
         flush: match s.flush {
@@ -182,7 +182,7 @@ fn start_registrar(
 
 fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>> {
     let b = &config.broker;
-    let opts = BrokerOptions {
+    let opts = BrokerSettings {
         broker_name: b.name.clone(),
         auto_create_topics: b.auto_create_topics,
         default_queues: b.default_queue_nums,
@@ -190,7 +190,7 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         transaction_timeout: b.transaction_timeout,
         transaction_max_checks: b.transaction_max_checks,
         max_reconsume_times: b.max_reconsume_times,
-        ..BrokerOptions::default()
+        ..BrokerSettings::default()
     };
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
     let broker = Arc::new(broker);

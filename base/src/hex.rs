@@ -43,7 +43,7 @@ pub fn decode(text: &str) -> Option<Vec<u8>> {
         }
     }
     let raw = text.as_bytes();
-    if raw.len() % 2 != 0 {
+    if !raw.len().is_multiple_of(2) {
         return None;
     }
     raw.chunks(2)

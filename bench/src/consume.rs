@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::Args;
 use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::{
-    Broker, BrokerOptions, MessagingApi, PullRequest, PullStatus, QueueChoice, SystemClock,
+    Broker, BrokerSettings, MessagingApi, PullRequest, PullStatus, QueueChoice, SystemClock,
     TopicConfig,
 };
-use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreOptions};
+use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreSettings};
 
 use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
@@ -42,17 +42,17 @@ pub fn run(args: ConsumeBenchArgs) -> anyhow::Result<()> {
     let dir = args.dir.join("consume");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let opts = StoreOptions {
+    let opts = StoreSettings {
         flush: FlushMode::Async {
             interval: Duration::from_millis(500),
         },
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     };
     let (store, _) = Store::open(&dir, opts, StoreDeps::default())?;
     let store = Arc::new(store);
     let broker = Arc::new(Broker::open(
         store.clone(),
-        BrokerOptions::default(),
+        BrokerSettings::default(),
         Arc::new(SystemClock),
     )?);
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use rocketgate_native::client::{
-    ClientConfig, ConsumeResult, Message, Producer, PushConsumer, PushConsumerOptions,
+    ClientSettings, ConsumeResult, Message, Producer, PushConsumer, PushConsumerSettings,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -96,7 +96,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
             (node.namesrv.clone(), Some(node))
         }
     };
-    let config = || ClientConfig::from_list(&namesrv);
+    let config = || ClientSettings::from_list(&namesrv);
     let admin = Producer::start(config(), "bench-admin").await?;
     admin.create_topic(&args.topic, args.queues).await?;
     let target = if args.sink { "sink" } else { "broker" };
@@ -179,7 +179,7 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
         let (r, l) = (received.clone(), e2e.clone());
         let done = Arc::new(tokio::sync::Notify::new());
         let d = done.clone();
-        let mut opts = PushConsumerOptions::new("bench-consumers").subscribe(&args.topic, "*");
+        let mut opts = PushConsumerSettings::new("bench-consumers").subscribe(&args.topic, "*");
         opts.batch_size = 32;
         opts.pull_batch = 256;
         opts.max_cached_per_queue = 4096;

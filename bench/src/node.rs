@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock, TopicKind};
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock, TopicKind};
+use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::{Server, ServerSettings};
 use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
@@ -20,17 +20,17 @@ pub(crate) struct Node {
 pub(crate) async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let opts = StoreOptions {
+    let opts = StoreSettings {
         flush: FlushMode::Async {
             interval: Duration::from_millis(500),
         },
         store_host: addr,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     };
     let (store, _) = Store::open(dir, opts, StoreDeps::default())?;
     let broker = Arc::new(Broker::open(
         Arc::new(store),
-        BrokerOptions::default(),
+        BrokerSettings::default(),
         Arc::new(SystemClock),
     )?);
     let (ns, ns_addr) =

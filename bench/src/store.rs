@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreOptions};
+use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreSettings};
 
 use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
 
@@ -175,7 +175,7 @@ fn scenario(
     inflight: usize,
 ) -> anyhow::Result<Row> {
     let dir = fresh_dir(&args.dir, &format!("store-{flush}-{size}-{producers}"))?;
-    let opts = StoreOptions {
+    let opts = StoreSettings {
         segment_size: args.segment_mib << 20,
         flush: match flush {
             "sync" => FlushMode::Sync {
@@ -185,7 +185,7 @@ fn scenario(
                 interval: Duration::from_millis(500),
             },
         },
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     };
     let (store, _) = Store::open(&dir, opts, StoreDeps::default())?;
     let store = Arc::new(store);

@@ -24,10 +24,10 @@
 //! Embedding the storage engine (what every door builds on):
 //!
 //! ```
-//! use rocketgate_core::store::{Message, RecordView, Store, StoreDeps, StoreOptions};
+//! use rocketgate_core::store::{Message, RecordView, Store, StoreDeps, StoreSettings};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let (store, _report) = Store::open(dir.path(), StoreOptions::default(), StoreDeps::default())?;
+//! let (store, _report) = Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())?;
 //! let sent = store.put(&Message::new("orders", 0, b"hello".to_vec()).with_tags("created"))?;
 //! assert!(store.wait_dispatched(std::time::Duration::from_secs(5)));
 //!

@@ -7,7 +7,8 @@ mod broker_support;
 use broker_support::{drain, open, options, pull_req};
 use rocketgate_core::Error;
 use rocketgate_core::broker::{
-    BrokerOptions, MessagingApi, OffsetReset, Perm, PullStatus, QueueChoice, TopicConfig, TopicKind,
+    BrokerSettings, MessagingApi, OffsetReset, Perm, PullStatus, QueueChoice, TopicConfig,
+    TopicKind,
 };
 use rocketgate_core::store::Message;
 
@@ -63,7 +64,7 @@ async fn topics_and_offsets_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_are_flushed_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = BrokerOptions {
+    let opts = BrokerSettings {
         offset_flush_interval: std::time::Duration::from_millis(20),
         ..options()
     };
@@ -100,7 +101,7 @@ async fn auto_create_follows_the_option() {
     env.close();
 
     let dir = tempfile::tempdir().unwrap();
-    let off = BrokerOptions {
+    let off = BrokerSettings {
         auto_create_topics: false,
         ..options()
     };

@@ -12,7 +12,7 @@ use broker_support::{Env, body, drain, open, options, pull_req};
 use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::schedule::RetryDecision;
 use rocketgate_core::broker::{
-    BrokerOptions, DeadLetters, Delivered, MessagingApi, PopRequest, QueueChoice, TopicConfig,
+    BrokerSettings, DeadLetters, Delivered, MessagingApi, PopRequest, QueueChoice, TopicConfig,
 };
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::property;
@@ -20,8 +20,8 @@ use rocketgate_core::store::record::property;
 const RETRY: &str = "%RETRY%g";
 const DLQ: &str = "%DLQ%g";
 
-fn with_max(max: u32) -> BrokerOptions {
-    BrokerOptions {
+fn with_max(max: u32) -> BrokerSettings {
+    BrokerSettings {
         max_reconsume_times: max,
         ..options()
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use broker_support::{Env, body, drain, open, options, pull_req};
 use rocketgate_core::Error;
 use rocketgate_core::broker::{
-    BrokerOptions, CheckRound, HalfMessage, MessagingApi, PopRequest, QueueChoice, Resolution,
+    BrokerSettings, CheckRound, HalfMessage, MessagingApi, PopRequest, QueueChoice, Resolution,
     TopicConfig, TransactionChecker, TransactionHandle, filter::Filter,
 };
 use rocketgate_core::store::Message;
@@ -36,7 +36,7 @@ fn pop_req() -> PopRequest {
     }
 }
 
-async fn setup(opts: BrokerOptions) -> (tempfile::TempDir, Env) {
+async fn setup(opts: BrokerSettings) -> (tempfile::TempDir, Env) {
     let dir = tempfile::tempdir().unwrap();
     let env = open(dir.path(), opts);
     env.broker
@@ -279,7 +279,7 @@ async fn the_checker_gets_the_half_and_answers_through_end_transaction() {
 
 #[tokio::test]
 async fn an_unanswered_half_is_rolled_back_after_the_last_check() {
-    let opts = BrokerOptions {
+    let opts = BrokerSettings {
         transaction_max_checks: 3,
         ..options()
     };
@@ -325,7 +325,7 @@ async fn an_unanswered_half_is_rolled_back_after_the_last_check() {
 /// Two halves: `keep` stays undecided (checked once), `drop` is rolled back,
 /// then the broker goes away (cleanly or not) and comes back on the same dir.
 async fn restart_keeps_undecided_halves(crash: bool) {
-    let opts = BrokerOptions {
+    let opts = BrokerSettings {
         transaction_max_checks: 2,
         ..options()
     };

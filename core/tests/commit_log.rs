@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rocketgate_core::Error;
 use rocketgate_core::store::commit_log::{
-    AppendResult, CommitLog, CommitLogConfig, Recovery, RecoveryReport,
+    AppendResult, CommitLog, CommitLogSettings, Recovery, RecoveryReport,
 };
 use rocketgate_core::store::flush::{FlushMode, GroupCommit};
 use rocketgate_core::store::record::{Message, RecordView};
@@ -22,8 +22,8 @@ use rocketgate_core::store::record::{Message, RecordView};
 const SEG: u64 = 64 * 1024;
 const WAIT: Duration = Duration::from_secs(60);
 
-fn config() -> CommitLogConfig {
-    CommitLogConfig {
+fn config() -> CommitLogSettings {
+    CommitLogSettings {
         segment_size: SEG,
         max_message_size: 8 * 1024,
         write_through: false,
@@ -521,7 +521,7 @@ fn the_record_crc_is_right_for_small_and_large_records() {
 #[test]
 fn a_flushed_backlog_leaves_the_resident_set_and_reads_back_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let config = CommitLogConfig {
+    let config = CommitLogSettings {
         segment_size: 4 << 20,
         ..config()
     };

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rocketgate_core::store::commit_log::{CommitLog, CommitLogConfig, Recovery};
+use rocketgate_core::store::commit_log::{CommitLog, CommitLogSettings, Recovery};
 use rocketgate_core::store::record::{
     self, Header, Message, RecordView, Stamp, property, read_header, sys_flag,
 };
@@ -167,7 +167,7 @@ fn decoder_reads_every_field_of_the_fixture() {
 fn commit_log_opens_the_fixture() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixture_path(), dir.path().join("00000000000000000000")).unwrap();
-    let config = CommitLogConfig {
+    let config = CommitLogSettings {
         segment_size: SEGMENT_SIZE as u64,
         max_message_size: 4096,
         write_through: false,

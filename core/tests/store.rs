@@ -15,11 +15,11 @@ use std::time::Duration;
 use rocketgate_core::Error;
 use rocketgate_core::store::{
     Clock, DiskFullPolicy, DiskSpace, FlushMode, Message, ReadProgress, RecordView, Store,
-    StoreDeps, StoreOptions,
+    StoreDeps, StoreSettings,
 };
 
-fn small(flush: FlushMode) -> StoreOptions {
-    StoreOptions {
+fn small(flush: FlushMode) -> StoreSettings {
+    StoreSettings {
         segment_size: 64 * 1024,
         max_message_size: 8 * 1024,
         flush,
@@ -28,7 +28,7 @@ fn small(flush: FlushMode) -> StoreOptions {
         consume_queue_entries_per_file: 32,
         index_slots: 16,
         index_entries_per_file: 64,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     }
 }
 
@@ -341,7 +341,7 @@ fn backlog(dir: &Path, policy: DiskFullPolicy) -> (Store, Arc<Gauge>) {
         disk: gauge.clone(),
         ..StoreDeps::default()
     };
-    let opts = StoreOptions {
+    let opts = StoreSettings {
         disk_full_policy: policy,
         ..small(asynchronous())
     };
@@ -444,7 +444,7 @@ fn a_segment_whose_creation_was_interrupted_is_removed_at_open() {
 #[test]
 fn the_log_tail_is_pre_faulted_by_an_idle_priority_thread() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions {
+    let opts = StoreSettings {
         segment_size: 64 << 20,
         ..small(asynchronous())
     };

@@ -13,14 +13,14 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use rocketgate_core::store::{FlushMode, Message, RecordView, Store, StoreDeps, StoreOptions};
+use rocketgate_core::store::{FlushMode, Message, RecordView, Store, StoreDeps, StoreSettings};
 
 const CHILD_DIR: &str = "RG_TEST_CRASH_CHILD_DIR";
 const CHILD_START: &str = "RG_TEST_CRASH_CHILD_START";
 const QUEUES: u32 = 3;
 
-fn options() -> StoreOptions {
-    StoreOptions {
+fn options() -> StoreSettings {
+    StoreSettings {
         segment_size: 64 * 1024,
         max_message_size: 16 * 1024,
         flush: FlushMode::Sync {
@@ -30,7 +30,7 @@ fn options() -> StoreOptions {
         consume_queue_entries_per_file: 64,
         index_slots: 64,
         index_entries_per_file: 256,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     }
 }
 

@@ -16,8 +16,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures_util::{SinkExt, StreamExt};
 use rocketgate_native::client::{
-    ClientConfig, ConsumeFrom, ConsumeResult, Message as NativeMessage, Producer, PushConsumer,
-    PushConsumerOptions, ReceivedMessage,
+    ClientSettings, ConsumeFrom, ConsumeResult, Message as NativeMessage, Producer, PushConsumer,
+    PushConsumerSettings, ReceivedMessage,
 };
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -330,8 +330,8 @@ async fn ws_publish_with(node: &Node, m: &Outgoing, extra: Value) -> anyhow::Res
     Ok(())
 }
 
-pub fn native_config(node: &Node) -> ClientConfig {
-    ClientConfig::new([node.addr("namesrv").to_string()])
+pub fn native_config(node: &Node) -> ClientSettings {
+    ClientSettings::new([node.addr("namesrv").to_string()])
 }
 
 async fn native_publish(node: &Node, m: &Outgoing) -> anyhow::Result<()> {
@@ -607,7 +607,7 @@ pub struct NativeSub {
 impl NativeSub {
     async fn start(node: &Node, topic: &str, group: &str) -> anyhow::Result<NativeSub> {
         let (tx, rx) = mpsc::channel();
-        let options = PushConsumerOptions::new(group)
+        let options = PushConsumerSettings::new(group)
             .subscribe(topic, "*")
             .consume_from(ConsumeFrom::First);
         let consumer = PushConsumer::start_concurrent(native_config(node), options, move |msgs| {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use interop_tests::Node;
 use interop_tests::doors::{self, Door, Outgoing, curl};
-use rocketgate_native::client::{ConsumeFrom, ConsumeResult, PushConsumer, PushConsumerOptions};
+use rocketgate_native::client::{ConsumeFrom, ConsumeResult, PushConsumer, PushConsumerSettings};
 use serde_json::{Value, json};
 
 const FAILURES: u32 = 3;
@@ -214,7 +214,7 @@ async fn native_consume_later_three_times_is_dead_lettered_and_resent() -> anyho
     publish(&node, topic, body).await?;
     let failures = Arc::new(Mutex::new(0u32));
     let (tx, rx) = mpsc::channel();
-    let mut options = PushConsumerOptions::new(group)
+    let mut options = PushConsumerSettings::new(group)
         .subscribe(topic, "*")
         .consume_from(ConsumeFrom::First);
     options.retry_delay_level = 1;

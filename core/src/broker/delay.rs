@@ -67,7 +67,7 @@ const DELAY_PROPERTIES: &[&str] = &[
 
 /// How delayed delivery behaves.
 #[derive(Debug, Clone)]
-pub struct DelayOptions {
+pub struct DelaySettings {
     /// The level table (RocketMQ `messageDelayLevel`).
     pub levels: DelayLevels,
     /// The longest delay a send may ask for; beyond it the send fails.
@@ -79,9 +79,9 @@ pub struct DelayOptions {
     pub batch: usize,
 }
 
-impl Default for DelayOptions {
+impl Default for DelaySettings {
     fn default() -> Self {
-        DelayOptions {
+        DelaySettings {
             levels: DelayLevels::default(),
             max_delay: Duration::from_secs(3 * 24 * 3600),
             tick: Duration::from_millis(100),
@@ -119,7 +119,7 @@ fn parse_i64(msg: &Message, name: &str) -> Result<Option<i64>> {
 ///   `TIMER_DELAY_SEC` (relative): a time not in the future is delivered now; one
 ///   more than `max_delay` away fails with [`Error::DelayTooLong`].
 /// - A level together with a delivery time is rejected.
-pub fn plan(msg: &Message, opts: &DelayOptions, now_ms: i64) -> Result<Plan> {
+pub fn plan(msg: &Message, opts: &DelaySettings, now_ms: i64) -> Result<Plan> {
     let at = if let Some(ms) = parse_i64(msg, property::TIMER_DELIVER_MS)? {
         Some(ms)
     } else if let Some(ms) = parse_i64(msg, property::START_DELIVER_TIME)? {
@@ -282,7 +282,7 @@ struct Marks {
 pub(super) struct DelayState {
     path: PathBuf,
     store: Arc<Store>,
-    opts: DelayOptions,
+    opts: DelaySettings,
     /// Deadlines are compared with this clock (the broker's).
     clock: Arc<dyn Clock>,
     /// Owned by one tick at a time; a tokio lock because a tick holds it across
@@ -299,7 +299,7 @@ impl DelayState {
     pub(super) fn open(
         config_dir: &Path,
         store: Arc<Store>,
-        opts: DelayOptions,
+        opts: DelaySettings,
         clock: Arc<dyn Clock>,
     ) -> Result<DelayState> {
         let path = config_dir.join("delay.json");
@@ -375,7 +375,7 @@ struct Due {
 
 fn read_due_levels(
     store: &Store,
-    opts: &DelayOptions,
+    opts: &DelaySettings,
     live: &Progress,
     now: i64,
     out: &mut Vec<Due>,
@@ -523,10 +523,10 @@ mod tests {
     use super::*;
     use crate::broker::topics::TopicConfig;
     use crate::clock::ManualClock;
-    use crate::store::{StoreDeps, StoreOptions};
+    use crate::store::{StoreDeps, StoreSettings};
 
-    fn opts() -> DelayOptions {
-        DelayOptions::default()
+    fn opts() -> DelaySettings {
+        DelaySettings::default()
     }
 
     /// The topic table as a plain map: the in-memory twin of the seam.
@@ -550,7 +550,7 @@ mod tests {
     async fn due_messages_go_where_the_topic_table_says_at_delivery() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) =
-            Store::open(dir.path(), StoreOptions::default(), StoreDeps::default()).unwrap();
+            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default()).unwrap();
         let store = Arc::new(store);
         let clock = Arc::new(ManualClock::new(1_000_000));
         let config = dir.path().join("config");

@@ -22,7 +22,7 @@ pub struct GroupConfig {
     /// The mode its members last consumed in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ConsumeMode>,
-    /// Overrides `BrokerOptions::max_reconsume_times` for this group.
+    /// Overrides `BrokerSettings::max_reconsume_times` for this group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_reconsume_times: Option<u32>,
 }

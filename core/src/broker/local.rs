@@ -33,10 +33,10 @@ use super::delay::{self, DelayState};
 use super::group_config::GroupConfigs;
 use super::groups::{ConsumeMode, ConsumerGroups, Heartbeat};
 use super::offsets::{Offsets, owner_key};
-use super::options::BrokerOptions;
 use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
 use super::schedule::{self, validate_group};
+use super::settings::BrokerSettings;
 use super::topics::{TopicConfig, TopicKind, TopicLookup, TopicTable};
 use super::transaction::TxnState;
 use super::values::{
@@ -55,7 +55,7 @@ use crate::{Error, Result};
 /// it) to write the final offsets.
 pub struct Broker {
     pub(super) store: Arc<Store>,
-    pub(super) opts: BrokerOptions,
+    pub(super) opts: BrokerSettings,
     pub(super) clock: Arc<dyn Clock>,
     topics: RwLock<TopicTable>,
     /// Bumped after every change of the topic table (any door, auto-create included),
@@ -81,7 +81,7 @@ pub struct Broker {
 impl Broker {
     /// Opens the broker's state in `<store dir>/config/` and starts the offset
     /// flusher thread.
-    pub fn open(store: Arc<Store>, opts: BrokerOptions, clock: Arc<dyn Clock>) -> Result<Broker> {
+    pub fn open(store: Arc<Store>, opts: BrokerSettings, clock: Arc<dyn Clock>) -> Result<Broker> {
         if opts.default_queues == 0 || opts.default_queues > super::topics::MAX_QUEUES {
             return Err(Error::InvalidArgument(format!(
                 "default_queues is {}; it must be between 1 and {}",
@@ -343,7 +343,7 @@ impl Broker {
     }
 
     /// How often a message of `group` is retried before it is dead-lettered:
-    /// the group's own setting, else `BrokerOptions::max_reconsume_times`.
+    /// the group's own setting, else `BrokerSettings::max_reconsume_times`.
     pub(super) fn max_reconsume_times(&self, group: &str) -> u32 {
         self.group_configs
             .get(group)

@@ -4,7 +4,7 @@
 //! Start with [`MessagingApi`] (what a gateway calls; the values crossing it
 //! are in `values.rs`, below the trait) and [`Broker`] (the local
 //! implementation over a [`crate::store::Store`], in `local.rs`, with its
-//! [`BrokerOptions`]). The stateful parts are split along their seams:
+//! [`BrokerSettings`]). The stateful parts are split along their seams:
 //! [`topics`] (the persisted topic table), [`offsets`] (persisted consumer
 //! offsets), [`groups`] (membership, subscriptions and queue locks as a pure
 //! state machine driven by a [`Clock`]), [`group_config`] (a group's persisted
@@ -31,7 +31,6 @@ pub mod groups;
 mod inspect;
 mod local;
 pub mod offsets;
-mod options;
 mod persist;
 mod pop;
 pub mod pop_state;
@@ -39,6 +38,7 @@ mod pull;
 pub mod receipt;
 pub mod retry;
 pub mod schedule;
+mod settings;
 mod tasks;
 pub mod topics;
 pub mod transaction;
@@ -47,12 +47,12 @@ mod values;
 /// The crate's clock, at the path gateways have used so far.
 pub use crate::clock::{self, Clock, ManualClock, SystemClock};
 pub use api::{MessagingApi, SEND_TIME_PROPERTIES};
-pub use delay::DelayOptions;
+pub use delay::DelaySettings;
 pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, sharding_queue};
-pub use options::BrokerOptions;
 pub use receipt::ReceiptHandle;
+pub use settings::BrokerSettings;
 pub use topics::{Perm, TopicConfig, TopicKind};
 pub use values::{
     CheckRound, CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfMessage, HalfSent,

@@ -40,7 +40,7 @@ pub const MAX_SEGMENT_SIZE: u64 = i32::MAX as u64;
 
 /// How the log is laid out and what it accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitLogConfig {
+pub struct CommitLogSettings {
     /// Size of every segment file, `MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE`.
     pub segment_size: u64,
     /// Largest encoded record accepted; at most `segment_size - 8`.
@@ -52,7 +52,7 @@ pub struct CommitLogConfig {
     pub store_host: SocketAddr,
 }
 
-impl CommitLogConfig {
+impl CommitLogSettings {
     pub fn validate(&self) -> Result<()> {
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size) {
             return Err(Error::InvalidArgument(format!(
@@ -174,7 +174,7 @@ struct AppendState {
 ///   zeroes a torn tail), and are touched only by the appender.
 pub struct CommitLog {
     dir: PathBuf,
-    config: CommitLogConfig,
+    config: CommitLogSettings,
     /// Oldest first, contiguous, never empty. A reader holds the lock only to
     /// clone an `Arc`; the appender takes it for writing only when rolling to a
     /// new segment, retention only to drop the oldest ones.
@@ -204,7 +204,7 @@ impl CommitLog {
     /// recovering its tail as `recovery` says. See [`Recovery`].
     pub fn open(
         dir: impl Into<PathBuf>,
-        config: CommitLogConfig,
+        config: CommitLogSettings,
         recovery: Recovery,
     ) -> Result<(CommitLog, RecoveryReport)> {
         config.validate()?;
@@ -240,7 +240,7 @@ impl CommitLog {
         &self.dir
     }
 
-    pub fn config(&self) -> &CommitLogConfig {
+    pub fn config(&self) -> &CommitLogSettings {
         &self.config
     }
 

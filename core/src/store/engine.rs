@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::{AbortMarker, Checkpoint};
-use super::commit_log::{AppendResult, CommitLog, CommitLogConfig, RecordRef, Recovery};
+use super::commit_log::{AppendResult, CommitLog, CommitLogSettings, RecordRef, Recovery};
 use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash, validate_topic};
 use super::disk::{DiskSpace, Statvfs};
 use super::flush::{FlushMode as FlushPolicy, GroupCommit};
@@ -54,7 +54,7 @@ pub enum FlushMode {
 
 /// Everything [`Store::open`] needs to know.
 #[derive(Debug, Clone)]
-pub struct StoreOptions {
+pub struct StoreSettings {
     pub segment_size: u64,
     pub max_message_size: usize,
     pub flush: FlushMode,
@@ -72,9 +72,9 @@ pub struct StoreOptions {
     pub store_host: std::net::SocketAddr,
 }
 
-impl Default for StoreOptions {
+impl Default for StoreSettings {
     fn default() -> Self {
-        StoreOptions {
+        StoreSettings {
             segment_size: 1 << 30,
             max_message_size: 4 << 20,
             flush: FlushMode::Async {
@@ -173,7 +173,7 @@ struct Counters {
 
 struct Inner {
     dir: PathBuf,
-    opts: StoreOptions,
+    opts: StoreSettings,
     deps: StoreDeps,
     log: Arc<CommitLog>,
     durability: GroupCommit,
@@ -261,7 +261,7 @@ impl Signal {
 impl Store {
     /// Opens (or creates) the store in `dir`, recovering after an unclean stop, and
     /// starts its background threads.
-    pub fn open(dir: &Path, opts: StoreOptions, deps: StoreDeps) -> Result<(Store, OpenReport)> {
+    pub fn open(dir: &Path, opts: StoreSettings, deps: StoreDeps) -> Result<(Store, OpenReport)> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         // Before anything is read or written: a second process must not touch it.
         let lock = DirLock::acquire(dir)?;
@@ -273,7 +273,7 @@ impl Store {
             ..OpenReport::default()
         };
 
-        let log_opts = CommitLogConfig {
+        let log_opts = CommitLogSettings {
             segment_size: opts.segment_size,
             max_message_size: opts.max_message_size,
             store_host: opts.store_host,

@@ -18,6 +18,6 @@ pub use consume_queue::CqEntry;
 pub use disk::{DiskSpace, Statvfs};
 pub use engine::{
     Clock, DiskFullPolicy, FlushMode, OpenReport, Positions, QueueRead, ReadProgress, Store,
-    StoreDeps, StoreOptions, system_clock,
+    StoreDeps, StoreSettings, system_clock,
 };
 pub use record::{Message, RecordView};

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketgate_core::broker::{
-    Broker, BrokerOptions, Delivered, ManualClock, MessagingApi, PullRequest, PullResult,
+    Broker, BrokerSettings, Delivered, ManualClock, MessagingApi, PullRequest, PullResult,
     filter::Filter,
 };
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreSettings};
 
 pub struct Env {
     pub store: Arc<Store>,
@@ -19,8 +19,8 @@ pub struct Env {
     pub clock: Arc<ManualClock>,
 }
 
-pub fn store_options() -> StoreOptions {
-    StoreOptions {
+pub fn store_options() -> StoreSettings {
+    StoreSettings {
         segment_size: 256 * 1024,
         max_message_size: 8 * 1024,
         flush: FlushMode::Async {
@@ -31,19 +31,19 @@ pub fn store_options() -> StoreOptions {
         consume_queue_entries_per_file: 64,
         index_slots: 64,
         index_entries_per_file: 256,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     }
 }
 
-pub fn options() -> BrokerOptions {
-    BrokerOptions {
+pub fn options() -> BrokerSettings {
+    BrokerSettings {
         member_timeout: Duration::from_secs(10),
         lock_lease: Duration::from_secs(5),
-        ..BrokerOptions::default()
+        ..BrokerSettings::default()
     }
 }
 
-pub fn open(dir: &Path, opts: BrokerOptions) -> Env {
+pub fn open(dir: &Path, opts: BrokerSettings) -> Env {
     let store = Arc::new(
         Store::open(dir, store_options(), StoreDeps::default())
             .unwrap()

@@ -260,6 +260,30 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     ))
 }
 
+/// Stores a transactional half message of `producer_group`. It gets a
+/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
+/// commit; `queue_offset` is unknown until then.
+async fn begin_transaction<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    producer_group: Option<String>,
+    mut msg: Message,
+    choice: QueueChoice,
+) -> Result<Published> {
+    let group = producer_group
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
+    let uniq = rocketgate_core::store::record::unique_id();
+    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
+    let half = ctx.api.send_half(&group, msg, choice).await?;
+    Ok(Published {
+        msg_id: uniq,
+        topic: half.sent.topic,
+        queue_id: half.sent.queue_id,
+        queue_offset: None,
+        transaction_id: Some(half.transaction.to_string()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,28 +307,4 @@ mod tests {
         assert!(delay_property(Some("1s"), Some(5)).is_err());
         assert!(delay_property(None, Some(-1)).is_err());
     }
-}
-
-/// Stores a transactional half message of `producer_group`. It gets a
-/// `UNIQ_KEY`, so the `msg_id` answered now is the one consumers see after the
-/// commit; `queue_offset` is unknown until then.
-async fn begin_transaction<B: MessagingApi>(
-    ctx: &Ctx<B>,
-    producer_group: Option<String>,
-    mut msg: Message,
-    choice: QueueChoice,
-) -> Result<Published> {
-    let group = producer_group
-        .filter(|g| !g.is_empty())
-        .ok_or_else(|| Error::bad("producer_group", "required with `transaction=begin`"))?;
-    let uniq = rocketgate_core::store::record::unique_id();
-    msg.insert_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq.clone());
-    let half = ctx.api.send_half(&group, msg, choice).await?;
-    Ok(Published {
-        msg_id: uniq,
-        topic: half.sent.topic,
-        queue_id: half.sent.queue_id,
-        queue_offset: None,
-        transaction_id: Some(half.transaction.to_string()),
-    })
 }

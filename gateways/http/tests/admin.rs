@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketgate_core::broker::{BrokerOptions, TopicKind};
+use rocketgate_core::broker::{BrokerSettings, TopicKind};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
 use rocketgate_remoting::{BrokerIdentity, Registrar};
@@ -187,7 +187,7 @@ async fn offsets_reset_to_a_timestamp_redeliver_from_there() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_listed_and_resent() {
-    let opts = BrokerOptions {
+    let opts = BrokerSettings {
         max_reconsume_times: 1,
         ..broker_options()
     };

@@ -813,17 +813,17 @@ impl Fanout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocketgate_core::broker::{Broker, BrokerOptions, QueueChoice, SystemClock};
+    use rocketgate_core::broker::{Broker, BrokerSettings, QueueChoice, SystemClock};
     use rocketgate_core::store::record::property;
-    use rocketgate_core::store::{Message, Store, StoreDeps, StoreOptions};
+    use rocketgate_core::store::{Message, Store, StoreDeps, StoreSettings};
 
     fn node(dir: &std::path::Path) -> Arc<Broker> {
         let store = Arc::new(
-            Store::open(dir, StoreOptions::default(), StoreDeps::default())
+            Store::open(dir, StoreSettings::default(), StoreDeps::default())
                 .unwrap()
                 .0,
         );
-        Arc::new(Broker::open(store, BrokerOptions::default(), Arc::new(SystemClock)).unwrap())
+        Arc::new(Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap())
     }
 
     async fn send(api: &Broker, n: usize, tag: &str) {

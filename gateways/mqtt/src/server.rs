@@ -574,8 +574,8 @@ impl<B: MessagingApi + 'static> Handle<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
-    use rocketgate_core::store::{Store, StoreDeps, StoreOptions};
+    use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+    use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
 
     /// The largest connection task known to stay in mimalloc's 2 KiB size class
     /// together with tokio's task header: 1,912 bytes in a release build (1,952
@@ -590,12 +590,13 @@ mod tests {
     async fn a_connection_task_stays_in_the_allocators_2_kib_class() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
-            Store::open(dir.path(), StoreOptions::default(), StoreDeps::default())
+            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
                 .unwrap()
                 .0,
         );
-        let broker =
-            Arc::new(Broker::open(store, BrokerOptions::default(), Arc::new(SystemClock)).unwrap());
+        let broker = Arc::new(
+            Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap(),
+        );
         let (server, _) = Server::bind(
             "127.0.0.1:0".parse().unwrap(),
             broker,

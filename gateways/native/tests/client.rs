@@ -9,12 +9,12 @@ use std::time::Duration;
 use common::{Cluster, WAIT, until};
 use rocketgate_native::client::{
     ConsumeFrom, ConsumeMode, ConsumeResult, Message, OrderlyResult, Producer, PullConsumer,
-    PushConsumer, PushConsumerOptions, ReceivedMessage,
+    PushConsumer, PushConsumerSettings, ReceivedMessage,
 };
 use tokio::sync::mpsc;
 
-fn fast(group: &str) -> PushConsumerOptions {
-    let mut o = PushConsumerOptions::new(group);
+fn fast(group: &str) -> PushConsumerSettings {
+    let mut o = PushConsumerSettings::new(group);
     o.rebalance_interval = Duration::from_millis(500);
     o.commit_interval = Duration::from_millis(200);
     o.long_poll = Duration::from_secs(2);
@@ -417,7 +417,7 @@ async fn producer_modes_and_errors() {
     );
 
     // Several NameServers: a dead one is skipped.
-    let both = rocketgate_native::client::ClientConfig::new([
+    let both = rocketgate_native::client::ClientSettings::new([
         "127.0.0.1:1".to_string(),
         cluster.namesrv.clone(),
     ]);
@@ -428,7 +428,7 @@ async fn producer_modes_and_errors() {
     p2.shutdown().await;
 
     // Nothing listening: a clear error, no panic, no hang.
-    let dead = rocketgate_native::client::ClientConfig::new(["127.0.0.1:1"])
+    let dead = rocketgate_native::client::ClientSettings::new(["127.0.0.1:1"])
         .with_request_timeout(Duration::from_secs(1));
     let lonely = Producer::start(dead, "pg").await.unwrap();
     let err = lonely.send(Message::new("Modes", "x")).await.unwrap_err();

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rocketgate_core::broker::{Broker, BrokerOptions, MessagingApi, SystemClock, TopicConfig as CoreTopic, TopicKind};
-use rocketgate_core::store::{Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock, TopicConfig as CoreTopic, TopicKind};
+use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::{Server, ServerSettings};
 use rocketgate_remoting::protocol::WireTopicConfig;
@@ -104,9 +104,9 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
     let _ = std::fs::remove_dir_all(&dir);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let broker_addr = listener.local_addr().unwrap();
-    let store_opts = StoreOptions { segment_size: 64 << 20, store_host: broker_addr, ..StoreOptions::default() };
+    let store_opts = StoreSettings { segment_size: 64 << 20, store_host: broker_addr, ..StoreSettings::default() };
     let (store, _) = Store::open(&dir, store_opts, StoreDeps::default()).unwrap();
-    let broker = Arc::new(Broker::open(Arc::new(store), BrokerOptions::default(), Arc::new(SystemClock)).unwrap());
+    let broker = Arc::new(Broker::open(Arc::new(store), BrokerSettings::default(), Arc::new(SystemClock)).unwrap());
     // Retries come back through the delay levels, as in `rocketgate standalone`.
     broker.spawn_delay_delivery();
     broker.create_topic(CoreTopic::new(TOPIC, 4)).await.unwrap();

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::CommitLogConfig;
+use super::CommitLogSettings;
 use super::segment::{self, Segment};
 use crate::error::{Error, Result};
 use crate::store::record::{self, END_FILE_MIN_BLANK_LENGTH, Header, RecordView};
@@ -57,7 +57,7 @@ pub(super) struct Recovered {
     pub(super) durable: u64,
 }
 
-fn load_segments(dir: &Path, config: &CommitLogConfig) -> Result<Vec<Arc<Segment>>> {
+fn load_segments(dir: &Path, config: &CommitLogSettings) -> Result<Vec<Arc<Segment>>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let size = config.segment_size;
     let mut found = Vec::new();
@@ -118,7 +118,7 @@ enum Stop {
     Invalid(String),
 }
 
-pub(super) fn recover(dir: &Path, config: &CommitLogConfig, how: Recovery) -> Result<Recovered> {
+pub(super) fn recover(dir: &Path, config: &CommitLogSettings, how: Recovery) -> Result<Recovered> {
     let mut segments = load_segments(dir, config)?;
     let first = segments[0].start();
     let last_end = segments[segments.len() - 1].end();

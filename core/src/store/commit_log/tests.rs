@@ -4,8 +4,8 @@ use super::*;
 use crate::store::record::RecordView;
 use bytes::Bytes;
 
-pub(crate) fn config() -> CommitLogConfig {
-    CommitLogConfig {
+pub(crate) fn config() -> CommitLogSettings {
+    CommitLogSettings {
         segment_size: MIN_SEGMENT_SIZE,
         max_message_size: 16 * 1024,
         write_through: true,
@@ -15,8 +15,8 @@ pub(crate) fn config() -> CommitLogConfig {
 
 /// Memory-mapped appends (async flush), where pre-faulting and the mapping's
 /// advice apply.
-fn mapped_config() -> CommitLogConfig {
-    CommitLogConfig {
+fn mapped_config() -> CommitLogSettings {
+    CommitLogSettings {
         write_through: false,
         ..config()
     }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
-use rocketgate_core::store::{DiskSpace, FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+use rocketgate_core::store::{DiskSpace, FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_http::{Handle, Server, Settings, StoreProbe};
 use serde_json::Value;
 
@@ -48,10 +48,10 @@ pub fn settings() -> Settings {
     }
 }
 
-pub fn broker_options() -> BrokerOptions {
-    BrokerOptions {
+pub fn broker_options() -> BrokerSettings {
+    BrokerSettings {
         default_queues: 2,
-        ..BrokerOptions::default()
+        ..BrokerSettings::default()
     }
 }
 
@@ -59,10 +59,10 @@ pub async fn start() -> Node {
     start_with(settings(), broker_options()).await
 }
 
-pub async fn start_with(settings: Settings, opts: BrokerOptions) -> Node {
+pub async fn start_with(settings: Settings, opts: BrokerSettings) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let disk = Arc::new(Gauge(AtomicU64::new(10)));
-    let store_opts = StoreOptions {
+    let store_opts = StoreSettings {
         segment_size: 4 << 20,
         max_message_size: MAX_BODY,
         flush: FlushMode::Async {
@@ -75,7 +75,7 @@ pub async fn start_with(settings: Settings, opts: BrokerOptions) -> Node {
         consume_queue_entries_per_file: 1024,
         index_slots: 1024,
         index_entries_per_file: 4096,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     };
     let deps = StoreDeps {
         disk: disk.clone(),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use mqttbytes::v5;
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_mqtt::{Handle, Server, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -26,8 +26,8 @@ pub struct Node {
     pub addr: SocketAddr,
 }
 
-pub fn store_options() -> StoreOptions {
-    StoreOptions {
+pub fn store_options() -> StoreSettings {
+    StoreSettings {
         segment_size: 1024 * 1024,
         max_message_size: 64 * 1024,
         flush: FlushMode::Async {
@@ -38,7 +38,7 @@ pub fn store_options() -> StoreOptions {
         consume_queue_entries_per_file: 1024,
         index_slots: 256,
         index_entries_per_file: 1024,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     }
 }
 
@@ -63,7 +63,7 @@ impl Node {
         let broker = Arc::new(
             Broker::open(
                 store.clone(),
-                BrokerOptions::default(),
+                BrokerSettings::default(),
                 Arc::new(SystemClock),
             )
             .unwrap(),

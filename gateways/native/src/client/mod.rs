@@ -11,17 +11,17 @@
 //! - [`TransactionProducer`]: half message, local transaction, commit/rollback, and a
 //!   check-back listener for transactions whose outcome the broker never heard.
 //!
-//! Every one of them starts from a [`ClientConfig`] naming one or more NameServers;
-//! routes are refreshed every [`ClientConfig::route_refresh`], brokers heart-beaten every
-//! [`ClientConfig::heartbeat_interval`], and a broken connection is re-opened on next
+//! Every one of them starts from a [`ClientSettings`] naming one or more NameServers;
+//! routes are refreshed every [`ClientSettings::route_refresh`], brokers heart-beaten every
+//! [`ClientSettings::heartbeat_interval`], and a broken connection is re-opened on next
 //! use, with back-off after a failed connect. Nothing the network sends can panic the
 //! client: every failure is an [`crate::Error`].
 //!
 //! ```no_run
-//! use rocketgate_native::client::{ClientConfig, Message, Producer};
+//! use rocketgate_native::client::{ClientSettings, Message, Producer};
 //!
 //! # async fn demo() -> Result<(), rocketgate_native::Error> {
-//! let config = ClientConfig::new(["127.0.0.1:9876"]);
+//! let config = ClientSettings::new(["127.0.0.1:9876"]);
 //! let producer = Producer::start(config, "my-producers").await?;
 //! let sent = producer
 //!     .send(Message::new("orders", "hello").with_tag("created").with_keys(["order-1"]))
@@ -51,14 +51,14 @@ pub use message::{Message, SendResult};
 pub use producer::Producer;
 pub use pull_consumer::PullConsumer;
 pub use push_consumer::{
-    ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerOptions,
+    ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerSettings,
 };
 pub use session::Route;
 pub use transaction::{TransactionProducer, TransactionState};
 
 /// Where a client finds the cluster, and its timings.
 #[derive(Debug, Clone)]
-pub struct ClientConfig {
+pub struct ClientSettings {
     /// `host:port` of every NameServer; any one that answers will do.
     pub namesrv_addrs: Vec<String>,
     /// This client's identity in consumer groups; unique per producer/consumer.
@@ -71,14 +71,14 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
 }
 
-impl ClientConfig {
+impl ClientSettings {
     /// Defaults for the given NameServers, with a fresh client id.
-    pub fn new<I, S>(namesrv_addrs: I) -> ClientConfig
+    pub fn new<I, S>(namesrv_addrs: I) -> ClientSettings
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        ClientConfig {
+        ClientSettings {
             namesrv_addrs: namesrv_addrs.into_iter().map(Into::into).collect(),
             client_id: new_client_id(),
             route_refresh: Duration::from_secs(30),
@@ -88,7 +88,7 @@ impl ClientConfig {
     }
 
     /// A NameServer list as RocketMQ writes it: `host:port;host:port`.
-    pub fn from_list(list: &str) -> ClientConfig {
+    pub fn from_list(list: &str) -> ClientSettings {
         Self::new(list.split(';').map(str::trim).filter(|s| !s.is_empty()))
     }
 
@@ -113,7 +113,7 @@ impl ClientConfig {
     }
 }
 
-/// `ip@pid#n`, as Java's `ClientConfig.buildMQClientId` (with a counter so several
+/// `ip@pid#n`, as Java's `ClientSettings.buildMQClientId` (with a counter so several
 /// clients of one process are distinct members).
 fn new_client_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);

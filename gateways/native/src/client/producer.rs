@@ -12,7 +12,7 @@ use rocketgate_core::broker::sharding_queue;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::ClientConfig;
+use super::ClientSettings;
 use super::link::{Pushed, refused};
 use super::message::{Message, SendResult, now_ms, unique_id_at};
 use super::session::Session;
@@ -69,7 +69,10 @@ fn retryable(e: &Error) -> bool {
 
 impl Producer {
     /// Starts a producer of `group` (send timeout 3 s, 2 retries).
-    pub async fn start(config: ClientConfig, group: impl Into<String>) -> Result<Producer, Error> {
+    pub async fn start(
+        config: ClientSettings,
+        group: impl Into<String>,
+    ) -> Result<Producer, Error> {
         let (session, pushes) = Session::start(config);
         Ok(Self::with_session(session, group.into(), pushes))
     }

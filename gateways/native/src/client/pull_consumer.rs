@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::ClientConfig;
+use super::ClientSettings;
 use super::consume::{Broker, ConsumeFrom, Expression, Pulled, allocate, start_offset};
 use super::session::Session;
 use crate::Error;
@@ -45,10 +45,10 @@ struct State {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use rocketgate_native::client::{ClientConfig, PullConsumer};
+/// use rocketgate_native::client::{ClientSettings, PullConsumer};
 ///
 /// # async fn demo() -> Result<(), rocketgate_native::Error> {
-/// let consumer = PullConsumer::start(ClientConfig::new(["127.0.0.1:9876"]), "readers").await?;
+/// let consumer = PullConsumer::start(ClientSettings::new(["127.0.0.1:9876"]), "readers").await?;
 /// let queues = consumer.queues("orders").await?;
 /// consumer.assign(queues, "*").await?;
 /// let batch = consumer.poll(Duration::from_secs(5)).await?;
@@ -68,7 +68,7 @@ pub struct PullConsumer {
 
 impl PullConsumer {
     /// Starts a consumer of `group`; new queues start from their first message.
-    pub async fn start(config: ClientConfig, group: impl Into<String>) -> Result<Self, Error> {
+    pub async fn start(config: ClientSettings, group: impl Into<String>) -> Result<Self, Error> {
         let (session, mut pushes) = Session::start(config);
         let state: Arc<Mutex<State>> = Arc::default();
         let weak = Arc::downgrade(&state);

@@ -21,7 +21,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
-use super::ClientConfig;
+use super::ClientSettings;
 use super::consume::{Broker, ConsumeFrom, Expression, Pulled, allocate, start_offset};
 use super::link::Pushed;
 use super::offset_store::{self, LocalOffsets, Persisted};
@@ -39,7 +39,7 @@ pub enum ConsumeMode {
     #[default]
     Clustering,
     /// Every member gets every message; each member keeps its offsets in a local file
-    /// (see [`PushConsumerOptions::offset_store_dir`]).
+    /// (see [`PushConsumerSettings::offset_store_dir`]).
     Broadcasting,
 }
 
@@ -71,7 +71,7 @@ enum Listener {
 
 /// What a push consumer subscribes to and how it behaves.
 #[derive(Debug, Clone)]
-pub struct PushConsumerOptions {
+pub struct PushConsumerSettings {
     pub group: String,
     /// Topic → tag expression.
     pub subscriptions: BTreeMap<String, String>,
@@ -97,13 +97,13 @@ pub struct PushConsumerOptions {
     pub suspend_on_failure: Duration,
     /// Broadcasting: offsets live in `<dir>/<client id>/<group>/offsets.json`
     /// (default `~/.rocketmq_offsets`). Give the consumer a stable
-    /// [`ClientConfig::with_client_id`] to resume there after a restart.
+    /// [`ClientSettings::with_client_id`] to resume there after a restart.
     pub offset_store_dir: PathBuf,
 }
 
-impl PushConsumerOptions {
+impl PushConsumerSettings {
     pub fn new(group: impl Into<String>) -> Self {
-        PushConsumerOptions {
+        PushConsumerSettings {
             group: group.into(),
             subscriptions: BTreeMap::new(),
             mode: ConsumeMode::Clustering,
@@ -162,7 +162,7 @@ impl Drop for Running {
 /// Shared by the coordinator and the queue tasks.
 struct Shared {
     broker: Broker,
-    opts: PushConsumerOptions,
+    opts: PushConsumerSettings,
     listener: Listener,
     expressions: BTreeMap<String, Expression>,
     permits: Arc<Semaphore>,
@@ -173,12 +173,12 @@ struct Shared {
 /// A running push consumer. [`PushConsumer::shutdown`] stops it gracefully.
 ///
 /// ```no_run
-/// use rocketgate_native::client::{ClientConfig, ConsumeResult, PushConsumer, PushConsumerOptions};
+/// use rocketgate_native::client::{ClientSettings, ConsumeResult, PushConsumer, PushConsumerSettings};
 ///
 /// # async fn demo() -> Result<(), rocketgate_native::Error> {
-/// let options = PushConsumerOptions::new("billing").subscribe("orders", "created || paid");
+/// let options = PushConsumerSettings::new("billing").subscribe("orders", "created || paid");
 /// let consumer = PushConsumer::start_concurrent(
-///     ClientConfig::new(["127.0.0.1:9876"]),
+///     ClientSettings::new(["127.0.0.1:9876"]),
 ///     options,
 ///     |msgs| {
 ///         for m in msgs {
@@ -202,8 +202,8 @@ pub struct PushConsumer {
 impl PushConsumer {
     /// Starts a consumer whose listener handles batches from many queues at once.
     pub async fn start_concurrent(
-        config: ClientConfig,
-        options: PushConsumerOptions,
+        config: ClientSettings,
+        options: PushConsumerSettings,
         listener: impl Fn(&[ReceivedMessage]) -> ConsumeResult + Send + Sync + 'static,
     ) -> Result<PushConsumer, Error> {
         Self::start(config, options, Listener::Concurrent(Arc::new(listener))).await
@@ -212,16 +212,16 @@ impl PushConsumer {
     /// Starts a consumer that handles each queue's messages one batch at a time, in
     /// queue order, holding a broker lock on each queue it consumes.
     pub async fn start_orderly(
-        config: ClientConfig,
-        options: PushConsumerOptions,
+        config: ClientSettings,
+        options: PushConsumerSettings,
         listener: impl Fn(&[ReceivedMessage]) -> OrderlyResult + Send + Sync + 'static,
     ) -> Result<PushConsumer, Error> {
         Self::start(config, options, Listener::Orderly(Arc::new(listener))).await
     }
 
     async fn start(
-        config: ClientConfig,
-        mut opts: PushConsumerOptions,
+        config: ClientSettings,
+        mut opts: PushConsumerSettings,
         listener: Listener,
     ) -> Result<PushConsumer, Error> {
         if opts.subscriptions.is_empty() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::ClientConfig;
+use super::ClientSettings;
 use super::link::{Links, Pushed, refused};
 use crate::Error;
 use rocketgate_remoting::body::{HeartbeatData, MessageQueue};
@@ -70,7 +70,7 @@ impl Route {
 }
 
 pub(crate) struct Session {
-    pub config: ClientConfig,
+    pub config: ClientSettings,
     pub links: Links,
     /// Topic → route. Std lock, map operations only.
     routes: Mutex<HashMap<String, Arc<Route>>>,
@@ -83,7 +83,7 @@ pub(crate) struct Session {
 impl Session {
     /// Starts a session and its background task; requests the brokers push arrive on
     /// the returned receiver.
-    pub fn start(config: ClientConfig) -> (Arc<Session>, mpsc::UnboundedReceiver<Pushed>) {
+    pub fn start(config: ClientSettings) -> (Arc<Session>, mpsc::UnboundedReceiver<Pushed>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let heartbeat = HeartbeatData {
             client_id: config.client_id.clone(),

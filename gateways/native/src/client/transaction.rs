@@ -10,7 +10,7 @@ use rocketgate_core::store::record::{decode_msg_id, property};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::ClientConfig;
+use super::ClientSettings;
 use super::link::Pushed;
 use super::message::{Message, SendResult};
 use super::producer::Producer;
@@ -45,11 +45,11 @@ type CheckListener = dyn Fn(&ReceivedMessage) -> TransactionState + Send + Sync;
 /// A producer of transactional messages.
 ///
 /// ```no_run
-/// use rocketgate_native::client::{ClientConfig, Message, TransactionProducer, TransactionState};
+/// use rocketgate_native::client::{ClientSettings, Message, TransactionProducer, TransactionState};
 ///
 /// # async fn demo() -> Result<(), rocketgate_native::Error> {
 /// let producer = TransactionProducer::start(
-///     ClientConfig::new(["127.0.0.1:9876"]),
+///     ClientSettings::new(["127.0.0.1:9876"]),
 ///     "payments",
 ///     // Asked by the broker about transactions whose outcome it never heard.
 ///     |half| if half.keys().contains(&"paid-1") { TransactionState::Commit } else { TransactionState::Rollback },
@@ -73,7 +73,7 @@ impl TransactionProducer {
     /// Starts a transactional producer of `group`; `check` answers the broker's
     /// check-backs of undecided transactions (it may be called on a blocking thread).
     pub async fn start(
-        config: ClientConfig,
+        config: ClientSettings,
         group: impl Into<String>,
         check: impl Fn(&ReceivedMessage) -> TransactionState + Send + Sync + 'static,
     ) -> Result<TransactionProducer, Error> {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use rocketgate_core::broker::{Broker, BrokerOptions, SystemClock};
-use rocketgate_core::store::{DiskSpace, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+use rocketgate_core::store::{DiskSpace, Store, StoreDeps, StoreSettings};
 use rocketgate_native::{Server, ServerHandle, ServerSettings};
 use rocketgate_remoting::codec::{FLAG_ONEWAY, FrameCodec, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,9 +52,9 @@ impl Node {
         if let Some(d) = opts.disk {
             deps.disk = d;
         }
-        let mut store_opts = StoreOptions {
+        let mut store_opts = StoreSettings {
             segment_size: 16 << 20,
-            ..StoreOptions::default()
+            ..StoreSettings::default()
         };
         if let Some(f) = opts.flush {
             store_opts.flush = f;
@@ -62,9 +62,9 @@ impl Node {
         let (store, _) = Store::open(dir.path(), store_opts.clone(), deps).unwrap();
         let broker = Broker::open(
             Arc::new(store),
-            BrokerOptions {
+            BrokerSettings {
                 auto_create_topics: opts.auto_create,
-                ..BrokerOptions::default()
+                ..BrokerSettings::default()
             },
             Arc::new(SystemClock),
         )
@@ -213,20 +213,20 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let broker_addr = listener.local_addr().unwrap();
-        let store_opts = StoreOptions {
+        let store_opts = StoreSettings {
             segment_size: 16 << 20,
             store_host: broker_addr,
-            ..StoreOptions::default()
+            ..StoreSettings::default()
         };
         let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::default()).unwrap();
         let broker = Arc::new(
             Broker::open(
                 Arc::new(store),
-                BrokerOptions {
+                BrokerSettings {
                     member_timeout: Duration::from_secs(30),
                     transaction_check_interval: Duration::from_millis(300),
                     transaction_timeout: Duration::from_millis(300),
-                    ..BrokerOptions::default()
+                    ..BrokerSettings::default()
                 },
                 Arc::new(SystemClock),
             )
@@ -281,8 +281,8 @@ impl Cluster {
         }
     }
 
-    pub fn config(&self) -> rocketgate_native::client::ClientConfig {
-        rocketgate_native::client::ClientConfig::new([self.namesrv.clone()])
+    pub fn config(&self) -> rocketgate_native::client::ClientSettings {
+        rocketgate_native::client::ClientSettings::new([self.namesrv.clone()])
             .with_route_refresh(Duration::from_secs(1))
             .with_heartbeat_interval(Duration::from_secs(1))
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use rocketgate_core::broker::{Broker, BrokerOptions, MessagingApi, SystemClock, TopicConfig};
-use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreOptions};
+use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock, TopicConfig};
+use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_websocket::{Handle, Hooks, Server, Settings};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -26,8 +26,8 @@ pub struct Env {
     pub handle: Option<Handle>,
 }
 
-pub fn store_options() -> StoreOptions {
-    StoreOptions {
+pub fn store_options() -> StoreSettings {
+    StoreSettings {
         segment_size: 4 << 20,
         max_message_size: 1 << 20,
         flush: FlushMode::Async {
@@ -38,7 +38,7 @@ pub fn store_options() -> StoreOptions {
         consume_queue_entries_per_file: 1024,
         index_slots: 256,
         index_entries_per_file: 4096,
-        ..StoreOptions::default()
+        ..StoreSettings::default()
     }
 }
 
@@ -48,7 +48,7 @@ pub fn open_broker(dir: &std::path::Path) -> Arc<Broker> {
             .unwrap()
             .0,
     );
-    Arc::new(Broker::open(store, BrokerOptions::default(), Arc::new(SystemClock)).unwrap())
+    Arc::new(Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap())
 }
 
 impl Env {

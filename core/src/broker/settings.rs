@@ -1,15 +1,15 @@
-//! [`BrokerOptions`]: everything a [`Broker`](super::Broker) is told besides its
+//! [`BrokerSettings`]: everything a [`Broker`](super::Broker) is told besides its
 //! store and clock, with RocketMQ's defaults.
 
 use std::time::Duration;
 
 use super::allocate::AllocateStrategy;
-use super::delay::DelayOptions;
+use super::delay::DelaySettings;
 use super::schedule;
 
 /// What a [`Broker`](super::Broker) needs to know besides its store and clock.
 #[derive(Debug, Clone)]
-pub struct BrokerOptions {
+pub struct BrokerSettings {
     /// This broker's name in queue identities (allocation sorts by it).
     pub broker_name: String,
     /// Create a user topic on its first send (standalone mode).
@@ -28,7 +28,7 @@ pub struct BrokerOptions {
     /// run (a filter may reject long runs of messages).
     pub pull_scan_batch: usize,
     /// Delay levels, the longest delay and the delivery tick.
-    pub delay: DelayOptions,
+    pub delay: DelaySettings,
     /// How often a group's message is retried before it is dead-lettered
     /// (RocketMQ `maxReconsumeTimes`): it is delivered this many times + 1.
     pub max_reconsume_times: u32,
@@ -43,9 +43,9 @@ pub struct BrokerOptions {
     pub transaction_max_checks: u32,
 }
 
-impl Default for BrokerOptions {
+impl Default for BrokerSettings {
     fn default() -> Self {
-        BrokerOptions {
+        BrokerSettings {
             broker_name: "broker-a".into(),
             auto_create_topics: true,
             default_queues: 4,
@@ -54,7 +54,7 @@ impl Default for BrokerOptions {
             offset_flush_interval: Duration::from_secs(5),
             allocate: AllocateStrategy::Average,
             pull_scan_batch: 1024,
-            delay: DelayOptions::default(),
+            delay: DelaySettings::default(),
             max_reconsume_times: schedule::DEFAULT_MAX_RECONSUME_TIMES,
             transaction_check_interval: Duration::from_secs(60),
             transaction_timeout: Duration::from_secs(6),
