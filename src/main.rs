@@ -3,6 +3,8 @@
 //! or a benchmark (the `rocketgate-bench` crate, behind the default `bench` feature).
 //! All wiring of the crates happens here and nowhere else.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod node;
 mod run;

@@ -15,6 +15,9 @@
 //! caller matches on them. Start reading at [`Command`] (one variant per subcommand,
 //! each module named after it), then `stats.rs`, the percentiles all of them share.
 
+// Raw syscalls (rlimits, signals, a probe's mapping): each unsafe block says why.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod consume;
 pub mod mqtt;
 pub mod native;

@@ -42,7 +42,7 @@ pub struct WsBenchArgs {
 }
 
 pub fn run(args: WsBenchArgs) -> anyhow::Result<()> {
-    raise_fd_limit();
+    crate::stats::raise_fd_limit();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -132,36 +132,12 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         // SIGTERM: a clean shutdown, then wait for it.
+        // SAFETY: kill(2) on our own child, which has not been reaped yet.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
         }
         let _ = self.child.wait();
     }
-}
-
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
-/// Resident memory of a process (Linux `VmRSS`), bytes.
-fn rss_of(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
 }
 
 struct Outcome {
@@ -236,7 +212,7 @@ async fn scenario(
         "warm-up publish failed: {first}"
     );
 
-    let rss_before = rss_of(pid);
+    let rss_before = crate::stats::rss_of(pid).unwrap_or(0);
     let base = Instant::now();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
     let mut subs = Vec::with_capacity(n);
@@ -290,7 +266,7 @@ async fn scenario(
             .await
             .context("a subscriber failed before subscribing")?;
     }
-    let rss_after = rss_of(pid);
+    let rss_after = crate::stats::rss_of(pid).unwrap_or(0);
 
     // Publish with a window of outstanding requests, optionally paced.
     let start = Instant::now();

@@ -16,6 +16,8 @@
 //! This crate only describes settings; it must not open files other than the config
 //! file, nor start anything.
 
+#![forbid(unsafe_code)]
+
 mod units;
 
 use std::net::SocketAddr;

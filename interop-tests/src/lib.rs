@@ -18,6 +18,9 @@
 //! (`cargo build --workspace --bins`). A missing binary is a failing test with that hint,
 //! never a skip.
 
+// Signals to our own children: each unsafe block says why.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;

@@ -12,6 +12,8 @@
 //! Start reading at [`routes::RouteTable`] (the pure expiry state machine), then
 //! [`handler::handle`] (request -> response), then [`NameServer::run`] (the server loop and the liveness scan).
 
+#![forbid(unsafe_code)]
+
 pub mod handler;
 pub mod kv;
 pub mod routes;

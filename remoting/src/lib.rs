@@ -20,6 +20,7 @@
 // One audited `unsafe` (skipping a second UTF-8 check of ext fields, `codec/fields.rs`)
 // is allowed where it stands; anything else is refused.
 #![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod body;
 pub mod client;

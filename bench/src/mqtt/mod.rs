@@ -32,7 +32,7 @@ use mqttbytes::QoS;
 use tokio::net::TcpStream;
 
 use self::conn::{Pace, Phase, PubStats};
-use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur};
+use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur, raise_fd_limit, rss_of};
 
 /// Connections opened concurrently while setting up a run.
 const CONNECT_AT_ONCE: usize = 64;
@@ -354,31 +354,6 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         per_connection: Some(after.saturating_sub(before) as f64 / n as f64),
         ..Report::default()
     })
-}
-
-/// Resident memory of another process (Linux `VmRSS`).
-fn rss_of(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-}
-
-/// Many connections need many descriptors: raise the soft limit to the hard one.
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
 }
 
 fn print_report(args: &MqttBenchArgs, r: &Report) {

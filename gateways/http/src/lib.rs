@@ -12,6 +12,8 @@
 //! builds both the router and `/v1/openapi.json`), then [`publish`],
 //! [`consume`] and [`admin`]. User documentation: `docs/http.md`.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 mod cluster;
 pub mod consume;

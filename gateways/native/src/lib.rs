@@ -18,6 +18,8 @@
 //! broker side, and at [`client`] for the client. `docs/native.md` lists the supported
 //! request codes and the client's API.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 mod error;
 pub mod message;

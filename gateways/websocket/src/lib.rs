@@ -18,6 +18,8 @@
 //! `subscription.rs` (the task that feeds one subscription) and `protocol.rs`
 //! (the JSON frames). The protocol reference is `docs/websocket.md`.
 
+#![forbid(unsafe_code)]
+
 mod auth;
 mod connection;
 mod handshake;
