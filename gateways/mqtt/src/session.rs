@@ -112,7 +112,8 @@ pub struct Session {
     pub inflight: InflightMap,
     pub qos2_in: HashSet<u16>,
     pub will: Option<WillRecord>,
-    pub next_pkid: u16,
+    /// The id after the last one handed out (see [`Session::alloc_pkid`]).
+    next_pkid: u16,
 }
 
 impl Session {
