@@ -15,6 +15,8 @@ use bytes::{Buf, BufMut, BytesMut};
 use mqttbytes::v5::{self, Packet};
 use mqttbytes::{QoS, v4};
 
+use crate::outgoing::Outgoing;
+
 /// The protocol version of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -269,7 +271,7 @@ pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<()
 /// list), straight from its parts; v5 with properties through mqttbytes.
 pub fn write_outgoing(
     version: Version,
-    p: &crate::session::Outgoing,
+    p: &Outgoing,
     out: &mut BytesMut,
 ) -> Result<(), CodecError> {
     match version {
@@ -282,14 +284,14 @@ pub fn write_outgoing(
 
 /// The bytes [`write_outgoing`] appends for `p` (at most; for the client's
 /// maximum packet size).
-pub fn outgoing_len(version: Version, p: &crate::session::Outgoing) -> usize {
+pub fn outgoing_len(version: Version, p: &Outgoing) -> usize {
     match version {
         Version::V5 if p.properties.is_some() => p.to_publish().len() + 5,
         _ => plain_remaining(version, p) + 5,
     }
 }
 
-fn plain_remaining(version: Version, p: &crate::session::Outgoing) -> usize {
+fn plain_remaining(version: Version, p: &Outgoing) -> usize {
     2 + p.topic.len()
         + if p.qos != QoS::AtMostOnce { 2 } else { 0 }
         + usize::from(version == Version::V5)
@@ -301,11 +303,7 @@ fn plain_remaining(version: Version, p: &crate::session::Outgoing) -> usize {
 /// mqttbytes' v4 type, its topic copied), and every v5 one without properties
 /// (an empty property list after the packet id). Checked before anything is
 /// written, so a refused packet leaves `out` as it was.
-fn publish_plain(
-    version: Version,
-    p: &crate::session::Outgoing,
-    out: &mut BytesMut,
-) -> Result<(), CodecError> {
+fn publish_plain(version: Version, p: &Outgoing, out: &mut BytesMut) -> Result<(), CodecError> {
     let with_id = p.qos != QoS::AtMostOnce;
     if with_id && p.pkid == 0 {
         return Err(CodecError::Malformed(
@@ -368,8 +366,8 @@ fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
 mod tests {
     use super::*;
 
-    fn outgoing(topic: &str, qos: QoS, pkid: u16, payload: &[u8]) -> crate::session::Outgoing {
-        crate::session::Outgoing {
+    fn outgoing(topic: &str, qos: QoS, pkid: u16, payload: &[u8]) -> Outgoing {
+        Outgoing {
             topic: topic.into(),
             payload: bytes::Bytes::copy_from_slice(payload),
             properties: None,

@@ -1,8 +1,14 @@
 //! Incoming PUBLISHes: topic aliases, checks, the mapping to core messages, and
 //! storing everything read in one go with one core `send_batch` per run of the
 //! same core topic, acknowledged (PUBACK / PUBREC) only after it returns.
+//! Owns the publishes read and not yet stored, and the client's topic aliases;
+//! what else it needs of the connection comes in a [`Ctx`].
 
 use std::time::Duration;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 
 use bytes::{Bytes, BytesMut};
 use mqttbytes::QoS;
@@ -14,13 +20,37 @@ use rocketgate_core::broker::{MessagingApi, QueueChoice};
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::{EncodedBatch, EncodedEntry};
 
-use crate::codec::Version;
-use crate::conn::{Conn, End};
+use crate::end::End;
 use crate::message::{self, Refused};
+use crate::output::Output;
+use crate::session::Session;
+use crate::shared::Shared;
 use crate::topic;
 
+/// A connection's incoming publishes: read, not yet stored.
+pub(crate) struct Inbound {
+    pubs: Vec<PendingPub>,
+    /// The client's topic aliases (v5): alias -> topic name, made on first use
+    /// (most connections never use one, and every byte of this struct is in
+    /// every connection's task).
+    // Boxed: 8 bytes in every connection's task where the map takes 24, for
+    // what few connections use.
+    #[allow(clippy::box_collection)]
+    aliases: Option<Box<BTreeMap<u16, String>>>,
+}
+
+/// What storing and acknowledging publishes needs of the rest of the connection.
+pub(crate) struct Ctx<'a, B> {
+    pub shared: &'a Shared<B>,
+    pub session: &'a mut Session,
+    pub out: &'a mut Output,
+    pub peer: SocketAddr,
+    /// The connection's flag at the router (see [`Inbound::throttle`]).
+    pub client_slow: &'a AtomicBool,
+}
+
 /// What a publish is stored as.
-pub(crate) enum Mapped {
+enum Mapped {
     /// It has properties beyond the plain ones: a core `Message`.
     Message(Message),
     /// Only the plain ones ([`message::plain_core_len`]): encoded straight into
@@ -43,7 +73,7 @@ impl Mapped {
 }
 
 /// A PUBLISH read and waiting for its core send (or for its ack only).
-pub(crate) struct PendingPub {
+struct PendingPub {
     message: Option<Mapped>,
     /// Its message went into the core batch.
     stored: bool,
@@ -82,26 +112,36 @@ fn rec_reason(code: u8) -> PubRecReason {
     }
 }
 
-impl<B: MessagingApi + 'static> Conn<B> {
-    pub(crate) async fn on_publish(&mut self, mut p: Publish) -> Option<End> {
-        let v5 = self.version == Version::V5;
+impl Inbound {
+    pub fn new() -> Inbound {
+        Inbound {
+            pubs: Vec::new(),
+            aliases: None,
+        }
+    }
+
+    pub async fn on_publish<B: MessagingApi + 'static>(
+        &mut self,
+        cx: &mut Ctx<'_, B>,
+        mut p: Publish,
+    ) -> Option<End> {
+        let v5 = cx.out.v5();
         // Topic alias (v5).
         if let Some(alias) = p.properties.as_mut().and_then(|pr| pr.topic_alias.take()) {
-            if alias == 0 || alias > self.shared.settings.topic_alias_maximum {
+            if alias == 0 || alias > cx.shared.settings.topic_alias_maximum {
                 return Some(End::Server(
                     DisconnectReasonCode::TopicAliasInvalid,
                     format!("topic alias {alias}"),
                 ));
             }
             if p.topic.is_empty() {
-                match self.aliases.as_ref().and_then(|a| a.incoming.get(&alias)) {
+                match self.aliases.as_ref().and_then(|a| a.get(&alias)) {
                     Some(t) => p.topic = t.clone(),
                     None => return Some(End::protocol(format!("unknown topic alias {alias}"))),
                 }
             } else {
                 self.aliases
                     .get_or_insert_default()
-                    .incoming
                     .insert(alias, p.topic.clone());
             }
         }
@@ -112,26 +152,29 @@ impl<B: MessagingApi + 'static> Conn<B> {
             ));
         }
         if p.qos == QoS::ExactlyOnce {
-            if self.session.qos2_in.contains(&p.pkid) {
+            if cx.session.qos2_in.contains(&p.pkid) {
                 // A retransmission of a message already stored: acknowledge only.
                 return self
-                    .push_pub(PendingPub {
-                        message: None,
-                        stored: false,
-                        qos: p.qos,
-                        pkid: p.pkid,
-                        retain: None,
-                        refused: None,
-                    })
+                    .push_pub(
+                        cx,
+                        PendingPub {
+                            message: None,
+                            stored: false,
+                            qos: p.qos,
+                            pkid: p.pkid,
+                            retain: None,
+                            refused: None,
+                        },
+                    )
                     .await;
             }
-            let unfinished = self.session.qos2_in.len()
+            let unfinished = cx.session.qos2_in.len()
                 + self
                     .pubs
                     .iter()
                     .filter(|x| x.qos == QoS::ExactlyOnce)
                     .count();
-            if unfinished >= usize::from(self.shared.settings.receive_maximum) {
+            if unfinished >= usize::from(cx.shared.settings.receive_maximum) {
                 return Some(End::Server(
                     DisconnectReasonCode::ReceiveMaximumExceeded,
                     "too many unfinished QoS 2 publishes".into(),
@@ -149,8 +192,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             None => message::to_core(
                 &p.topic,
                 &p,
-                &self.session.client_id,
-                self.peer,
+                &cx.session.client_id,
+                cx.peer,
                 message::now_ms(),
             )
             .map(Mapped::Message),
@@ -183,12 +226,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }
             }
         };
-        self.push_pub(pending).await
+        self.push_pub(cx, pending).await
     }
 
     /// Queues a publish for the next core batch; `Some` ends the connection (a
     /// 3.1.1 publish the core could not store).
-    async fn push_pub(&mut self, p: PendingPub) -> Option<End> {
+    async fn push_pub<B: MessagingApi + 'static>(
+        &mut self,
+        cx: &mut Ctx<'_, B>,
+        p: PendingPub,
+    ) -> Option<End> {
         let same_topic = match (
             self.pubs.iter().rev().find_map(|x| x.message.as_ref()),
             &p.message,
@@ -201,7 +248,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             _ => true,
         };
         let end = if !same_topic || self.pubs.len() >= MAX_PUB_BATCH {
-            self.flush_publishes().await
+            self.flush(cx).await
         } else {
             None
         };
@@ -216,25 +263,28 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// [`MAX_AHEAD`] entries) to the sessions of the topic, which it does only as
     /// fast as they drain. So the publisher's TCP window fills up instead of the
     /// node storing what it cannot deliver (QoS 0 publishers have no other limit).
-    async fn throttle(&self, topic: &str, stored: &[(u32, u64)]) {
+    async fn throttle<B: MessagingApi + 'static>(
+        cx: &Ctx<'_, B>,
+        topic: &str,
+        stored: &[(u32, u64)],
+    ) {
         let Some(&(queue_id, last)) = stored.last() else {
             return;
         };
         let upto = (last + 1).saturating_sub(MAX_AHEAD);
         // While this waits the connection takes no feeds: if it also subscribes
         // to the topic, the router must not wait for it in turn.
-        self.inbox
-            .client_slow
+        cx.client_slow
             .store(true, std::sync::atomic::Ordering::Release);
-        self.shared
+        cx.shared
             .router
             .wait_handed(topic, queue_id, upto, MAX_THROTTLE)
             .await;
     }
 
     /// What the client is told when the core could not store its publishes.
-    fn not_stored(&self, e: rocketgate_core::Error) -> Refused {
-        tracing::warn!(client = %self.session.client_id, error = %e, "storing a publish failed");
+    fn not_stored(client_id: &str, e: rocketgate_core::Error) -> Refused {
+        tracing::warn!(client = %client_id, error = %e, "storing a publish failed");
         Refused {
             code: 0x80,
             reason: format!("not stored: {e}"),
@@ -245,7 +295,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
     /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the
     /// client publishes again after reconnecting, instead of believing it stored.
-    pub(crate) async fn flush_publishes(&mut self) -> Option<End> {
+    pub async fn flush<B: MessagingApi + 'static>(&mut self, cx: &mut Ctx<'_, B>) -> Option<End> {
         if self.pubs.is_empty() {
             return None;
         }
@@ -271,12 +321,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 }) => {
                     let batch = plain.get_or_insert_with(|| {
                         // One buffer for the batch's properties, about the right size.
-                        props.reserve((name.len() + self.session.client_id.len() + 32) * count);
+                        props.reserve((name.len() + cx.session.client_id.len() + 32) * count);
                         EncodedBatch {
                             topic: name[..core_len].to_owned(),
                             sys_flag: 0,
                             born_timestamp: message::now_ms(),
-                            born_host: self.peer,
+                            born_host: cx.peer,
                             reconsume_times: 0,
                             entries: Vec::new(),
                         }
@@ -285,7 +335,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         &name,
                         core_len,
                         p.qos,
-                        &self.session.client_id,
+                        &cx.session.client_id,
                         &mut props,
                     );
                     batch.entries.push(EncodedEntry {
@@ -305,8 +355,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .or_else(|| plain.as_ref().map(|b| b.topic.clone()));
         let mut results = Vec::new();
         if let Some(batch) = plain {
-            let key = QueueChoice::ShardingKey(self.session.client_id.clone());
-            match self.shared.api.send_encoded(batch, key).await {
+            let key = QueueChoice::ShardingKey(cx.session.client_id.clone());
+            match cx.shared.api.send_encoded(batch, key).await {
                 Ok(sent) => {
                     results = sent
                         .records
@@ -314,23 +364,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         .map(|r| (sent.queue_id, r.queue_offset))
                         .collect()
                 }
-                Err(e) => failure = Some(self.not_stored(e)),
+                Err(e) => failure = Some(Self::not_stored(&cx.session.client_id, e)),
             }
         }
         if !messages.is_empty() {
-            let key = QueueChoice::ShardingKey(self.session.client_id.clone());
+            let key = QueueChoice::ShardingKey(cx.session.client_id.clone());
             let stored = if messages.iter().any(is_delayed) {
                 // The core stores delayed messages one by one, never in a batch.
                 let mut result = Ok(Vec::new());
                 for m in messages {
-                    if let Err(e) = self.shared.api.send(m, key.clone()).await {
+                    if let Err(e) = cx.shared.api.send(m, key.clone()).await {
                         result = Err(e);
                         break;
                     }
                 }
                 result
             } else {
-                self.shared.api.send_batch(messages, key).await
+                cx.shared.api.send_batch(messages, key).await
             };
             match stored {
                 Ok(r) => {
@@ -343,19 +393,19 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     for p in &pubs {
                         if let Some((name, payload)) = &p.retain {
                             let pr = props.next().unwrap_or_default();
-                            self.shared.set_retained(name, p.qos, payload.clone(), pr);
+                            cx.shared.set_retained(name, p.qos, payload.clone(), pr);
                             any = true;
                         }
                     }
                     if any {
                         // Retained state is on disk before the acknowledgement.
-                        self.shared.persist_retained().await;
+                        cx.shared.persist_retained().await;
                     }
                 }
-                Err(e) => failure = Some(self.not_stored(e)),
+                Err(e) => failure = Some(Self::not_stored(&cx.session.client_id, e)),
             }
         }
-        if self.version != Version::V5
+        if !cx.out.v5()
             && let Some(r) = &failure
         {
             // Acks of publishes before the failed batch went out already; these
@@ -366,34 +416,34 @@ impl<B: MessagingApi + 'static> Conn<B> {
             ));
         }
         if let Some(topic) = topic {
-            self.throttle(&topic, &results).await;
+            Self::throttle(cx, &topic, &results).await;
         }
         for p in pubs {
             let refused = if p.stored { failure.clone() } else { p.refused };
             match (p.qos, refused) {
                 (QoS::AtMostOnce, _) => {}
-                (QoS::AtLeastOnce, None) => self.send(&Packet::PubAck(PubAck::new(p.pkid))),
+                (QoS::AtLeastOnce, None) => cx.out.send(&Packet::PubAck(PubAck::new(p.pkid))),
                 (QoS::AtLeastOnce, Some(r)) => {
                     let mut a = PubAck::new(p.pkid);
                     a.reason = refused_reason(r.code);
-                    a.properties = self.reason(r.reason).map(|s| PubAckProperties {
+                    a.properties = cx.out.reason(r.reason).map(|s| PubAckProperties {
                         reason_string: Some(s),
                         user_properties: Vec::new(),
                     });
-                    self.send(&Packet::PubAck(a));
+                    cx.out.send(&Packet::PubAck(a));
                 }
                 (QoS::ExactlyOnce, None) => {
-                    self.session.qos2_in.insert(p.pkid);
-                    self.send(&Packet::PubRec(PubRec::new(p.pkid)));
+                    cx.session.qos2_in.insert(p.pkid);
+                    cx.out.send(&Packet::PubRec(PubRec::new(p.pkid)));
                 }
                 (QoS::ExactlyOnce, Some(r)) => {
                     let mut a = PubRec::new(p.pkid);
                     a.reason = rec_reason(r.code);
-                    a.properties = self.reason(r.reason).map(|s| PubRecProperties {
+                    a.properties = cx.out.reason(r.reason).map(|s| PubRecProperties {
                         reason_string: Some(s),
                         user_properties: Vec::new(),
                     });
-                    self.send(&Packet::PubRec(a));
+                    cx.out.send(&Packet::PubRec(a));
                 }
             }
         }

@@ -6,13 +6,21 @@
 //! doors use. Also runs MQTT over any byte stream ([`Streams::serve_stream`]),
 //! which the WebSocket door uses for `/mqtt`.
 //!
-//! Where to start reading: [`server`] (listener, shared state, sweeper), then
-//! `conn.rs` (one connection: CONNECT, incoming packets, end of a connection),
-//! `inbound.rs` (incoming PUBLISHes) and `deliver.rs` (outgoing messages), `share/`
-//! (shared subscriptions: a connection's memberships, then `group.rs`, the
-//! group's task), `router.rs` (one reader per core queue fanning
-//! out to sessions), `topic.rs` (the topic mapping and wildcard matching),
-//! `message.rs` (PUBLISH <-> core message), `state.rs` (what is kept on disk).
+//! Where to start reading: [`server`] (listener, sweeper), `shared.rs` (the
+//! state every connection shares: session registry, retained messages), then
+//! `conn.rs`, one connection's task, which composes the parts of a connection
+//! and routes events between them: `inbound.rs` (incoming PUBLISHes),
+//! `follow.rs` (what it follows of the log: router feeds, catch-up, committed
+//! offsets), `ready.rs` (messages waiting for the window), `window.rs` (the
+//! outgoing window, acknowledgements), `members.rs` (its shared-subscription
+//! memberships), `output.rs` (its encoded output); `conn/connect.rs` is
+//! CONNECT and the end of a connection, `conn/packets.rs` the packets read.
+//! Below them: `session.rs` (what outlives a connection), `share/` (the node's
+//! shared-subscription groups, `group.rs` a group's task), `router.rs` (one
+//! reader per core queue fanning out to sessions), `codec.rs` (pure framing
+//! over mqttbytes, encoding `outgoing.rs`'s PUBLISH), `topic.rs` (the topic
+//! mapping and wildcard matching), `message.rs` (PUBLISH <-> core message),
+//! `state.rs` (what is kept on disk). Modules depend only on those below them.
 //!
 //! ## The mapping
 //! MQTT topic `T/a/b` is core topic `T` with tag `a/b`. A plain subscription
@@ -40,18 +48,25 @@
 
 mod codec;
 mod conn;
-mod deliver;
+mod end;
 mod error;
+mod follow;
 mod inbound;
+mod lock;
+mod members;
 mod message;
-mod offsets;
+mod outgoing;
+mod output;
 mod ready;
 mod router;
 pub mod server;
 mod session;
+mod settings;
 mod share;
+mod shared;
 mod state;
 mod topic;
+mod window;
 
 pub use error::{Error, Result};
 pub use server::{Handle, Server, Settings, Streams};

@@ -13,9 +13,15 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::deliver::Ready;
+use crate::outgoing::Outgoing;
 use crate::router::Batch;
 use crate::session::Source;
+
+/// A message ready to go out once the window allows.
+pub struct Ready {
+    pub publish: Outgoing,
+    pub source: Source,
+}
 
 #[derive(Default)]
 pub struct ReadyQueue {
@@ -208,7 +214,6 @@ impl ReadyQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::Outgoing;
     use bytes::Bytes;
     use mqttbytes::QoS;
     use rocketgate_core::broker::Delivered;

@@ -30,7 +30,7 @@
 //! client does not read (its outgoing socket is full, or its QoS 1/2 window is)
 //! is never waited for: its feed is dropped and it is told it lagged (and that it
 //! overflowed, so a session that only takes QoS 0 can skip ahead instead of
-//! catching up, see `deliver.rs`).
+//! catching up, see `follow.rs`).
 //!
 //! The router also watches the topic list, so subscriptions whose first level is a
 //! wildcard see new core topics as they appear.
@@ -47,7 +47,7 @@ use rocketgate_core::store::RecordView;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::session::Sub;
+use crate::lock::lock;
 
 /// Messages read from one queue: offsets `from..next` (some may be absent from
 /// `messages` only if the core skipped them).
@@ -134,24 +134,6 @@ pub enum Interest {
     All,
     /// Only these MQTT names: every plain filter on the topic is exact.
     Names(Vec<Box<str>>),
-}
-
-impl Interest {
-    /// What a session's plain subscriptions want of core topic `topic`.
-    pub fn of(subs: &[Sub], topic: &str) -> Interest {
-        let mut names: Vec<Box<str>> = Vec::new();
-        for s in subs {
-            if s.filter.share.is_some() || s.filter.core_topic().is_some_and(|t| t != topic) {
-                continue;
-            }
-            match s.filter.exact_name() {
-                Some(n) if !names.iter().any(|x| **x == *n) => names.push(n.into()),
-                Some(_) => {}
-                None => return Interest::All,
-            }
-        }
-        Interest::Names(names)
-    }
 }
 
 #[derive(Clone)]
@@ -510,10 +492,6 @@ impl<B> Drop for Router<B> {
             entry.task.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Waits for the topic to exist, then reads each of its queues.

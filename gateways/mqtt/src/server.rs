@@ -1,308 +1,21 @@
-//! The listener, the state every connection shares (session registry, retained
-//! messages, router) and the background sweeper (session expiry, delayed wills,
-//! retained-message persistence).
+//! The listener and the background sweeper (session expiry, delayed wills,
+//! retained-message persistence): the top of the door, which starts a
+//! connection task (`conn.rs`) per socket over the state they share
+//! (`shared.rs`).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use mqttbytes::v5::Publish;
-use rocketgate_core::broker::{MessagingApi, QueueChoice};
+use rocketgate_core::broker::MessagingApi;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::message::{self, Refused};
-use crate::router::Router;
-use crate::session::Session;
-use crate::state::{Files, Retained};
-use crate::topic;
-
-/// Gateway settings (the `[mqtt]` config section).
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Where sessions and retained messages are kept (`<data dir>/mqtt`).
-    pub state_dir: PathBuf,
-    /// Largest packet accepted (and announced as Maximum Packet Size in v5).
-    pub max_packet_size: u32,
-    /// QoS 2 publishes a client may have unfinished (Receive Maximum announced in v5).
-    pub receive_maximum: u16,
-    /// Outgoing QoS 1/2 messages in flight per client (further capped by the
-    /// client's own Receive Maximum).
-    pub max_inflight: u16,
-    /// Longest session expiry granted, in seconds (also for 3.1.1 persistent sessions).
-    pub max_session_expiry: u32,
-    /// Longest keep-alive granted, in seconds (0: any; v5 clients are told).
-    pub max_keep_alive: u16,
-    /// Topic aliases a client may use towards the server (v5).
-    pub topic_alias_maximum: u16,
-    /// How often the topic list is re-read for wildcard subscriptions.
-    pub topic_poll: Duration,
-    /// How long a CONNECT may take to arrive after the socket opens.
-    pub connect_timeout: Duration,
-}
-
-impl Settings {
-    pub fn new(state_dir: PathBuf) -> Settings {
-        Settings {
-            state_dir,
-            max_packet_size: 1024 * 1024,
-            receive_maximum: 1024,
-            max_inflight: 1024,
-            max_session_expiry: 7 * 24 * 3600,
-            max_keep_alive: 0,
-            topic_alias_maximum: 64,
-            topic_poll: Duration::from_millis(500),
-            connect_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-/// How a taken-over connection hands its session to the new one.
-pub(crate) type Takeover = oneshot::Sender<Box<Session>>;
-
-pub(crate) enum Slot {
-    Offline {
-        session: Box<Session>,
-        /// When the session ends (None: never).
-        expires_at: Option<Instant>,
-        /// When its will is due (None: no will pending).
-        will_due: Option<Instant>,
-    },
-    Online {
-        conn_id: u64,
-        /// Taken by the connection that takes the session over.
-        takeover: oneshot::Sender<Takeover>,
-    },
-}
-
-pub(crate) struct Shared<B> {
-    pub api: Arc<B>,
-    pub settings: Settings,
-    pub files: Files,
-    pub router: Arc<Router<B>>,
-    /// The shared-subscription groups served on this node (see `share/`).
-    pub shares: crate::share::Registry,
-    pub sessions: Mutex<HashMap<String, Slot>>,
-    pub retained: Mutex<HashMap<String, Retained>>,
-    retained_dirty: AtomicBool,
-    /// Held while the retained file is written (see [`Shared::persist_retained`]).
-    retained_write: tokio::sync::Mutex<()>,
-    pub shutdown: watch::Receiver<bool>,
-    next_id: AtomicU64,
-    active: AtomicUsize,
-    idle: Notify,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl<B: MessagingApi + 'static> Shared<B> {
-    /// Saves a session that outlives its connection (or carries a will).
-    pub fn save_if_kept(&self, session: &Session) {
-        if (session.expiry > 0 || session.will.is_some())
-            && let Err(e) = self.files.save_session(&session.record())
-        {
-            tracing::error!(client = %session.client_id, error = %e, "saving a session failed");
-        }
-    }
-
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Publishes on behalf of the gateway (wills): stored in the core, retained
-    /// when flagged.
-    pub async fn publish(&self, p: &Publish, client_id: &str) -> Result<(), Refused> {
-        topic::check_name(&p.topic).map_err(|e| Refused {
-            code: 0x90,
-            reason: e.to_string(),
-        })?;
-        let peer: SocketAddr = ([0, 0, 0, 0], 0).into();
-        let m = message::to_core(&p.topic, p, client_id, peer, message::now_ms())?;
-        let props = m.properties.clone();
-        self.api
-            .send(m, QueueChoice::ShardingKey(client_id.to_owned()))
-            .await
-            .map_err(|e| Refused {
-                code: 0x80,
-                reason: e.to_string(),
-            })?;
-        if p.retain {
-            self.set_retained(&p.topic, p.qos, p.payload.clone(), props);
-            self.persist_retained().await;
-        }
-        Ok(())
-    }
-
-    /// Sets (or, with an empty payload, clears) the retained message of a topic.
-    pub fn set_retained(
-        &self,
-        name: &str,
-        qos: mqttbytes::QoS,
-        payload: bytes::Bytes,
-        properties: Vec<(String, String)>,
-    ) {
-        {
-            let mut r = lock(&self.retained);
-            if payload.is_empty() {
-                r.remove(name);
-            } else {
-                r.insert(
-                    name.to_owned(),
-                    Retained {
-                        qos,
-                        payload,
-                        properties,
-                    },
-                );
-            }
-        }
-        self.retained_dirty.store(true, Ordering::Release);
-    }
-
-    /// Writes the retained messages if they changed; returns once every change
-    /// made before the call is on disk (a publish setting a retained message is
-    /// acknowledged after this). Concurrent callers share one write.
-    pub async fn persist_retained(&self) {
-        let _writing = self.retained_write.lock().await;
-        if self.retained_dirty.swap(false, Ordering::AcqRel) {
-            let snapshot = lock(&self.retained).clone();
-            if let Err(e) = self.files.save_retained(&snapshot) {
-                tracing::error!(error = %e, "saving retained messages failed");
-                self.retained_dirty.store(true, Ordering::Release);
-            }
-        }
-    }
-
-    /// Connection `conn_id` ended: its session goes offline (or away), its will is
-    /// published now or scheduled. `Err(session)` when another connection took
-    /// the client id over meanwhile (it waits for the session: hand it over).
-    /// The registry is checked and changed under one lock: checked first and
-    /// written after saving the session's file, a client reconnecting in between
-    /// had its new connection's entry overwritten by `Offline` and got a fresh
-    /// session (`session_present` 0) while the old one sat in the registry.
-    pub async fn session_offline(
-        &self,
-        mut session: Box<Session>,
-        publish_will: bool,
-        conn_id: u64,
-    ) -> Result<(), Box<Session>> {
-        let taken_over = |sessions: &HashMap<String, Slot>, id: &str| matches!(sessions.get(id), Some(Slot::Online { conn_id: c, .. }) if *c != conn_id);
-        if taken_over(&lock(&self.sessions), &session.client_id) {
-            return Err(session);
-        }
-        let now = Instant::now();
-        let will = if publish_will {
-            session.will.take()
-        } else {
-            None
-        };
-        if !publish_will {
-            session.will = None;
-        }
-        let expiry = session.expiry;
-        let mut fire_now = None;
-        let mut will_due = None;
-        if let Some(w) = will {
-            if w.delay == 0 || expiry == 0 {
-                fire_now = Some(w);
-            } else {
-                will_due = Some(now + Duration::from_secs(u64::from(w.delay.min(expiry))));
-                session.will = Some(w);
-            }
-        }
-        let client_id = session.client_id.clone();
-        if expiry == 0 && will_due.is_none() {
-            self.files.remove_session(&client_id);
-            let mut sessions = lock(&self.sessions);
-            if matches!(sessions.get(&client_id), Some(Slot::Offline { .. })) {
-                sessions.remove(&client_id);
-            }
-        } else {
-            if let Err(e) = self.files.save_session(&session.record()) {
-                tracing::error!(client = %client_id, error = %e, "saving a session failed");
-            }
-            let expires_at =
-                (expiry != u32::MAX).then(|| now + Duration::from_secs(u64::from(expiry)));
-            let mut sessions = lock(&self.sessions);
-            if taken_over(&sessions, &client_id) {
-                drop(sessions);
-                // (The will, if it was to wait, goes with the session.)
-                session.will = session.will.take().or(fire_now);
-                return Err(session);
-            }
-            sessions.insert(
-                client_id.clone(),
-                Slot::Offline {
-                    session,
-                    expires_at,
-                    will_due,
-                },
-            );
-        }
-        if let Some(w) = fire_now {
-            self.fire_will(&client_id, w.to_publish()).await;
-        }
-        Ok(())
-    }
-
-    pub async fn fire_will(&self, client_id: &str, p: Publish) {
-        match self.publish(&p, client_id).await {
-            Ok(()) => tracing::debug!(client = %client_id, topic = %p.topic, "will published"),
-            Err(e) => tracing::warn!(client = %client_id, reason = %e.reason, "will not published"),
-        }
-    }
-
-    /// Ends expired sessions and publishes due wills.
-    async fn sweep(&self) {
-        let now = Instant::now();
-        let mut wills = Vec::new();
-        {
-            let mut sessions = lock(&self.sessions);
-            let mut ended = Vec::new();
-            for (id, slot) in sessions.iter_mut() {
-                if let Slot::Offline {
-                    session,
-                    expires_at,
-                    will_due,
-                } = slot
-                {
-                    let expired = expires_at.is_some_and(|t| t <= now);
-                    if (expired || will_due.is_some_and(|t| t <= now))
-                        && let Some(w) = session.will.take()
-                    {
-                        *will_due = None;
-                        wills.push((id.clone(), w));
-                    }
-                    if expired {
-                        ended.push(id.clone());
-                    }
-                }
-            }
-            for id in ended {
-                sessions.remove(&id);
-                self.files.remove_session(&id);
-                tracing::debug!(client = %id, "session expired");
-            }
-        }
-        for (id, w) in wills {
-            if let Some(Slot::Offline { session, .. }) = lock(&self.sessions).get(&id)
-                && let Err(e) = self.files.save_session(&session.record())
-            {
-                tracing::error!(client = %id, error = %e, "saving a session failed");
-            }
-            self.fire_will(&id, w.to_publish()).await;
-        }
-    }
-}
+pub use crate::settings::Settings;
+use crate::shared::Shared;
 
 /// A bound, not yet running MQTT server.
 pub struct Server<B> {
@@ -322,50 +35,8 @@ impl<B: MessagingApi + 'static> Server<B> {
             .await
             .map_err(|source| Error::Bind { addr, source })?;
         let local = listener.local_addr()?;
-        let files = Files::open(&settings.state_dir)?;
-        let retained = files.load_retained()?;
         let (stop_tx, shutdown) = watch::channel(false);
-        let router = Router::new(api.clone(), settings.topic_poll);
-        let now = Instant::now();
-        let mut sessions = HashMap::new();
-        for record in files.load_sessions()? {
-            let session = Session::from_record(&record);
-            let expiry = session.expiry;
-            let will_due = session
-                .will
-                .as_ref()
-                .map(|w| now + Duration::from_secs(u64::from(w.delay.min(expiry))));
-            let expires_at =
-                (expiry != u32::MAX).then(|| now + Duration::from_secs(u64::from(expiry)));
-            sessions.insert(
-                record.client_id.clone(),
-                Slot::Offline {
-                    session: Box::new(session),
-                    expires_at,
-                    will_due,
-                },
-            );
-        }
-        tracing::info!(
-            sessions = sessions.len(),
-            retained = retained.len(),
-            "MQTT state loaded"
-        );
-        let shared = Arc::new(Shared {
-            api,
-            settings,
-            files,
-            router,
-            shares: Default::default(),
-            sessions: Mutex::new(sessions),
-            retained: Mutex::new(retained),
-            retained_dirty: AtomicBool::new(false),
-            retained_write: tokio::sync::Mutex::new(()),
-            shutdown,
-            next_id: AtomicU64::new(1),
-            active: AtomicUsize::new(0),
-            idle: Notify::new(),
-        });
+        let shared = Arc::new(Shared::load(api, settings, shutdown)?);
         Ok((
             Server {
                 listener,
@@ -464,16 +135,14 @@ struct Active<B: MessagingApi + 'static>(Arc<Shared<B>>);
 
 impl<B: MessagingApi + 'static> Active<B> {
     fn new(shared: Arc<Shared<B>>) -> Self {
-        shared.active.fetch_add(1, Ordering::AcqRel);
+        shared.connection_opened();
         Active(shared)
     }
 }
 
 impl<B: MessagingApi + 'static> Drop for Active<B> {
     fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
+        self.0.connection_closed();
     }
 }
 
@@ -537,37 +206,14 @@ impl<B: MessagingApi + 'static> Handle<B> {
         for t in self.tasks {
             let _ = t.await;
         }
-        let wait = async {
-            loop {
-                let idle = shared.idle.notified();
-                if shared.active.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        };
-        if tokio::time::timeout(Duration::from_secs(10), wait)
+        if tokio::time::timeout(Duration::from_secs(10), shared.connections_closed())
             .await
             .is_err()
         {
             tracing::warn!("MQTT connections did not close in time");
         }
         shared.router.stop();
-        shared.retained_dirty.store(true, Ordering::Release);
-        shared.persist_retained().await;
-        // Offline sessions are on disk already; save again for their final state.
-        let records: Vec<_> = lock(&shared.sessions)
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Offline { session, .. } => Some(session.record()),
-                Slot::Online { .. } => None,
-            })
-            .collect();
-        for r in records {
-            if let Err(e) = shared.files.save_session(&r) {
-                tracing::error!(client = %r.client_id, error = %e, "saving a session failed");
-            }
-        }
+        shared.save_all().await;
     }
 }
 

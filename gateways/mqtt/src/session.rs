@@ -4,10 +4,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use mqttbytes::QoS;
-use mqttbytes::v5::{Publish, PublishProperties};
 
+use crate::outgoing::Outgoing;
+use crate::router::Interest;
+use crate::share::Link;
 use crate::state::{SessionRecord, SubRecord, WillRecord, qos_of, session_group};
 use crate::topic::TopicFilter;
 
@@ -46,7 +47,7 @@ pub enum Source {
     },
     /// A shared subscription's group: settled through this link.
     Share {
-        link: Arc<crate::share::Link>,
+        link: Arc<Link>,
         queue: u32,
         offset: u64,
     },
@@ -60,39 +61,6 @@ pub enum Source {
         queue: u32,
         offset: u64,
     },
-}
-
-/// An outgoing PUBLISH as a session holds it until it is written and
-/// acknowledged. Not mqttbytes' `Publish`: that one carries its v5 properties
-/// inline (144 of its 208 bytes, for 3.1.1 clients too) and owns its topic name,
-/// and a session holds up to its window plus the ready queue of these — with a
-/// thousand subscribers behind a fan-out, most of the broker's memory. The topic
-/// name is shared with the batch it came in (one per message, not per session).
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    pub topic: Arc<str>,
-    pub payload: Bytes,
-    /// v5 only.
-    pub properties: Option<Box<PublishProperties>>,
-    pub pkid: u16,
-    pub qos: QoS,
-    pub retain: bool,
-    pub dup: bool,
-}
-
-impl Outgoing {
-    /// The packet in mqttbytes' form (for v5 encoding, aliases, resending).
-    pub fn to_publish(&self) -> Publish {
-        Publish {
-            dup: self.dup,
-            qos: self.qos,
-            retain: self.retain,
-            topic: self.topic.to_string(),
-            pkid: self.pkid,
-            payload: self.payload.clone(),
-            properties: self.properties.as_deref().cloned(),
-        }
-    }
 }
 
 /// An outgoing QoS 1/2 message not yet fully acknowledged.
@@ -139,12 +107,13 @@ pub struct Session {
     /// The core offset of each followed queue as this session last wrote or read
     /// it (`None`: the core had none): a different value in the core means someone
     /// else (an admin reset) moved the session, and the session adopts it
-    /// (`offsets.rs`).
+    /// (`follow/offsets.rs`).
     pub committed: HashMap<(Arc<str>, u32), Option<u64>>,
     pub inflight: InflightMap,
     pub qos2_in: HashSet<u16>,
     pub will: Option<WillRecord>,
-    pub next_pkid: u16,
+    /// The id after the last one handed out (see [`Session::alloc_pkid`]).
+    next_pkid: u16,
 }
 
 impl Session {
@@ -206,6 +175,29 @@ impl Session {
         }
         self.next_pkid = pkid_after(id, 1);
         Some(id)
+    }
+
+    /// What the plain subscriptions want of core topic `topic` (told to the
+    /// router, so the session is handed only what it may match).
+    pub fn interest(&self, topic: &str) -> Interest {
+        let mut names: Vec<Box<str>> = Vec::new();
+        for s in &self.subs {
+            if s.filter.share.is_some() || s.filter.core_topic().is_some_and(|t| t != topic) {
+                continue;
+            }
+            match s.filter.exact_name() {
+                Some(n) if !names.iter().any(|x| **x == *n) => names.push(n.into()),
+                Some(_) => {}
+                None => return Interest::All,
+            }
+        }
+        Interest::Names(names)
+    }
+
+    /// True when every subscription is QoS 0: such a session may drop messages
+    /// when it cannot keep up (MQTT allows it for QoS 0) instead of catching up.
+    pub fn qos0_only(&self) -> bool {
+        !self.subs.is_empty() && self.subs.iter().all(|s| s.qos == QoS::AtMostOnce)
     }
 
     /// True when a plain subscription may match messages of `topic`.
@@ -354,6 +346,7 @@ impl InflightMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn f(n: u8) -> Inflight {
         Inflight::of(

@@ -11,9 +11,9 @@ use bytes::Bytes;
 use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
-use super::{Cmd, Key, Offer, Offered};
+use super::{Cmd, Key, Offer, Offered, Registry};
+use crate::lock::lock;
 use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, queue_end, read_log};
-use crate::server::{Shared, lock};
 use crate::topic::TopicFilter;
 
 /// Read no more live batches while this many messages wait for a member.
@@ -68,7 +68,8 @@ impl QueueState {
 
 /// A shared group's task on this node (see the module docs).
 pub(super) struct Group<B> {
-    shared: Arc<Shared<B>>,
+    /// Where the group finds the core and the router, and unregisters itself.
+    registry: Arc<Registry<B>>,
     key: Key,
     filter: TopicFilter,
     inbox: Inbox,
@@ -84,22 +85,23 @@ pub(super) struct Group<B> {
 
 impl<B: MessagingApi + 'static> Group<B> {
     pub(super) async fn run(
-        shared: Arc<Shared<B>>,
+        registry: Arc<Registry<B>>,
         key: Key,
         filter: TopicFilter,
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
+        inbox_id: u64,
     ) {
         let (tx, mut batches) = mpsc::channel::<Feed>(64);
         let lagged = Arc::new(Notify::new());
         let inbox = Inbox {
-            id: shared.next_id(),
+            id: inbox_id,
             tx,
             lagged: lagged.clone(),
             overflowed: Default::default(),
             client_slow: Default::default(),
         };
         let mut g = Group {
-            shared,
+            registry,
             key,
             filter,
             inbox,
@@ -112,7 +114,7 @@ impl<B: MessagingApi + 'static> Group<B> {
         };
         g.add_queues(true).await;
         // Every message of the topic: the group matches its own filter (wildcards).
-        g.shared
+        g.registry
             .router
             .join(&g.key.1, g.inbox.clone(), Interest::All);
         let mut tick = tokio::time::interval(COMMIT_EVERY);
@@ -146,14 +148,14 @@ impl<B: MessagingApi + 'static> Group<B> {
                 break;
             }
         }
-        g.shared.router.leave(&g.key.1, g.inbox.id);
+        g.registry.router.leave(&g.key.1, g.inbox.id);
     }
 
     /// No member left: commits, and ends unless a join came in meanwhile.
     async fn end(&mut self, cmds: &mut mpsc::UnboundedReceiver<Cmd>) -> bool {
         self.commit().await;
         let next = {
-            let mut reg = lock(&self.shared.shares.0);
+            let mut reg = lock(&self.registry.groups);
             match cmds.try_recv() {
                 Ok(cmd) => Some(cmd),
                 Err(_) => {
@@ -177,7 +179,7 @@ impl<B: MessagingApi + 'static> Group<B> {
     /// group started: all its messages are new to it).
     async fn add_queues(&mut self, starting: bool) {
         let (group, topic) = (&self.key.0, &*self.key.1);
-        let Ok(config) = self.shared.api.topic(topic).await else {
+        let Ok(config) = self.registry.api.topic(topic).await else {
             return; // not created yet: its queues appear in router batches
         };
         let mut offsets = Vec::new();
@@ -186,7 +188,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 continue;
             }
             let committed = self
-                .shared
+                .registry
                 .api
                 .query_offset(group, "", topic, q)
                 .await
@@ -207,7 +209,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             let (cursor, catching_up) = match committed {
                 Some(at) => (at, true),
                 None if starting && !existed => (
-                    queue_end(&*self.shared.api, topic, q).await.unwrap_or(0),
+                    queue_end(&*self.registry.api, topic, q).await.unwrap_or(0),
                     false,
                 ),
                 None => (0, true),
@@ -467,7 +469,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             self.pull_from = q + 1;
             let cursor = qs.cursor;
             let r = read_log(
-                &*self.shared.api,
+                &*self.registry.api,
                 &self.key.1,
                 q,
                 cursor,
@@ -516,7 +518,7 @@ impl<B: MessagingApi + 'static> Group<B> {
                 continue;
             }
             match self
-                .shared
+                .registry
                 .api
                 .commit_offset(group, "", topic, *q, at)
                 .await
@@ -540,7 +542,7 @@ impl<B: MessagingApi + 'static> Group<B> {
         let (group, topic) = (self.key.0.clone(), self.key.1.clone());
         let known: Vec<(u32, u64)> = self.committed.iter().map(|(q, at)| (*q, *at)).collect();
         for (q, mine) in known {
-            let Ok(Some(core)) = self.shared.api.query_offset(&group, "", &topic, q).await else {
+            let Ok(Some(core)) = self.registry.api.query_offset(&group, "", &topic, q).await else {
                 continue;
             };
             if core == mine {

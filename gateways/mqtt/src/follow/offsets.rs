@@ -19,43 +19,51 @@ use std::sync::Arc;
 
 use rocketgate_core::broker::MessagingApi;
 
-use crate::conn::Conn;
-use crate::session::Source;
+use super::Following;
+use crate::ready::ReadyQueue;
+use crate::session::{Session, Source};
+use crate::shared::Shared;
 
-impl<B: MessagingApi + 'static> Conn<B> {
+impl Following {
     /// Moves every queue whose core offset someone else changed to that offset.
-    pub(crate) async fn adopt_resets(&mut self) {
-        let known: Vec<_> = self
-            .session
+    pub(crate) async fn adopt_resets<B: MessagingApi + 'static>(
+        &mut self,
+        shared: &Shared<B>,
+        session: &mut Session,
+        ready: &mut ReadyQueue,
+    ) {
+        let known: Vec<_> = session
             .committed
             .iter()
             .map(|((t, q), v)| (t.clone(), *q, *v))
             .collect();
         for (topic, q, mine) in known {
-            let core = match self
-                .shared
-                .api
-                .query_offset(&self.session.group, "", &topic, q)
-                .await
-            {
+            let core = match shared.api.query_offset(&session.group, "", &topic, q).await {
                 Ok(Some(c)) => c,
                 // No offset (the group was deleted) or an error: nothing to adopt.
                 Ok(None) | Err(_) => continue,
             };
             if Some(core) != mine {
                 tracing::info!(
-                    client = %self.session.client_id, topic = %topic, queue = q,
+                    client = %session.client_id, topic = %topic, queue = q,
                     from = ?mine, to = core, "adopting an offset reset"
                 );
-                self.move_queue(topic, q, core);
+                self.move_queue(session, ready, topic, q, core);
             }
         }
     }
 
-    fn move_queue(&mut self, topic: Arc<str>, queue: u32, to: u64) {
+    fn move_queue(
+        &mut self,
+        session: &mut Session,
+        ready: &mut ReadyQueue,
+        topic: Arc<str>,
+        queue: u32,
+        to: u64,
+    ) {
         let key = (topic, queue);
-        self.ready.drop_queue(&key.0, key.1);
-        for f in self.session.inflight.values_mut() {
+        ready.drop_queue(&key.0, key.1);
+        for f in session.inflight.values_mut() {
             if let Source::Log {
                 topic,
                 queue,
@@ -71,8 +79,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 };
             }
         }
-        self.session.cursors.insert(key.clone(), to);
-        self.session.committed.insert(key.clone(), Some(to));
+        session.cursors.insert(key.clone(), to);
+        session.committed.insert(key.clone(), Some(to));
         self.skipping.remove(&key);
         if self.joined.contains(&key.0) {
             // Read from the new place by pulling; live batches wait until then.

@@ -1,0 +1,313 @@
+//! The start and the end of a connection: reading CONNECT, taking the session
+//! over (from the registry or from the connection holding it), CONNACK and
+//! resuming; and at the end, DISCONNECT where due, the session handed over or
+//! put offline, the will published or scheduled.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use mqttbytes::v5::{
+    ConnAck, ConnAckProperties, Connect, ConnectReturnCode, Disconnect, DisconnectProperties,
+    DisconnectReasonCode, Packet,
+};
+use rocketgate_core::broker::MessagingApi;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::oneshot;
+
+use super::Conn;
+use crate::codec::{self, CodecError, Version};
+use crate::end::End;
+use crate::lock::lock;
+use crate::session::Session;
+use crate::shared::{Slot, Takeover};
+use crate::state::WillRecord;
+use crate::topic;
+
+/// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
+pub(super) async fn read_connect<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<(Version, Connect), Option<Bytes>> {
+    loop {
+        match codec::peek_connect_level(buf) {
+            Ok(Some(level)) => {
+                let version = match level {
+                    4 => Version::V4,
+                    5 => Version::V5,
+                    3 => {
+                        let mut out = BytesMut::new();
+                        let ack =
+                            ConnAck::new(ConnectReturnCode::UnsupportedProtocolVersion, false);
+                        let _ = codec::write(Version::V4, &Packet::ConnAck(ack), &mut out);
+                        return Err(Some(out.freeze()));
+                    }
+                    _ => {
+                        let mut out = BytesMut::new();
+                        let ack =
+                            ConnAck::new(ConnectReturnCode::UnsupportedProtocolVersion, false);
+                        let _ = codec::write(Version::V5, &Packet::ConnAck(ack), &mut out);
+                        return Err(Some(out.freeze()));
+                    }
+                };
+                match codec::read(version, buf, max) {
+                    Ok(Some(Packet::Connect(c))) => return Ok((version, c)),
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Err(None),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "bad CONNECT");
+                        let code = match (&e, version) {
+                            (_, Version::V4) => return Err(None),
+                            (CodecError::TooLarge { .. }, _) => ConnectReturnCode::PacketTooLarge,
+                            (CodecError::Malformed(_), _) => ConnectReturnCode::MalformedPacket,
+                            (CodecError::Protocol(_), _) => ConnectReturnCode::ProtocolError,
+                        };
+                        let mut out = BytesMut::new();
+                        let _ = codec::write(
+                            version,
+                            &Packet::ConnAck(ConnAck::new(code, false)),
+                            &mut out,
+                        );
+                        return Err(Some(out.freeze()));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "connection refused before CONNECT");
+                return Err(None);
+            }
+        }
+        match rd.read_buf(buf).await {
+            Ok(0) | Err(_) => return Err(None),
+            Ok(_) => {
+                if buf.len() > max + 8 {
+                    return Err(None);
+                }
+            }
+        }
+    }
+}
+
+impl<B: MessagingApi + 'static> Conn<B> {
+    /// Handles CONNECT: session take-over or resumption, CONNACK. The keep-alive
+    /// deadline span, or `None` when the connection is refused.
+    pub(super) async fn accept(
+        &mut self,
+        c: Connect,
+        takeover: oneshot::Sender<Takeover>,
+    ) -> Option<Option<Duration>> {
+        let s = self.shared.settings.clone();
+        let v5 = self.out.v5();
+        let props = c.properties.as_ref();
+        let refuse = |this: &mut Self, code: ConnectReturnCode, why: &str| {
+            tracing::debug!(peer = %this.peer, why, "CONNECT refused");
+            let mut ack = ConnAck::new(code, false);
+            if v5 {
+                let mut p = ConnAckProperties::new();
+                p.reason_string = Some(why.to_owned());
+                ack.properties = Some(p);
+            }
+            this.out.send(&Packet::ConnAck(ack));
+            None
+        };
+        let mut client_id = c.client_id.clone();
+        let mut assigned = None;
+        if client_id.is_empty() {
+            if !v5 && !c.clean_session {
+                return refuse(
+                    self,
+                    ConnectReturnCode::ClientIdentifierNotValid,
+                    "an empty client id needs a clean session",
+                );
+            }
+            client_id = format!("rg-{:016x}", rand::random::<u64>());
+            assigned = v5.then(|| client_id.clone());
+        }
+        if let Some(p) = props {
+            if p.receive_maximum == Some(0) {
+                return refuse(self, ConnectReturnCode::ProtocolError, "receive maximum 0");
+            }
+            if p.max_packet_size == Some(0) {
+                return refuse(
+                    self,
+                    ConnectReturnCode::ProtocolError,
+                    "maximum packet size 0",
+                );
+            }
+            if p.authentication_method.is_some() {
+                return refuse(
+                    self,
+                    ConnectReturnCode::BadAuthenticationMethod,
+                    "enhanced authentication is not supported",
+                );
+            }
+            self.window.limit(p, s.max_inflight);
+            self.out.set_problem_info(p.request_problem_info != Some(0));
+        }
+        let will = match &c.last_will {
+            Some(w) => {
+                if let Err(e) = topic::check_name(&w.topic) {
+                    let code = if v5 {
+                        ConnectReturnCode::TopicNameInvalid
+                    } else {
+                        ConnectReturnCode::ServerUnavailable
+                    };
+                    return refuse(self, code, &format!("will topic: {e}"));
+                }
+                Some(WillRecord::from_last_will(w))
+            }
+            None => None,
+        };
+        let asked_expiry = if v5 {
+            props.and_then(|p| p.session_expiry_interval).unwrap_or(0)
+        } else if c.clean_session {
+            0
+        } else {
+            u32::MAX
+        };
+        let expiry = asked_expiry.min(s.max_session_expiry);
+        let mut keep_alive = c.keep_alive;
+        let mut server_keep_alive = None;
+        if s.max_keep_alive > 0 && (keep_alive == 0 || keep_alive > s.max_keep_alive) {
+            keep_alive = s.max_keep_alive;
+            server_keep_alive = Some(keep_alive);
+        }
+
+        // Take the session: from the registry, or from the connection holding it.
+        let previous = lock(&self.shared.sessions).insert(
+            client_id.clone(),
+            Slot::Online {
+                conn_id: self.following.id(),
+                takeover,
+            },
+        );
+        let mut old = match previous {
+            Some(Slot::Offline { session, .. }) => Some(session),
+            Some(Slot::Online { takeover, .. }) => {
+                let (tx, rx) = oneshot::channel();
+                if takeover.send(tx).is_ok() {
+                    tokio::time::timeout(Duration::from_secs(5), rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        if c.clean_session
+            && let Some(mut o) = old.take()
+        {
+            // A clean start ends the old session; its pending will goes out now.
+            if let Some(w) = o.will.take() {
+                self.shared.fire_will(&o.client_id, w.to_publish()).await;
+            }
+            self.shared.files.remove_session(&o.client_id);
+        }
+        let session_present = old.is_some();
+        let mut session = old.unwrap_or_else(|| Box::new(Session::new(&client_id, expiry)));
+        session.expiry = expiry;
+        session.will = will;
+        self.session = session;
+        self.shared.save_if_kept(&self.session);
+
+        let mut ack = ConnAck::new(ConnectReturnCode::Success, session_present);
+        if v5 {
+            let mut p = ConnAckProperties::new();
+            if expiry != asked_expiry {
+                p.session_expiry_interval = Some(expiry);
+            }
+            p.receive_max = Some(s.receive_maximum);
+            p.max_packet_size = Some(s.max_packet_size);
+            p.assigned_client_identifier = assigned;
+            p.topic_alias_max = Some(s.topic_alias_maximum);
+            p.server_keep_alive = server_keep_alive;
+            p.retain_available = Some(1);
+            p.wildcard_subscription_available = Some(1);
+            p.subscription_identifiers_available = Some(1);
+            p.shared_subscription_available = Some(1);
+            ack.properties = Some(p);
+        }
+        self.out.send(&Packet::ConnAck(ack));
+        let version = self.out.version();
+        tracing::debug!(client = %client_id, peer = %self.peer, ?version, session_present, "connected");
+        // Boxed: its futures (catch-up reads of the log) would otherwise make every
+        // connection's task that much larger for all its life.
+        Box::pin(self.resume()).await;
+        Some((keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500)))
+    }
+
+    /// Ends the connection: DISCONNECT where due, offsets committed, session
+    /// handed over or put offline, will published or scheduled.
+    pub(super) async fn finish(
+        &mut self,
+        end: End,
+        tk_rx: &mut Option<oneshot::Receiver<Takeover>>,
+    ) {
+        let client_id = self.session.client_id.clone();
+        let disconnect = match &end {
+            End::Server(code, why) => Some((*code, why.clone())),
+            End::Takeover(_) => Some((
+                DisconnectReasonCode::SessionTakenOver,
+                "another connection took the session over".to_string(),
+            )),
+            End::Shutdown => Some((
+                DisconnectReasonCode::ServerShuttingDown,
+                "the server is shutting down".to_string(),
+            )),
+            _ => None,
+        };
+        if let Some((code, why)) = disconnect {
+            tracing::debug!(client = %client_id, ?code, why, "server closes the connection");
+            if self.out.v5() {
+                let mut d = Disconnect::new();
+                d.reason_code = code;
+                d.properties = self.out.reason(why).map(|s| DisconnectProperties {
+                    session_expiry_interval: None,
+                    reason_string: Some(s),
+                    user_properties: Vec::new(),
+                    server_reference: None,
+                });
+                self.out.send(&Packet::Disconnect(d));
+            }
+        }
+        self.detach().await;
+        let publish_will = !matches!(end, End::Client { will: false } | End::Shutdown);
+        let session = std::mem::replace(&mut self.session, Box::new(Session::new("", 0)));
+        match end {
+            End::Takeover(t) => self.hand_over(session, t).await,
+            End::Shutdown => {
+                self.shared.save_if_kept(&session);
+                lock(&self.shared.sessions).remove(&client_id);
+            }
+            _ => {
+                let Err(session) = self
+                    .shared
+                    .session_offline(session, publish_will, self.following.id())
+                    .await
+                else {
+                    return;
+                };
+                if let Some(rx) = tk_rx.take()
+                    && let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), rx).await
+                {
+                    // Taken over while ending: the new connection waits for the session.
+                    self.hand_over(session, t).await;
+                }
+            }
+        }
+    }
+
+    async fn hand_over(&mut self, mut session: Box<Session>, t: Takeover) {
+        if let Some(w) = session.will.take()
+            && w.delay == 0
+        {
+            self.shared
+                .fire_will(&session.client_id, w.to_publish())
+                .await;
+        }
+        let _ = t.send(session);
+    }
+}

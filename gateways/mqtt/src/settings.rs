@@ -1,0 +1,45 @@
+//! The gateway's settings (the `[mqtt]` config section), read by every layer
+//! of the door; it imports nothing of the crate.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Gateway settings (the `[mqtt]` config section).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where sessions and retained messages are kept (`<data dir>/mqtt`).
+    pub state_dir: PathBuf,
+    /// Largest packet accepted (and announced as Maximum Packet Size in v5).
+    pub max_packet_size: u32,
+    /// QoS 2 publishes a client may have unfinished (Receive Maximum announced in v5).
+    pub receive_maximum: u16,
+    /// Outgoing QoS 1/2 messages in flight per client (further capped by the
+    /// client's own Receive Maximum).
+    pub max_inflight: u16,
+    /// Longest session expiry granted, in seconds (also for 3.1.1 persistent sessions).
+    pub max_session_expiry: u32,
+    /// Longest keep-alive granted, in seconds (0: any; v5 clients are told).
+    pub max_keep_alive: u16,
+    /// Topic aliases a client may use towards the server (v5).
+    pub topic_alias_maximum: u16,
+    /// How often the topic list is re-read for wildcard subscriptions.
+    pub topic_poll: Duration,
+    /// How long a CONNECT may take to arrive after the socket opens.
+    pub connect_timeout: Duration,
+}
+
+impl Settings {
+    pub fn new(state_dir: PathBuf) -> Settings {
+        Settings {
+            state_dir,
+            max_packet_size: 1024 * 1024,
+            receive_maximum: 1024,
+            max_inflight: 1024,
+            max_session_expiry: 7 * 24 * 3600,
+            max_keep_alive: 0,
+            topic_alias_maximum: 64,
+            topic_poll: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
