@@ -39,6 +39,7 @@ fn node_cmd(dir: &Path) -> Command {
 struct Node {
     child: Child,
     http: String,
+    mqtt: String,
 }
 
 impl Node {
@@ -52,18 +53,22 @@ impl Node {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut http = None;
+        let (mut http, mut mqtt) = (None, None);
         for line in BufReader::new(child.stdout.take().unwrap()).lines() {
             let line = line.unwrap();
             if let Some(addr) = line.strip_prefix("rocketgate: http listening on ") {
                 http = Some(format!("http://{addr}"));
+            }
+            if let Some(addr) = line.strip_prefix("rocketgate: mqtt listening on ") {
+                mqtt = Some(addr.trim().to_owned());
             }
             if line.contains("ready") {
                 break;
             }
         }
         let http = http.expect("the node announced its HTTP door before it was ready");
-        Node { child, http }
+        let mqtt = mqtt.expect("the node announced its MQTT door before it was ready");
+        Node { child, http, mqtt }
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -294,6 +299,19 @@ fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_
         "disk_full",
         "{}",
         refused.1
+    );
+    // The MQTT door says the same to an MQTT 5 device: PUBACK 0x97 quota exceeded.
+    let (host, port) = node.mqtt.rsplit_once(':').unwrap();
+    let out = Command::new("mosquitto_pub")
+        .args(["-h", host, "-p", port, "-V", "mqttv5", "-q", "1"])
+        .args(["-t", "pressure/mqtt", "-m", &body])
+        .output()
+        .expect("mosquitto_pub (scripts/install-test-deps installs it)");
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("Quota exceeded"),
+        "mosquitto_pub said: {said}"
     );
 
     // Nobody read them: every acknowledged message is still there.

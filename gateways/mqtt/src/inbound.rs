@@ -284,6 +284,15 @@ impl Inbound {
 
     /// What the client is told when the core could not store its publishes.
     fn not_stored(client_id: &str, e: rocketgate_core::Error) -> Refused {
+        if let rocketgate_core::Error::DiskFull { .. } = e {
+            // Quota exceeded (0x97): the broker refuses writes until space returns;
+            // a 3.1.1 client is disconnected without an ack (it cannot be told why).
+            tracing::warn!(client = %client_id, error = %e, "publish refused: disk full");
+            return Refused {
+                code: 0x97,
+                reason: format!("disk full: {e}"),
+            };
+        }
         tracing::warn!(client = %client_id, error = %e, "storing a publish failed");
         Refused {
             code: 0x80,

@@ -46,13 +46,14 @@
 //! DISCONNECT forms the crate rejects, refuses AUTH, and lifts 3.1.1 packets into
 //! the v5 model so the rest of the gateway handles one packet type.
 
+#![forbid(unsafe_code)]
+
 mod codec;
 mod conn;
 mod end;
 mod error;
 mod follow;
 mod inbound;
-mod lock;
 mod members;
 mod message;
 mod outgoing;

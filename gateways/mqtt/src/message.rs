@@ -71,12 +71,7 @@ pub struct Refused {
     pub reason: String,
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use rocketgate_core::clock::now_ms;
 
 /// The core message of a PUBLISH whose topic is resolved (`name`).
 pub fn to_core(

@@ -47,7 +47,7 @@ use rocketgate_core::store::RecordView;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::lock::lock;
+use rocketgate_core::sync::lock;
 
 /// Messages read from one queue: offsets `from..next` (some may be absent from
 /// `messages` only if the core skipped them).

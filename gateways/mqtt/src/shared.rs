@@ -15,7 +15,6 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::Result;
-use crate::lock::lock;
 use crate::message::{self, Refused};
 use crate::router::Router;
 use crate::session::Session;
@@ -23,6 +22,7 @@ use crate::settings::Settings;
 use crate::share::Registry;
 use crate::state::{Files, Retained};
 use crate::topic;
+use rocketgate_core::sync::lock;
 
 /// How a taken-over connection hands its session to the new one.
 pub(crate) type Takeover = oneshot::Sender<Box<Session>>;

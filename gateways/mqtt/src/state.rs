@@ -39,9 +39,8 @@ fn name_for(prefix: &str, id: &str) -> String {
         out.push_str(id);
     } else {
         out.push('x');
-        for b in id.as_bytes().iter().take(80) {
-            out.push_str(&format!("{b:02x}"));
-        }
+        let cut = &id.as_bytes()[..id.len().min(80)];
+        rocketgate_core::hex::push_lower(&mut out, cut);
         out.push_str(&format!("-{:016x}", fnv64(id.as_bytes())));
     }
     out
@@ -192,9 +191,7 @@ impl Files {
 
     fn session_path(&self, client_id: &str) -> PathBuf {
         let mut name = String::new();
-        for b in client_id.as_bytes() {
-            name.push_str(&format!("{b:02x}"));
-        }
+        rocketgate_core::hex::push_lower(&mut name, client_id.as_bytes());
         if name.len() > 200 {
             name = format!("{}-{:016x}", &name[..160], fnv64(client_id.as_bytes()));
         }

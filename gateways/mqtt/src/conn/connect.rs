@@ -17,11 +17,11 @@ use tokio::sync::oneshot;
 use super::Conn;
 use crate::codec::{self, CodecError, Version};
 use crate::end::End;
-use crate::lock::lock;
 use crate::session::Session;
 use crate::shared::{Slot, Takeover};
 use crate::state::WillRecord;
 use crate::topic;
+use rocketgate_core::sync::lock;
 
 /// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
 pub(super) async fn read_connect<R: AsyncRead + Unpin>(

@@ -18,12 +18,12 @@ use crate::codec::{self, CodecError};
 use crate::end::End;
 use crate::follow::Start;
 use crate::inbound::{self, Inbound};
-use crate::lock::lock;
 use crate::message::{self, empty_props};
 use crate::outgoing::{Outgoing, min_qos};
 use crate::ready::Ready;
 use crate::session::{Source, Sub};
 use crate::topic::TopicFilter;
+use rocketgate_core::sync::lock;
 
 impl<B: MessagingApi + 'static> Conn<B> {
     /// Reads every whole packet in `buf`; `Some(end)` ends the connection.

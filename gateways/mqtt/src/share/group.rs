@@ -12,9 +12,9 @@ use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered, Registry};
-use crate::lock::lock;
 use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, queue_end, read_log};
 use crate::topic::TopicFilter;
+use rocketgate_core::sync::lock;
 
 /// Read no more live batches while this many messages wait for a member.
 const WAITING_HIGH: usize = 2048;

@@ -41,9 +41,9 @@ use rocketgate_core::broker::MessagingApi;
 use tokio::sync::{mpsc, oneshot};
 
 use self::group::Group;
-use crate::lock::lock;
 use crate::router::Router;
 use crate::topic::TopicFilter;
+use rocketgate_core::sync::lock;
 
 /// (core group, core topic).
 pub(crate) type Key = (String, Arc<str>);
