@@ -85,21 +85,41 @@ impl Inner {
         queue_offset: u64,
         e: &CqEntry,
     ) -> Result<RecordRef> {
-        let rec = self.verified(self.log.read(e.phys_offset, e.size)?)?;
-        let view = rec.view()?;
-        let names_it = view.topic() == topic
-            && view.queue_id() == queue_id as i32
-            && view.queue_offset() == queue_offset as i64;
-        if names_it {
-            return Ok(rec);
+        let rec = self.log.read(e.phys_offset, e.size)?;
+        let phys = rec.phys_offset();
+        // One parse for both checks: a second `RecordView::parse` per message was
+        // ~2 % of a native consume's CPU.
+        let bad = match RecordView::parse(&rec) {
+            Err(e) => Some(e.to_string()),
+            Ok(view) => {
+                let verdict = if self.verdicts.is_good(phys) {
+                    Ok(())
+                } else {
+                    view.verify_once()
+                };
+                match verdict {
+                    Err(e) => Some(e.to_string()),
+                    Ok(()) => {
+                        self.verdicts.set_good(phys);
+                        let names_it = view.topic() == topic
+                            && view.queue_id() == queue_id as i32
+                            && view.queue_offset() == queue_offset as i64;
+                        (!names_it).then(|| {
+                            format!(
+                                "consume-queue entry {topic}/{queue_id}@{queue_offset} points at a record of {}/{}@{}",
+                                view.topic(),
+                                view.queue_id(),
+                                view.queue_offset()
+                            )
+                        })
+                    }
+                }
+            }
+        };
+        match bad {
+            None => Ok(rec),
+            Some(reason) => Err(self.report_corrupt(&rec, reason)),
         }
-        let reason = format!(
-            "consume-queue entry {topic}/{queue_id}@{queue_offset} points at a record of {}/{}@{}",
-            view.topic(),
-            view.queue_id(),
-            view.queue_offset()
-        );
-        Err(self.report_corrupt(&rec, reason))
     }
 
     fn report_corrupt(&self, rec: &RecordRef, reason: String) -> Error {
