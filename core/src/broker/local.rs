@@ -749,6 +749,19 @@ impl MessagingApi for Broker {
         self.describe_group(group)
     }
 
+    fn delay_limits(&self) -> delay::DelayLimits {
+        self.opts.delay.limits()
+    }
+
+    async fn delayed(&self, topic: &str, max: usize) -> Result<Vec<delay::Delayed>> {
+        self.topic_config(topic)?;
+        self.delay.pending(topic, max).await
+    }
+
+    async fn cancel_delayed(&self, id: &str) -> Result<delay::Delayed> {
+        self.delay.cancel(id).await
+    }
+
     async fn message_by_id(&self, msg_id: &str) -> Result<Delivered> {
         self.lookup_id(msg_id)
     }
