@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
-use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock, TopicKind};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
 use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
@@ -111,11 +111,12 @@ async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, Soc
 }
 
 /// The topics this broker registers: its topic table (user topics and the retry and
-/// dead-letter topics clients need routes for), read fresh at every registration.
+/// dead-letter topics clients need routes for) and, with auto-create on, the default
+/// topic route `TBW102`; read fresh at every registration.
 fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sync + 'static {
     move || {
         broker
-            .topic_snapshot(TopicKind::All)
+            .route_snapshot()
             .into_iter()
             .map(|t| {
                 let mut w = WireTopic::new(t.name, t.write_queues);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock, TopicKind};
+use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
 use rocketgate_core::store::{FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::{Server, ServerSettings};
@@ -38,7 +38,7 @@ pub(crate) async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
     let ns = ns.spawn();
     let b = broker.clone();
     let topics = move || {
-        b.topic_snapshot(TopicKind::All)
+        b.route_snapshot()
             .into_iter()
             .map(|t| {
                 let mut w = WireTopic::new(t.name, t.write_queues);

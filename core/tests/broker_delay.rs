@@ -226,3 +226,117 @@ async fn the_background_loop_delivers_and_batches_cannot_be_delayed() {
     env.close();
     task.await.unwrap();
 }
+
+/// Pending delayed messages are listed soonest first by their real topic, and a
+/// cancelled one (level or timer, by offset id or `UNIQ_KEY`) is never delivered,
+/// also after a restart, while the others around it are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_delays_are_listed_and_a_cancel_holds_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let env = open(dir.path(), options());
+        let b = &env.broker;
+        b.create_topic(TopicConfig::new("t", 1)).await.unwrap();
+        b.create_topic(TopicConfig::new("other", 1)).await.unwrap();
+        let lvl1 = msg("lvl-a").with_property(property::DELAY_TIME_LEVEL, "2"); // 5 s
+        let lvl2 = msg("lvl-b").with_property(property::DELAY_TIME_LEVEL, "2");
+        let tmr = msg("tmr")
+            .with_property(property::TIMER_DELAY_SEC, "3")
+            .with_property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "UNIQ-TMR");
+        let id_lvl1 = b
+            .send(lvl1, QueueChoice::Queue(0))
+            .await
+            .unwrap()
+            .append
+            .msg_id;
+        b.send(lvl2, QueueChoice::Queue(0)).await.unwrap();
+        b.send(tmr, QueueChoice::Queue(0)).await.unwrap();
+        let mut elsewhere = Message::new("other", 0, b"x".to_vec());
+        elsewhere.insert_property(property::TIMER_DELAY_SEC, "1");
+        b.send(elsewhere, QueueChoice::Queue(0)).await.unwrap();
+        env.dispatched();
+
+        let pending = b.delayed("t", 10).await.unwrap();
+        let at: Vec<i64> = pending
+            .iter()
+            .map(|d| d.deliver_at_ms - 1_000_000)
+            .collect();
+        assert_eq!(at, [3_000, 5_000, 5_000]);
+        assert_eq!(pending[0].uniq_key.as_deref(), Some("UNIQ-TMR"));
+        assert!(pending.iter().all(|d| d.topic == "t" && d.body_size > 0));
+        assert_eq!(b.delayed("t", 1).await.unwrap().len(), 1);
+        assert!(matches!(
+            b.delayed("missing", 10).await,
+            Err(Error::TopicNotFound { .. })
+        ));
+
+        // The first of two equal-level entries (FIFO queue) and the timer one.
+        assert_eq!(b.cancel_delayed(&id_lvl1).await.unwrap().topic, "t");
+        assert_eq!(
+            b.cancel_delayed("UNIQ-TMR").await.unwrap().deliver_at_ms,
+            1_003_000
+        );
+        for again in [id_lvl1.as_str(), "UNIQ-TMR", "no-such-id"] {
+            assert!(
+                matches!(
+                    b.cancel_delayed(again).await,
+                    Err(Error::MessageNotFound { .. })
+                ),
+                "{again}"
+            );
+        }
+        assert_eq!(b.delayed("t", 10).await.unwrap().len(), 1);
+        env.close();
+    }
+    {
+        // The clock starts at 1_000_000 again: nothing is due yet.
+        let env = open(dir.path(), options());
+        assert_eq!(env.broker.delayed("t", 10).await.unwrap().len(), 1);
+        assert_eq!(advance(&env, Duration::from_secs(3)).await, 1); // "other"'s
+        assert_eq!(visible(&env).await, Vec::<String>::new());
+        assert_eq!(advance(&env, Duration::from_secs(2)).await, 1);
+        assert_eq!(visible(&env).await, ["lvl-b"]);
+        assert!(env.broker.delayed("t", 10).await.unwrap().is_empty());
+        assert_eq!(advance(&env, Duration::from_secs(3600)).await, 0);
+        assert_eq!(visible(&env).await, ["lvl-b"]);
+        env.close();
+    }
+}
+
+/// The doors' strict check: levels only from the table, no time in the past,
+/// nothing beyond the maximum — never a clamp.
+#[test]
+fn delay_limits_refuse_instead_of_clamping() {
+    use rocketgate_core::broker::{DelayRequest, DelaySettings};
+    let limits = DelaySettings::default().limits();
+    let now = 1_000_000;
+    let p = |r| limits.property(r, now);
+    assert_eq!(
+        p(DelayRequest::Level(18)).unwrap(),
+        Some((property::DELAY_TIME_LEVEL, "18".to_string()))
+    );
+    for level in [0, 19] {
+        let e = p(DelayRequest::Level(level)).unwrap_err();
+        assert!(e.to_string().contains("levels are 1..18"), "{e}");
+    }
+    assert_eq!(
+        p(DelayRequest::After(Duration::from_secs(60))).unwrap(),
+        Some((property::TIMER_DELAY_MS, "60000".to_string()))
+    );
+    assert_eq!(p(DelayRequest::After(Duration::ZERO)).unwrap(), None);
+    let max = limits.max_delay;
+    assert!(p(DelayRequest::After(max)).is_ok());
+    assert!(matches!(
+        p(DelayRequest::After(max + Duration::from_millis(1))),
+        Err(Error::DelayTooLong { .. })
+    ));
+    assert!(p(DelayRequest::At(now)).is_ok());
+    assert!(matches!(
+        p(DelayRequest::At(now - 1)),
+        Err(Error::InvalidArgument(m)) if m.contains("in the past")
+    ));
+    assert!(matches!(
+        p(DelayRequest::At(now + max.as_millis() as i64 + 1)),
+        Err(Error::DelayTooLong { .. })
+    ));
+}

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::delay::{DelayLimits, Delayed};
 use super::groups::Heartbeat;
 use super::receipt::ReceiptHandle;
 use super::topics::{TopicConfig, TopicKind};
@@ -256,6 +257,20 @@ pub trait MessagingApi: Send + Sync {
         end_ms: i64,
         max: usize,
     ) -> impl Future<Output = Result<Vec<Delivered>>> + Send;
+
+    // ---- delayed messages ----
+
+    /// What a delay may be: the level table and the longest delay. Doors check a
+    /// user's delay against it and refuse what does not fit.
+    fn delay_limits(&self) -> DelayLimits;
+    /// The delayed messages of `topic` not delivered yet, soonest first, at most
+    /// `max`; [`crate::Error::TopicNotFound`] for an unknown topic.
+    fn delayed(&self, topic: &str, max: usize)
+    -> impl Future<Output = Result<Vec<Delayed>>> + Send;
+    /// Cancels a pending delayed message, named by the id its send answered (or
+    /// its `UNIQ_KEY`); written down before it returns, so it holds across a
+    /// restart. [`crate::Error::MessageNotFound`] when no such message is pending.
+    fn cancel_delayed(&self, id: &str) -> impl Future<Output = Result<Delayed>> + Send;
 
     // ---- MQTT gateway ----
 

@@ -37,7 +37,7 @@ use super::pop_state::PopState;
 use super::receipt::ReceiptHandle;
 use super::schedule::{self, validate_group};
 use super::settings::BrokerSettings;
-use super::topics::{TopicConfig, TopicKind, TopicLookup, TopicTable};
+use super::topics::{Perm, TopicConfig, TopicKind, TopicLookup, TopicTable};
 use super::transaction::TxnState;
 use super::values::{
     CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfSent, OffsetReset, PopRequest,
@@ -217,6 +217,22 @@ impl Broker {
     /// which runs on a timer and must not block on anything).
     pub fn topic_snapshot(&self, kind: TopicKind) -> Vec<TopicConfig> {
         self.topics_read().list(kind)
+    }
+
+    /// The topics to register with the NameServers: the table, plus RocketMQ's default
+    /// topic route (`TBW102`) when topics are auto-created, which a RocketMQ producer
+    /// asks for when its topic has no route yet (then its send creates the topic). Not
+    /// a table entry: nothing is stored under it, and auto-create off withdraws it.
+    pub fn route_snapshot(&self) -> Vec<TopicConfig> {
+        let mut topics = self.topic_snapshot(TopicKind::All);
+        if self.opts.auto_create_topics {
+            topics.push(
+                TopicConfig::new(schedule::AUTO_CREATE_TOPIC, self.opts.default_queues)
+                    // PERM_INHERIT (perm 7, as Java): the template new topics are made from.
+                    .with_perm(Perm(Perm::READ_WRITE.0 | Perm::INHERIT.0)),
+            );
+        }
+        topics
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -731,6 +747,19 @@ impl MessagingApi for Broker {
 
     async fn group_info(&self, group: &str) -> Result<GroupInfo> {
         self.describe_group(group)
+    }
+
+    fn delay_limits(&self) -> delay::DelayLimits {
+        self.opts.delay.limits()
+    }
+
+    async fn delayed(&self, topic: &str, max: usize) -> Result<Vec<delay::Delayed>> {
+        self.topic_config(topic)?;
+        self.delay.pending(topic, max).await
+    }
+
+    async fn cancel_delayed(&self, id: &str) -> Result<delay::Delayed> {
+        self.delay.cancel(id).await
     }
 
     async fn message_by_id(&self, msg_id: &str) -> Result<Delivered> {

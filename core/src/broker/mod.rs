@@ -47,7 +47,7 @@ mod values;
 /// The crate's clock, at the path gateways have used so far.
 pub use crate::clock::{self, Clock, ManualClock, SystemClock};
 pub use api::{MessagingApi, SEND_TIME_PROPERTIES};
-pub use delay::DelaySettings;
+pub use delay::{DelayLimits, DelayRequest, DelaySettings, Delayed};
 pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, sharding_queue};

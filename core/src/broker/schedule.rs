@@ -211,6 +211,8 @@ const RESERVED_TOPICS: &[&str] = &[
 
 /// Reserved topics that producers may not send to: the broker writes them itself.
 const SEND_FORBIDDEN_TOPICS: &[&str] = &[
+    // Only a route: a send naming it directly would store messages nobody reads.
+    AUTO_CREATE_TOPIC,
     SCHEDULE_TOPIC,
     "SCHEDULE_TOPIC_XXXX_V2",
     TRANS_HALF_TOPIC,

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use rocketgate_core::broker::schedule;
 use rocketgate_core::broker::{
-    DeadLetters, GroupInfo, MessagingApi, OffsetReset, Perm, Resolution, TopicConfig, TopicKind,
-    TransactionHandle,
+    DeadLetters, Delayed, GroupInfo, MessagingApi, OffsetReset, Perm, Resolution, TopicConfig,
+    TopicKind, TransactionHandle,
 };
 use serde::{Deserialize, Serialize};
 
@@ -543,6 +543,80 @@ pub async fn messages_by_key<B: MessagingApi + 'static>(
         .map(|d| MessageJson::from_delivered(d, q.encoding))
         .collect::<Result<_>>()?;
     Ok(axum::Json(consume::Messages { messages }))
+}
+
+// ---- delayed messages ----
+
+/// A delayed message not delivered yet, as the admin API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DelayedJson {
+    /// The id the publish answered; `DELETE /v1/delayed/{msg_id}` cancels it.
+    pub msg_id: String,
+    /// The producer's `UNIQ_KEY`, when it set one (cancel takes it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uniq_key: Option<String>,
+    pub topic: String,
+    pub queue_id: u32,
+    /// When it is due (unix ms, broker clock).
+    pub deliver_at: i64,
+    pub store_timestamp: i64,
+    pub tag: Option<String>,
+    pub keys: Vec<String>,
+    pub body_size: usize,
+}
+
+impl From<Delayed> for DelayedJson {
+    fn from(d: Delayed) -> Self {
+        DelayedJson {
+            msg_id: d.msg_id,
+            uniq_key: d.uniq_key,
+            topic: d.topic,
+            queue_id: d.queue_id,
+            deliver_at: d.deliver_at_ms,
+            store_timestamp: d.store_timestamp,
+            tag: d.tags,
+            keys: d.keys,
+            body_size: d.body_size,
+        }
+    }
+}
+
+/// Query of `GET /v1/topics/{topic}/delayed`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayedQuery {
+    pub max: Option<usize>,
+}
+
+/// `GET /v1/topics/{topic}/delayed`: pending delayed messages, soonest first.
+pub async fn list_delayed<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(topic): Path<String>,
+    Query(q): Query<DelayedQuery>,
+) -> Result<axum::Json<serde_json::Value>> {
+    let max = q.max.unwrap_or(100);
+    if max == 0 || max > 10_000 {
+        return Err(Error::bad("max", "must be between 1 and 10000"));
+    }
+    let delayed: Vec<DelayedJson> = ctx
+        .api
+        .delayed(&topic, max)
+        .await?
+        .into_iter()
+        .map(DelayedJson::from)
+        .collect();
+    Ok(axum::Json(
+        serde_json::json!({ "topic": topic, "delayed": delayed }),
+    ))
+}
+
+/// `DELETE /v1/delayed/{id}`: the message is never delivered, also after a
+/// restart; answers what was cancelled.
+pub async fn cancel_delayed<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<DelayedJson>> {
+    Ok(axum::Json(ctx.api.cancel_delayed(&id).await?.into()))
 }
 
 // ---- transactions ----

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
-use rocketgate_core::broker::{MessagingApi, QueueChoice, SendResult};
+use rocketgate_core::broker::{DelayLimits, DelayRequest, MessagingApi, QueueChoice, SendResult};
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
@@ -24,8 +24,10 @@ pub struct PublishQuery {
     pub tag: Option<String>,
     /// Comma-separated business keys (lookup by key finds the message).
     pub keys: Option<String>,
-    /// A delay level (`1`..`18`: 1s 5s 10s 30s 1m ... 2h) or a duration (`30s`, `1m30s`).
+    /// A delay: a number of seconds (`60`) or a duration (`30s`, `1m30s`).
     pub delay: Option<String>,
+    /// A delay level of the broker's table (`1`..`18` by default: 1s 5s 10s 30s 1m ... 2h).
+    pub delay_level: Option<String>,
     /// Deliver at this time (unix ms).
     pub deliver_at: Option<i64>,
     /// Messages with the same key go to the same queue, in order.
@@ -64,32 +66,66 @@ impl From<SendResult> for Published {
     }
 }
 
-/// The delay property a publish asks for, if any.
+/// The delay property a publish asks for, if any. One way to say it: `delay` (a
+/// bare number is seconds, as a `curl` user reads `delay=60`; or a duration),
+/// `delay_level` (a level of the table, only when asked for by name) or
+/// `deliver_at` (unix ms). Anything the broker cannot honour exactly — a level
+/// outside the table, a delay beyond the maximum, a time in the past — is refused
+/// with the reason, never clamped.
 fn delay_property(
-    delay: Option<&str>,
-    deliver_at: Option<i64>,
+    limits: &DelayLimits,
+    q: &PublishQuery,
+    now_ms: i64,
 ) -> Result<Option<(&'static str, String)>> {
-    match (delay, deliver_at) {
-        (Some(_), Some(_)) => Err(Error::bad(
-            "delay",
-            "give `delay` or `deliver_at`, not both",
-        )),
-        (None, None) => Ok(None),
-        (None, Some(at)) if at <= 0 => Err(Error::bad("deliver_at", "must be a unix time in ms")),
-        (None, Some(at)) => Ok(Some((property::TIMER_DELIVER_MS, at.to_string()))),
-        (Some(d), None) => {
-            if let Ok(level) = d.parse::<u32>() {
-                return Ok((level > 0).then(|| (property::DELAY_TIME_LEVEL, level.to_string())));
-            }
-            let dur = humantime::parse_duration(d).map_err(|_| {
-                Error::bad(
-                    "delay",
-                    format!("{d:?} is neither a delay level (1..18) nor a duration like `30s`"),
-                )
-            })?;
-            Ok((!dur.is_zero()).then(|| (property::TIMER_DELAY_MS, dur.as_millis().to_string())))
-        }
+    let given = [
+        ("delay", q.delay.is_some()),
+        ("delay_level", q.delay_level.is_some()),
+        ("deliver_at", q.deliver_at.is_some()),
+    ];
+    let mut named = given.iter().filter(|(_, set)| *set).map(|(n, _)| *n);
+    let Some(field) = named.next() else {
+        return Ok(None);
+    };
+    if let Some(other) = named.next() {
+        return Err(Error::bad(
+            other,
+            format!(
+                "give one of `delay`, `delay_level` and `deliver_at`, not `{field}` and `{other}`"
+            ),
+        ));
     }
+    let request = if let Some(d) = q.delay.as_deref() {
+        DelayRequest::After(parse_delay(d)?)
+    } else if let Some(l) = q.delay_level.as_deref() {
+        DelayRequest::Level(
+            l.trim()
+                .parse()
+                .map_err(|_| Error::bad("delay_level", format!("{l:?} is not a level number")))?,
+        )
+    } else {
+        DelayRequest::At(q.deliver_at.unwrap_or_default())
+    };
+    limits.property(request, now_ms).map_err(|e| match e {
+        rocketgate_core::Error::InvalidArgument(reason) => Error::bad(field, reason),
+        other => Error::Core(other),
+    })
+}
+
+/// `delay=`: whole seconds, or a duration such as `30s`, `1m30s`, `2h`.
+fn parse_delay(d: &str) -> Result<std::time::Duration> {
+    let d = d.trim();
+    if let Ok(secs) = d.parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    humantime::parse_duration(d).map_err(|_| {
+        Error::bad(
+            "delay",
+            format!(
+                "{d:?} is neither a number of seconds (`60`) nor a duration (`30s`, \
+                 `1m30s`); a delay level is `delay_level=`"
+            ),
+        )
+    })
 }
 
 pub(crate) fn queue_choice(
@@ -168,7 +204,7 @@ pub async fn publish<B: MessagingApi + 'static>(
         .transpose()?
         .unwrap_or_default();
     let mut props = wire::header_properties(&headers)?;
-    if let Some(p) = delay_property(q.delay.as_deref(), q.deliver_at)? {
+    if let Some(p) = delay_property(&ctx.api.delay_limits(), &q, now_ms())? {
         props.push((p.0.to_owned(), p.1));
     }
     let choice = queue_choice(q.sharding_key, q.queue)?;
@@ -289,22 +325,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_are_levels_or_durations() {
+    fn delays_are_seconds_durations_levels_or_times() {
+        let limits = rocketgate_core::broker::DelaySettings::default().limits();
+        let now = 1_700_000_000_000;
+        let ask = |delay: Option<&str>, level: Option<&str>, at: Option<i64>| {
+            let q = PublishQuery {
+                delay: delay.map(str::to_owned),
+                delay_level: level.map(str::to_owned),
+                deliver_at: at,
+                ..PublishQuery::default()
+            };
+            delay_property(&limits, &q, now)
+        };
+        let refused = |r: Result<Option<(&'static str, String)>>| match r {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("accepted: {p:?}"),
+        };
+        // A bare number is seconds, never a level.
         assert_eq!(
-            delay_property(Some("3"), None).unwrap(),
-            Some(("DELAY", "3".into()))
+            ask(Some("60"), None, None).unwrap(),
+            Some(("TIMER_DELAY_MS", "60000".into()))
         );
-        assert_eq!(delay_property(Some("0"), None).unwrap(), None);
+        assert_eq!(ask(Some("0"), None, None).unwrap(), None);
         assert_eq!(
-            delay_property(Some("1m30s"), None).unwrap(),
+            ask(Some("1m30s"), None, None).unwrap(),
             Some(("TIMER_DELAY_MS", "90000".into()))
         );
         assert_eq!(
-            delay_property(None, Some(1_700_000_000_000)).unwrap(),
-            Some(("TIMER_DELIVER_MS", "1700000000000".into()))
+            ask(None, Some("3"), None).unwrap(),
+            Some(("DELAY", "3".into()))
         );
-        assert!(delay_property(Some("soon"), None).is_err());
-        assert!(delay_property(Some("1s"), Some(5)).is_err());
-        assert!(delay_property(None, Some(-1)).is_err());
+        assert_eq!(
+            ask(None, None, Some(now + 5_000)).unwrap(),
+            Some(("TIMER_DELIVER_MS", (now + 5_000).to_string()))
+        );
+        assert!(refused(ask(Some("soon"), None, None)).starts_with("delay: "));
+        assert!(refused(ask(None, Some("19"), None)).contains("levels are 1..18"));
+        assert!(refused(ask(None, Some("x"), None)).starts_with("delay_level: "));
+        assert!(refused(ask(None, None, Some(now - 1))).contains("in the past"));
+        assert!(refused(ask(Some("4d"), None, None)).contains("exceeds the maximum"));
+        assert!(refused(ask(Some("1s"), None, Some(now))).contains("not `delay` and"));
+        assert!(refused(ask(Some("1s"), Some("1"), None)).starts_with("delay_level: "));
     }
 }

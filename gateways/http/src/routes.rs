@@ -283,6 +283,21 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         .success(204),
         ep(
             M::GET,
+            "/v1/topics/{topic}/delayed",
+            "admin",
+            "List the topic's delayed messages not delivered yet, soonest first",
+            get(admin::list_delayed::<B>),
+        )
+        .params(vec![q("max", "at most this many (default 100)")]),
+        ep(
+            M::DELETE,
+            "/v1/delayed/{id}",
+            "admin",
+            "Cancel a pending delayed message (by the id its publish answered)",
+            delete(admin::cancel_delayed::<B>),
+        ),
+        ep(
+            M::GET,
             "/v1/groups",
             "admin",
             "List consumer groups",

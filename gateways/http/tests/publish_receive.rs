@@ -167,7 +167,8 @@ async fn delayed_messages_arrive_later() {
     let node = start().await;
     let a = node.addr;
     publish(a, "d", "?delay=5s", "later").await;
-    publish(a, "d", "?delay=2", "level two").await;
+    publish(a, "d", "?delay_level=2", "level two").await;
+    publish(a, "d", "?delay=5", "five seconds").await;
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -176,13 +177,14 @@ async fn delayed_messages_arrive_later() {
     publish(a, "d", &format!("?deliver_at={at}"), "at a time").await;
     // Not delivered right away (every delay is 5 s).
     assert!(receive(a, "g", "d", "").await.is_empty());
-    let got = receive_n(a, "g", "d", 3).await;
+    let got = receive_n(a, "g", "d", 4).await;
     let mut bodies: Vec<Vec<u8>> = got.iter().map(body_of).collect();
     bodies.sort();
     assert_eq!(
         bodies,
         [
             b"at a time".to_vec(),
+            b"five seconds".to_vec(),
             b"later".to_vec(),
             b"level two".to_vec()
         ]

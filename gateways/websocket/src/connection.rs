@@ -226,17 +226,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let result: Result<Option<String>, Failure> = match request {
             Request::Ping => Ok(Some(protocol::pong_frame(&req))),
             Request::Auth { .. } => Ok(Some(protocol::authenticated_frame(&req))),
-            Request::Publish(p) => {
-                let choice = p
-                    .sharding_key
-                    .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
-                self.ctx
-                    .broker
-                    .send(p.message, choice)
-                    .await
-                    .map(|sent| Some(protocol::send_result_frame(&req, &sent)))
-                    .map_err(|e| error_code(&e))
-            }
+            Request::Publish(p) => self.publish(*p, &req).await.map(Some),
             Request::Subscribe(s) => self.subscribe(s, &req).await.map(Some),
             Request::Unsubscribe { id } => match self.subs.remove(&id) {
                 Some(sub) => {
@@ -262,6 +252,32 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Ok(reply) => reply.into_iter().collect(),
             Err((code, message)) => vec![protocol::error_frame(&req, code, &message, None)],
         }
+    }
+
+    /// A publish, its delay checked against the broker's limits first: a delay
+    /// beyond the maximum or a `deliver_at` in the past is refused, never capped
+    /// or delivered at once.
+    async fn publish(&self, p: protocol::Publish, req: &Option<Value>) -> Result<String, Failure> {
+        let mut message = p.message;
+        if let Some(delay) = p.delay {
+            let limits = self.ctx.broker.delay_limits();
+            if let Some((name, value)) = limits
+                .property(delay, rocketgate_core::clock::now_ms())
+                .map_err(|e| error_code(&e))?
+            {
+                message.insert_property(name, value);
+            }
+        }
+        let choice = p
+            .sharding_key
+            .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
+        let sent = self
+            .ctx
+            .broker
+            .send(message, choice)
+            .await
+            .map_err(|e| error_code(&e))?;
+        Ok(protocol::send_result_frame(req, &sent))
     }
 
     async fn subscribe(&mut self, s: Subscribe, req: &Option<Value>) -> Result<String, Failure> {

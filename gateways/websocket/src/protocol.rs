@@ -5,11 +5,12 @@
 //! JSON value) that the server echoes in the answer or error it causes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use rocketgate_core::broker::filter::FilterType;
-use rocketgate_core::broker::{ConsumeMode, Delivered, SendResult};
+use rocketgate_core::broker::{ConsumeMode, DelayRequest, Delivered, SendResult};
 use rocketgate_core::store::record::encode_msg_id;
 use rocketgate_core::store::record::property;
 use rocketgate_core::store::{Message, RecordView};
@@ -85,6 +86,8 @@ pub(crate) enum AckTarget {
 pub(crate) struct Publish {
     pub message: Message,
     pub sharding_key: Option<String>,
+    /// Checked against the broker's limits when the publish runs (it needs them).
+    pub delay: Option<DelayRequest>,
 }
 
 #[derive(Deserialize)]
@@ -405,20 +408,17 @@ fn publish(r: RawPublish) -> Result<Publish, String> {
         }
         message = message.with_property(name, value);
     }
-    match (r.delay_ms, r.deliver_at) {
+    let delay = match (r.delay_ms, r.deliver_at) {
         (Some(_), Some(_)) => return Err("give delay_ms or deliver_at, not both".into()),
-        (Some(0), None) | (None, None) => {}
-        (Some(ms), None) => {
-            message = message.with_property(property::TIMER_DELAY_MS, ms.to_string())
-        }
+        (None, None) => None,
+        (Some(ms), None) => Some(DelayRequest::After(Duration::from_millis(ms))),
         (None, Some(at)) if at <= 0 => return Err("deliver_at must be a unix time in ms".into()),
-        (None, Some(at)) => {
-            message = message.with_property(property::TIMER_DELIVER_MS, at.to_string())
-        }
-    }
+        (None, Some(at)) => Some(DelayRequest::At(at)),
+    };
     Ok(Publish {
         message,
         sharding_key: r.sharding_key,
+        delay,
     })
 }
 
@@ -644,24 +644,25 @@ mod tests {
     #[test]
     fn publish_delay_ms_or_deliver_at() {
         let delayed = |text: &str| match parse(text).map(|e| e.request) {
-            Ok(Request::Publish(p)) => Ok((
-                p.message.property("TIMER_DELAY_MS").map(str::to_owned),
-                p.message.property("TIMER_DELIVER_MS").map(str::to_owned),
-            )),
+            Ok(Request::Publish(p)) => Ok(p.delay),
             Ok(_) => panic!("not a publish"),
             Err(e) => Err(e.code),
         };
         assert_eq!(
             delayed(r#"{"op":"publish","topic":"t","body":"x","delay_ms":1500}"#),
-            Ok((Some("1500".into()), None))
+            Ok(Some(DelayRequest::After(Duration::from_millis(1500))))
         );
         assert_eq!(
             delayed(r#"{"op":"publish","topic":"t","body":"x","deliver_at":1764468000000}"#),
-            Ok((None, Some("1764468000000".into())))
+            Ok(Some(DelayRequest::At(1_764_468_000_000)))
         );
         assert_eq!(
             delayed(r#"{"op":"publish","topic":"t","body":"x","delay_ms":0}"#),
-            Ok((None, None))
+            Ok(Some(DelayRequest::After(Duration::ZERO)))
+        );
+        assert_eq!(
+            delayed(r#"{"op":"publish","topic":"t","body":"x"}"#),
+            Ok(None)
         );
         for bad in [
             r#"{"op":"publish","topic":"t","body":"x","delay_ms":5,"deliver_at":9}"#,

@@ -298,8 +298,31 @@ async fn bad_input_gets_an_error_frame_and_the_subscription_goes_on() {
         .unwrap();
     let e = c.recv().await;
     assert_eq!(e["code"], "unsupported_data");
+    // A delay is honoured exactly or refused: never delivered at once, never capped.
+    let past = rocketgate_core::clock::now_ms() - 60_000;
+    let (e, _) = c
+        .call(json!({"op": "publish", "topic": "t", "body": "late", "deliver_at": past}))
+        .await;
+    assert_eq!(e["code"], "bad_request", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("in the past"),
+        "{e}"
+    );
+    let four_days: u64 = 4 * 24 * 3600 * 1000;
+    let (e, _) = c
+        .call(json!({"op": "publish", "topic": "t", "body": "late", "delay_ms": four_days}))
+        .await;
+    assert_eq!(e["code"], "bad_request", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the maximum"),
+        "{e}"
+    );
+    assert!(env.broker.delayed("t", 10).await.unwrap().is_empty());
 
-    // The subscription still works.
+    // The subscription still works (and got neither refused publish).
     c.publish("t", "still here").await;
     assert_eq!(bodies(&c.messages(1).await), ["still here"]);
 }

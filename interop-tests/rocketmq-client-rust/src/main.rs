@@ -30,6 +30,8 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
 const MESSAGES: usize = 1000;
 const TOPIC: &str = "InteropTopic";
+/// Never created: the first send goes through the default topic route `TBW102`.
+const NEW_TOPIC: &str = "InteropNewTopic";
 
 fn identity(name: &str, addr: String) -> BrokerIdentity {
     BrokerIdentity {
@@ -114,7 +116,8 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
     let ns = ns.spawn();
     let b = broker.clone();
     let topics = move || {
-        b.topic_snapshot(TopicKind::All)
+        // With TBW102, as `rocketgate standalone` registers it (auto-create is on).
+        b.route_snapshot()
             .into_iter()
             .map(|t| {
                 let mut w = WireTopicConfig::new(t.name, t.write_queues);
@@ -146,6 +149,13 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
         producer.send_with_timeout(message, 5000).await.expect("send");
     }
     println!("SENT {MESSAGES}");
+
+    // No route for NEW_TOPIC: the client takes TBW102's, and the send creates the topic.
+    let first = Message::builder().topic(NEW_TOPIC).tags("TagA").body_slice("first".as_bytes()).build_unchecked();
+    producer.send_with_timeout(first, 5000).await.expect("send to a topic nobody created");
+    let created = broker.topic_snapshot(TopicKind::User).iter().any(|t| t.name == NEW_TOPIC);
+    assert!(created, "{NEW_TOPIC} was not auto-created by the first send");
+    println!("SENT to {NEW_TOPIC} with no prior creation (default topic route TBW102)");
 
     let seen: Seen = Arc::default();
     let mut consumer = DefaultMQPushConsumer::builder(rt.clone())

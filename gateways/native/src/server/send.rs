@@ -163,7 +163,7 @@ pub(crate) async fn send<B: MessagingApi>(
                 .broker
                 .send(m, header.queue_choice())
                 .await
-                .map_err(core_fail)?;
+                .map_err(send_fail)?;
             sent_response(req, &sent, sent.append.msg_id.clone())
         }
     } else {
@@ -178,7 +178,7 @@ pub(crate) async fn send<B: MessagingApi>(
             .broker
             .send_encoded(header.batch(peer, vec![entry]), header.queue_choice())
             .await
-            .map_err(core_fail)?;
+            .map_err(send_fail)?;
         let msg_id = sent.msg_id(0).unwrap_or_default();
         batch_response(req, &sent, msg_id)
     };
@@ -203,9 +203,28 @@ async fn send_batch<B: MessagingApi>(
         .broker
         .send_encoded(header.batch(peer, entries), header.queue_choice())
         .await
-        .map_err(core_fail)?;
+        .map_err(send_fail)?;
     let ids = sent.joined_msg_ids(',');
     Ok(batch_response(req, &sent, ids))
+}
+
+/// A failed send. A topic that does not exist and was not auto-created gets Java's
+/// remark ("topic[…] not exist, apply first please!"), which RocketMQ users search
+/// for, and says why: the send named a topic this broker will not create itself
+/// (`broker.auto_create_topics` is off, or the name is reserved). The producer's
+/// `defaultTopic` header plays no part: auto-creation is the broker's setting.
+fn send_fail(e: rocketgate_core::Error) -> Fail {
+    match e {
+        rocketgate_core::Error::TopicNotFound { topic } => Fail::new(
+            response::TOPIC_NOT_EXIST,
+            format!(
+                "topic[{topic}] not exist, apply first please! This broker does not \
+                 create topics on send (broker.auto_create_topics is off, or the name \
+                 is reserved): create it with the admin API first"
+            ),
+        ),
+        other => core_fail(other),
+    }
 }
 
 /// `SendMessageResponseHeader` for what [`MessagingApi::send_encoded`] stored.
@@ -257,7 +276,7 @@ pub(crate) async fn send_half<B: MessagingApi>(
         .broker
         .send_half(&header.producer_group, message, header.queue_choice())
         .await
-        .map_err(core_fail)?;
+        .map_err(send_fail)?;
     let id = half.sent.append.msg_id.clone();
     let resp = sent_response(req, &half.sent, id.clone());
     Ok(resp.with_field(field::TRANSACTION_ID, transaction_id.unwrap_or(id)))

@@ -205,7 +205,6 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
-        use rocketgate_core::broker::TopicKind;
         use rocketgate_namesrv::{NameServer, NamesrvSettings};
         use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
         use rocketgate_remoting::{BrokerIdentity, Registrar};
@@ -241,7 +240,7 @@ impl Cluster {
         let ns = ns.spawn();
         let b = broker.clone();
         let topics = move || {
-            b.topic_snapshot(TopicKind::All)
+            b.route_snapshot()
                 .into_iter()
                 .map(|t| {
                     let mut w = WireTopic::new(t.name, t.write_queues);

@@ -19,6 +19,10 @@
 //! due message to its real topic and queue, properties restored, in
 //! delivery-time order.
 //!
+//! Pending entries can be listed by real topic and cancelled (`pending.rs`); a
+//! cancel is a delivery that appends nothing, written to `delay.json` before it
+//! is answered, so it survives a restart.
+//!
 //! [`Broker::deliver_due`]: super::Broker::deliver_due
 //! [`Broker::spawn_delay_delivery`]: super::Broker::spawn_delay_delivery
 //!
@@ -30,6 +34,10 @@
 //!   those re-appended since the last durable progress (the crash window).
 //! - Within one tick, due messages are re-appended in deadline order (ties: level
 //!   queues first, then by offset).
+
+mod pending;
+
+pub use pending::Delayed;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -90,6 +98,16 @@ impl Default for DelaySettings {
     }
 }
 
+impl DelaySettings {
+    /// What a user's delay is checked against.
+    pub fn limits(&self) -> DelayLimits {
+        DelayLimits {
+            levels: self.levels.clone(),
+            max_delay: self.max_delay,
+        }
+    }
+}
+
 /// Where a message sent now should wait, if anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -99,6 +117,76 @@ pub enum Plan {
     Level { level: u32, deliver_ms: i64 },
     /// An arbitrary deadline.
     At { deliver_ms: i64 },
+}
+
+/// A delay as a user asked for it, before it is checked against [`DelayLimits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayRequest {
+    /// A level of the table (1-based).
+    Level(u32),
+    /// This long after the send.
+    After(Duration),
+    /// At this time (ms since the epoch).
+    At(i64),
+}
+
+/// What a delay may be: the level table and the longest delay the timer store
+/// holds. The doors check a user's delay against it with [`DelayLimits::property`]
+/// and refuse what does not fit; the core's own [`plan`] keeps RocketMQ's
+/// lenience (levels clamped, past times now) for RocketMQ clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelayLimits {
+    pub levels: DelayLevels,
+    pub max_delay: Duration,
+}
+
+impl DelayLimits {
+    /// The message property asking for `request` (`None`: no delay, for a zero
+    /// duration). A level outside the table or a time in the past is
+    /// [`Error::InvalidArgument`], a delay beyond `max_delay`
+    /// [`Error::DelayTooLong`]: never clamped, never silently immediate.
+    pub fn property(
+        &self,
+        request: DelayRequest,
+        now_ms: i64,
+    ) -> Result<Option<(&'static str, String)>> {
+        let too_long = |requested: Duration| Error::DelayTooLong {
+            requested,
+            max: self.max_delay,
+        };
+        match request {
+            DelayRequest::Level(level) => {
+                if level == 0 || level > self.levels.max_level() {
+                    return Err(Error::InvalidArgument(format!(
+                        "delay level {level} is not in the table: levels are 1..{} ({})",
+                        self.levels.max_level(),
+                        self.levels
+                    )));
+                }
+                let delay = self.levels.delay_of(level).unwrap_or_default();
+                if delay > self.max_delay {
+                    return Err(too_long(delay));
+                }
+                Ok(Some((property::DELAY_TIME_LEVEL, level.to_string())))
+            }
+            DelayRequest::After(d) if d.is_zero() => Ok(None),
+            DelayRequest::After(d) if d > self.max_delay => Err(too_long(d)),
+            DelayRequest::After(d) => {
+                Ok(Some((property::TIMER_DELAY_MS, d.as_millis().to_string())))
+            }
+            DelayRequest::At(at) if at < now_ms => Err(Error::InvalidArgument(format!(
+                "{at} is {} ms in the past (broker time {now_ms})",
+                now_ms - at
+            ))),
+            DelayRequest::At(at) => {
+                let delay = Duration::from_millis(at.saturating_sub(now_ms).unsigned_abs());
+                if delay > self.max_delay {
+                    return Err(too_long(delay));
+                }
+                Ok(Some((property::TIMER_DELIVER_MS, at.to_string())))
+            }
+        }
+    }
 }
 
 fn parse_i64(msg: &Message, name: &str) -> Result<Option<i64>> {
@@ -212,7 +300,8 @@ enum Entry {
     Timer { offset: u64 },
 }
 
-/// Which schedule entries were delivered; the content of `delay.json`.
+/// Which schedule entries were delivered (or cancelled); the content of
+/// `delay.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Progress {
     /// Level -> the next offset of its schedule queue to deliver (FIFO).
@@ -220,8 +309,15 @@ pub struct Progress {
     /// Every timer offset below it is delivered.
     pub timer_base: u64,
     /// Delivered timer offsets at or above `timer_base` (deadlines are not in
-    /// offset order, so a few run ahead of the low-water mark).
+    /// offset order, so a few run ahead of the low-water mark). A cancelled
+    /// timer entry is one of them: it is done, with nothing appended.
     pub timer_done: BTreeSet<u64>,
+    /// Cancelled level entries `(level, offset)` at or above their level's next
+    /// offset: a level queue is delivered in order, so a cancelled entry waits
+    /// for its turn and is then skipped. Absent from files written before
+    /// cancelling existed, and when empty.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub cancelled: BTreeSet<(u32, u64)>,
 }
 
 impl Progress {
@@ -230,6 +326,8 @@ impl Progress {
             Entry::Level { level, offset } => {
                 let next = self.levels.entry(level).or_insert(0);
                 *next = (*next).max(offset + 1);
+                let next = *next;
+                self.cancelled.retain(|&(l, o)| l != level || o >= next);
             }
             Entry::Timer { offset } => {
                 if offset >= self.timer_base {
@@ -244,6 +342,27 @@ impl Progress {
 
     fn timer_delivered(&self, offset: u64) -> bool {
         offset < self.timer_base || self.timer_done.contains(&offset)
+    }
+
+    /// True when the entry is delivered or cancelled.
+    fn done(&self, e: Entry) -> bool {
+        match e {
+            Entry::Level { level, offset } => {
+                offset < self.levels.get(&level).copied().unwrap_or(0)
+                    || self.cancelled.contains(&(level, offset))
+            }
+            Entry::Timer { offset } => self.timer_delivered(offset),
+        }
+    }
+
+    /// Takes the entry out of the schedule without delivering it.
+    fn cancel(&mut self, e: Entry) {
+        match e {
+            Entry::Level { level, offset } => {
+                self.cancelled.insert((level, offset));
+            }
+            Entry::Timer { .. } => self.mark(e),
+        }
     }
 }
 
@@ -371,6 +490,8 @@ struct Due {
     deliver_ms: i64,
     entry: Entry,
     record: Bytes,
+    /// Cancelled: marked delivered when its turn comes, nothing appended.
+    cancelled: bool,
 }
 
 fn read_due_levels(
@@ -398,6 +519,7 @@ fn read_due_levels(
                 deliver_ms,
                 entry: Entry::Level { level, offset },
                 record,
+                cancelled: live.cancelled.contains(&(level, offset)),
             });
         }
     }
@@ -442,11 +564,15 @@ impl DelayState {
             let Some(Reverse((deliver_ms, offset, phys, size))) = s.heap.pop() else {
                 break;
             };
+            if s.live.timer_delivered(offset) {
+                continue; // cancelled while it waited in the heap
+            }
             match self.store.read(phys, size) {
                 Ok(r) => due.push(Due {
                     deliver_ms,
                     entry: Entry::Timer { offset },
                     record: r.into_bytes(),
+                    cancelled: false,
                 }),
                 Err(_) if offset < self.store.queue_bounds(schedule::TIMER_TOPIC, 0).0 => {
                     tracing::warn!(offset, "delayed message removed by retention; dropped");
@@ -465,11 +591,16 @@ impl DelayState {
         let mut delivered = 0;
         let mut left = due.into_iter();
         while let Some(d) = left.next() {
-            match self.redeliver(topics, &d).await {
+            let delivery = if d.cancelled {
+                Ok(0)
+            } else {
+                self.redeliver(topics, &d).await
+            };
+            match delivery {
                 Ok(end) => {
                     s.live.mark(d.entry);
                     lock(&self.marks).pending.push_back((end, d.entry));
-                    delivered += 1;
+                    delivered += usize::from(!d.cancelled);
                 }
                 Err(e) => {
                     // Put the undelivered timer entries back; level queues are
