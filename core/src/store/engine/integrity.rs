@@ -23,10 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{CqEntry, Error, Inner, RecordRef, Result};
 use crate::store::record::RecordView;
 
-/// Slots of the verdict cache (a power of two): 512 KiB. With 4,096 slots a native
-/// backlog consume (8 queues, pulls of up to 256 read ahead of what is answered)
-/// missed often enough that the CRC was 5.6 % of the process's CPU.
-const VERDICT_SLOTS: usize = 65_536;
+/// Slots of the verdict cache (a power of two): 32 KiB, a few consumers' batches.
+const VERDICT_SLOTS: usize = 4096;
 
 /// Records that passed verification recently, by commit-log offset: a
 /// direct-mapped table of `offset + 1` (0 = empty). A collision only costs a
@@ -46,7 +44,7 @@ impl Verdicts {
 
     fn slot(&self, phys: u64) -> &AtomicU64 {
         // Records are at least tens of bytes apart: mix the bits so neighbours spread.
-        let h = phys.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - VERDICT_SLOTS.trailing_zeros());
+        let h = phys.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
         &self.slots[h as usize % VERDICT_SLOTS]
     }
 
