@@ -35,6 +35,7 @@
 //! The router also watches the topic list, so subscriptions whose first level is a
 //! wildcard see new core topics as they appear.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -569,10 +570,28 @@ pub fn read_log<'a, B: MessagingApi>(
     })
 }
 
-/// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`).
+/// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`,
+/// `T` decoded when escaped).
 pub fn mqtt_name(m: &Delivered) -> Option<Arc<str>> {
     let view = RecordView::parse(&m.record).ok()?;
-    Some(joined(view.topic(), view.tags()))
+    Some(joined(&first_level(&view), view.tags()))
+}
+
+/// The MQTT first level of a stored message: its core topic, decoded when
+/// escaped (plain topics, the common case, only pay a prefix compare).
+fn first_level<'a>(view: &'a RecordView<'a>) -> Cow<'a, str> {
+    let topic = view.topic();
+    if !topic.starts_with(crate::topic::ESCAPED_PREFIX) {
+        return Cow::Borrowed(topic);
+    }
+    let kept = crate::topic::is_shortened(topic)
+        .then(|| {
+            view.properties()
+                .find(|(k, _)| *k == crate::message::P_FIRST_LEVEL)
+                .map(|(_, v)| v)
+        })
+        .flatten();
+    crate::topic::level_of(topic, kept)
 }
 
 fn joined(topic: &str, tag: Option<&str>) -> Arc<str> {
@@ -632,7 +651,8 @@ fn names_and_heads(
                 );
             }
             let view = view?;
-            let (topic, tag) = (view.topic(), view.tags());
+            let (topic, tag) = (first_level(&view), view.tags());
+            let topic = topic.as_ref();
             let same = |n: &str| match tag {
                 None => n == topic,
                 Some(t) => {
