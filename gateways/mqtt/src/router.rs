@@ -640,6 +640,8 @@ fn names_and_heads(
     const KEEP: usize = 4;
     let mut last: [Option<Arc<str>>; KEEP] = Default::default();
     let mut next = 0;
+    // The last escaped core topic and its MQTT first level.
+    let mut decoded: Option<(String, String)> = None;
     messages
         .iter()
         .map(|m| {
@@ -651,8 +653,21 @@ fn names_and_heads(
                 );
             }
             let view = view?;
-            let (topic, tag) = (first_level(&view), view.tags());
-            let topic = topic.as_ref();
+            let tag = view.tags();
+            let topic = view.topic();
+            // A batch is one core topic: an escaped one is decoded once, not per
+            // message (a shortened one per message: its kept level may differ).
+            let topic: &str = if topic.starts_with(crate::topic::ESCAPED_PREFIX) {
+                let stale = decoded
+                    .as_ref()
+                    .is_none_or(|(core, _)| core != topic || crate::topic::is_shortened(topic));
+                if stale {
+                    decoded = Some((topic.to_owned(), first_level(&view).into_owned()));
+                }
+                decoded.as_ref().map_or(topic, |(_, level)| level.as_str())
+            } else {
+                topic
+            };
             let same = |n: &str| match tag {
                 None => n == topic,
                 Some(t) => {
@@ -1092,6 +1107,37 @@ mod tests {
         let n = |i: usize| names[i].as_ref().unwrap();
         assert!(Arc::ptr_eq(n(0), n(2)), "a recent name is shared");
         assert!(Arc::ptr_eq(n(1), n(5)));
+    }
+
+    #[tokio::test]
+    async fn escaped_core_topics_are_named_by_their_mqtt_first_level() {
+        use bytes::Bytes;
+        use mqttbytes::QoS;
+        use mqttbytes::v5::Publish;
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let long = format!("{}/t", "é".repeat(100));
+        let peer = "127.0.0.1:1".parse().unwrap();
+        for name in [
+            "/devices/42/temp",
+            "/devices/43/temp",
+            "$TopicA/B",
+            long.as_str(),
+        ] {
+            let p = Publish::new(name, QoS::AtLeastOnce, Bytes::from_static(b"x"));
+            let m = crate::message::to_core(name, &p, "c", peer, 0).unwrap();
+            let topic = m.topic.clone();
+            api.send_batch(vec![m], QueueChoice::Queue(0))
+                .await
+                .unwrap();
+            let r = read_log(&*api, &topic, 0, 0, 100, Duration::ZERO)
+                .await
+                .unwrap();
+            let names = mqtt_names(&r.messages);
+            let last = r.messages.len() - 1;
+            assert_eq!(names[last].as_deref(), Some(name));
+            assert_eq!(mqtt_name(&r.messages[last]).as_deref(), Some(name));
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
