@@ -52,7 +52,7 @@ pub fn is_plain(level: &str) -> bool {
 /// every byte outside `[A-Za-z0-9_-]` written `%XX` (upper-case hex, as in
 /// RFC 3986). When that is over 127 bytes, it is cut (never inside a `%XX`) and
 /// ends in `|` and a 64-bit FNV-1a hash of the level in hex; the level itself is
-/// then kept in each message ([`crate::message::P_FIRST_LEVEL`]), since the cut
+/// then kept in each message (property `mqtt.first_level`), since the cut
 /// name cannot be decoded. Same level, same core topic, on every node and version.
 pub fn core_of(level: &str) -> Cow<'_, str> {
     if is_plain(level) {
