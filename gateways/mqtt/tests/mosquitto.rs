@@ -311,3 +311,41 @@ async fn any_topic_name_round_trips_v311_and_v5() {
     }
     node.stop().await;
 }
+
+/// Retained messages and shared subscriptions on names with an escaped first
+/// level: the retained one comes back under its name (`#` still skips the `$`
+/// one), and a `$share` group on `/devices/#` gets what is published there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_and_shared_on_escaped_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    for (name, payload) in [("/lamp/1", "on"), ("$TopicA/B", "dollar")] {
+        publish(&node, &["-t", name, "-r", "-q", "1", "-m", payload]).await;
+    }
+    let mut exact = Sub::start(&node, &["-t", "$TopicA/B", "-C", "1", "-v"]).await;
+    assert_eq!(exact.message().await, "$TopicA/B dollar");
+    exact.finish().await;
+    let mut all = Sub::start(&node, &["-t", "#", "-C", "1", "-v"]).await;
+    assert_eq!(all.message().await, "/lamp/1 on");
+    all.finish().await;
+
+    let mut member = Sub::start(
+        &node,
+        &[
+            "-V",
+            "mqttv5",
+            "-t",
+            "$share/g//devices/#",
+            "-q",
+            "1",
+            "-C",
+            "1",
+            "-v",
+        ],
+    )
+    .await;
+    publish(&node, &["-t", "/devices/42/temp", "-q", "1", "-m", "21.5"]).await;
+    assert_eq!(member.message().await, "/devices/42/temp 21.5");
+    member.finish().await;
+    node.stop().await;
+}
