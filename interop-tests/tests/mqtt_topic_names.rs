@@ -92,3 +92,40 @@ async fn curl_publish_to_the_escaped_topic_reaches_mosquitto_sub_of_the_mqtt_nam
     );
     assert_eq!(got.body, b"dollar");
 }
+
+/// `mosquitto_pub -d` of one QoS 1 message; returns the reason code of its PUBACK.
+fn puback_code(node: &Node, version: &str, topic: &str) -> anyhow::Result<u8> {
+    let addr = node.addr("mqtt");
+    let out = tokio::task::block_in_place(|| {
+        Command::new("mosquitto_pub")
+            .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+            .args(["-V", version, "-q", "1", "-d", "-t", topic, "-m", "x"])
+            .output()
+    })
+    .context("running mosquitto_pub")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let code = text
+        .lines()
+        .find_map(|l| l.split_once("received PUBACK (Mid: 1, RC:"))
+        .and_then(|(_, rest)| rest.trim_end_matches(')').parse().ok())
+        .with_context(|| format!("no PUBACK (exit {}): {}", out.status, text.len()))?;
+    Ok(code)
+}
+
+/// A 65,535-byte name (the MQTT maximum) is more than the broker stores: MQTT 5
+/// gets PUBACK 0x90, 3.1.1 an acknowledgement (dropped, not disconnected), and
+/// both are counted in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_name_is_refused_with_0x90_or_acked_and_dropped() {
+    let node = Node::start().expect("start");
+    let name = format!("a/{}", "b".repeat(65_533));
+    assert_eq!(puback_code(&node, "mqttv5", &name).unwrap(), 0x90);
+    assert_eq!(puback_code(&node, "mqttv311", &name).unwrap(), 0);
+    let (status, metrics) =
+        doors::curl(&[&format!("http://{}/metrics", node.addr("http"))]).unwrap();
+    assert_eq!(status, 200);
+    for version in ["5", "3.1.1"] {
+        let line = format!("rocketgate_mqtt_publish_refused_total{{version=\"{version}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in /metrics");
+    }
+}
