@@ -1,7 +1,7 @@
 //! MQTT PUBLISH <-> core message, per the one mapping (`topic.rs`): topic `T/rest`
-//! is core topic `T` (escaped when `T` is not a plain core name) + tag `rest`; user properties travel as message properties
-//! under their own names (reserved names are dropped); MQTT fields travel as
-//! `mqtt.*` properties.
+//! is core topic `T` (escaped when `T` is no plain core name) + tag `rest`; user
+//! properties travel as message properties under their own names (reserved
+//! names are dropped); MQTT fields travel as `mqtt.*` properties.
 
 use std::borrow::Cow;
 
@@ -170,9 +170,7 @@ fn split_checked(name: &str) -> Result<(Cow<'_, str>, Option<&str>), Refused> {
     if topic::is_sys(name) {
         return Err(Refused {
             code: 0x90,
-            reason: format!(
-                "{name:?}: $SYS/ topics are the broker's own; clients cannot publish to them"
-            ),
+            reason: "$SYS/ topics are the broker's own; clients cannot publish to them".into(),
         });
     }
     let (level, tag) = topic::split(name);
