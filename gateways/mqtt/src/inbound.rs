@@ -208,14 +208,21 @@ impl Inbound {
                 refused: None,
             },
             Err(r) => {
-                tracing::debug!(topic = %p.topic, reason = %r.reason, "publish refused");
-                if !v5 && p.qos != QoS::AtMostOnce {
-                    // 3.1.1 has no negative acknowledgement: close.
-                    return Some(End::Server(
-                        DisconnectReasonCode::TopicNameInvalid,
-                        r.reason,
-                    ));
-                }
+                // A well-formed publish this broker does not take ($SYS, a name
+                // too long to store, ...). 3.1.1 has no negative acknowledgement
+                // and requires closing only for malformed packets (those ended
+                // above), so, as Mosquitto does, it is acknowledged and dropped:
+                // closing would make the client send it again, forever.
+                tracing::info!(
+                    client = %cx.session.client_id,
+                    // A name may be 64 KiB: the start says which it was.
+                    topic = %p.topic.chars().take(200).collect::<String>(),
+                    code = r.code,
+                    reason = %r.reason,
+                    "publish refused"
+                );
+                metrics::counter!("rocketgate_mqtt_publish_refused_total", "version" => if v5 { "5" } else { "3.1.1" })
+                    .increment(1);
                 PendingPub {
                     message: None,
                     stored: false,

@@ -23,7 +23,10 @@
 //! `state.rs` (what is kept on disk). Modules depend only on those below them.
 //!
 //! ## The mapping
-//! MQTT topic `T/a/b` is core topic `T` with tag `a/b`. A plain subscription
+//! MQTT topic `T/a/b` is core topic `T` with tag `a/b`; a first level that is no
+//! core topic name (empty, `$`, `.`, any UTF-8, too long) is the escaped core
+//! topic `%MQTT%<percent-encoded T>` (`topic.rs`, docs/mqtt.md "Topic names"),
+//! decoded again on delivery. A plain subscription
 //! follows the core topics its filter can match, with one cursor per core queue
 //! that is committed as the core consumer offset of group `mqtt%c%<client id>`;
 //! `$share/<g>/<filter>` is the core clustering group `mqtt%s%<g>/<filter>`:

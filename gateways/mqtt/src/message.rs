@@ -1,7 +1,9 @@
-//! MQTT PUBLISH <-> core message, per the one mapping (DESIGN.md): topic `T/rest`
-//! is core topic `T` + tag `rest`; user properties travel as message properties
-//! under their own names (reserved names are dropped); MQTT fields travel as
-//! `mqtt.*` properties.
+//! MQTT PUBLISH <-> core message, per the one mapping (`topic.rs`): topic `T/rest`
+//! is core topic `T` (escaped when `T` is no plain core name) + tag `rest`; user
+//! properties travel as message properties under their own names (reserved
+//! names are dropped); MQTT fields travel as `mqtt.*` properties.
+
+use std::borrow::Cow;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -21,6 +23,14 @@ pub const P_RESPONSE_TOPIC: &str = "mqtt.response_topic";
 pub const P_CORRELATION: &str = "mqtt.correlation_data";
 pub const P_PAYLOAD_FORMAT: &str = "mqtt.payload_format";
 pub const P_EXPIRY_AT: &str = "mqtt.expiry_at";
+/// The MQTT first level of a message whose core topic is a shortened escaped
+/// name ([`topic::is_shortened`]), which cannot be decoded.
+pub const P_FIRST_LEVEL: &str = "mqtt.first_level";
+
+/// The most bytes of a topic name kept in a message: the tag (and the first
+/// level of a shortened core topic) are message properties, which the core
+/// stores in at most 32,767 bytes; 1 KiB of those is left for the others.
+pub const MAX_STORED_NAME: usize = rocketgate_core::store::record::MAX_PROPERTIES_LEN - 1024;
 
 /// True for property names a user may not set: RocketMQ's system properties
 /// (all-uppercase names such as `TAGS`, `KEYS`, `UNIQ_KEY`, `__STARTDELIVERTIME`)
@@ -90,11 +100,15 @@ pub fn to_core(
         });
     }
     let (core_topic, tag) = split_checked(name)?;
+    let kept = topic::is_shortened(&core_topic).then(|| topic::split(name).0);
     let mut m = Message::new(core_topic, 0, p.payload.clone());
     m.born_timestamp = now;
     m.born_host = peer;
     if let Some(tag) = tag {
         m = m.with_tags(tag);
+    }
+    if let Some(level) = kept {
+        m.insert_property(P_FIRST_LEVEL, level);
     }
     m.insert_property(P_QOS, (p.qos as u8).to_string());
     if let Some((secs, _)) = delay.filter(|(secs, _)| *secs > 0) {
@@ -150,21 +164,35 @@ pub fn to_core(
     Ok(m)
 }
 
-/// A topic name as core topic and tag, both storable.
-fn split_checked(name: &str) -> Result<(&str, Option<&str>), Refused> {
-    let (core_topic, tag) = topic::split(name);
-    if rocketgate_core::broker::schedule::validate_user_topic(core_topic).is_err() {
+/// A topic name as core topic ([`topic::core_of`]) and tag, both storable. What
+/// it refuses is a name MQTT allows but this broker does not take (0x90).
+fn split_checked(name: &str) -> Result<(Cow<'_, str>, Option<&str>), Refused> {
+    if topic::is_sys(name) {
         return Err(Refused {
             code: 0x90,
-            reason: format!(
-                "the first level {core_topic:?} is not a usable topic: letters, digits, '%', '|', '_' and '-' only"
-            ),
+            reason: "$SYS/ topics are the broker's own; clients cannot publish to them".into(),
         });
     }
-    if tag.is_some_and(|t| !storable(t)) {
+    let (level, tag) = topic::split(name);
+    if !storable(name) {
         return Err(Refused {
             code: 0x90,
             reason: "topic contains control characters 0x01/0x02".into(),
+        });
+    }
+    let core_topic = topic::core_of(level);
+    let kept = if topic::is_shortened(&core_topic) {
+        level.len()
+    } else {
+        0
+    };
+    if tag.map_or(0, str::len) + kept > MAX_STORED_NAME {
+        return Err(Refused {
+            code: 0x90,
+            reason: format!(
+                "topic name of {} bytes: this broker stores names of up to {MAX_STORED_NAME} bytes",
+                name.len()
+            ),
         });
     }
     Ok((core_topic, tag))
@@ -180,7 +208,12 @@ pub fn plain_core_len(p: &Publish) -> Option<Result<usize, Refused>> {
     if p.retain || p.properties.is_some() || p.topic.starts_with(DELAYED_PREFIX) {
         return None;
     }
-    Some(split_checked(&p.topic).map(|(core, _)| core.len()))
+    match split_checked(&p.topic) {
+        Ok((Cow::Borrowed(core), _)) => Some(Ok(core.len())),
+        // An escaped core topic is not a prefix of the name: a `Message` it is.
+        Ok((Cow::Owned(_), _)) => None,
+        Err(r) => Some(Err(r)),
+    }
 }
 
 /// The properties [`to_core`] gives a publish that [`plain_core_len`] accepts,
@@ -448,10 +481,37 @@ mod tests {
     }
 
     #[test]
-    fn bad_first_level_is_refused() {
-        let p = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
-        let e = to_core("bad topic/x", &p, "c", "127.0.0.1:1".parse().unwrap(), 0).unwrap_err();
-        assert_eq!(e.code, 0x90);
+    fn any_first_level_is_stored_under_its_escaped_core_topic() {
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let p = Publish::new("my topic/x", QoS::AtLeastOnce, "x");
+        let m = to_core("my topic/x", &p, "c", peer, 0).unwrap();
+        assert_eq!(
+            (m.topic.as_str(), m.tags()),
+            ("%MQTT%my%20topic", Some("x"))
+        );
+        assert_eq!(m.property(P_FIRST_LEVEL), None, "decodable: nothing kept");
+        let long = format!("{}/x", "é".repeat(100));
+        let p = Publish::new(long.clone(), QoS::AtLeastOnce, "x");
+        let m = to_core(&long, &p, "c", peer, 0).unwrap();
+        assert!(topic::is_shortened(&m.topic), "{}", m.topic);
+        assert_eq!(m.property(P_FIRST_LEVEL), Some("é".repeat(100).as_str()));
+    }
+
+    #[test]
+    fn names_the_broker_does_not_take_are_refused_with_a_reason() {
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let too_long = format!("a/{}", "b".repeat(MAX_STORED_NAME + 1));
+        for name in ["$SYS/broker/uptime", "$SYS", too_long.as_str(), "t/a\u{1}b"] {
+            let p = Publish::new(name, QoS::AtLeastOnce, "x");
+            let e = to_core(name, &p, "c", peer, 0).unwrap_err();
+            assert_eq!(e.code, 0x90, "{name}");
+            assert!(!e.reason.is_empty());
+        }
+        let fits = format!("a/{}", "b".repeat(MAX_STORED_NAME));
+        let p = Publish::new(fits.clone(), QoS::AtLeastOnce, "x");
+        assert!(to_core(&fits, &p, "c", peer, 0).is_ok());
+        let p = Publish::new("$SYSTEM/x", QoS::AtLeastOnce, "x");
+        assert!(to_core("$SYSTEM/x", &p, "c", peer, 0).is_ok());
     }
 
     #[test]
@@ -489,8 +549,10 @@ mod tests {
         let mut with_props = Publish::new("t/x", QoS::AtLeastOnce, "x");
         with_props.properties = Some(empty_props());
         assert!(plain_core_len(&with_props).is_none());
-        let bad = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
-        assert_eq!(plain_core_len(&bad).unwrap().unwrap_err().code, 0x90);
+        let escaped = Publish::new("bad topic/x", QoS::AtLeastOnce, "x");
+        assert!(plain_core_len(&escaped).is_none());
+        let sys = Publish::new("$SYS/x", QoS::AtLeastOnce, "x");
+        assert_eq!(plain_core_len(&sys).unwrap().unwrap_err().code, 0x90);
         let control = Publish::new("t/a\u{2}b", QoS::AtLeastOnce, "x");
         assert_eq!(plain_core_len(&control).unwrap().unwrap_err().code, 0x90);
     }

@@ -35,6 +35,7 @@
 //! The router also watches the topic list, so subscriptions whose first level is a
 //! wildcard see new core topics as they appear.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -569,10 +570,28 @@ pub fn read_log<'a, B: MessagingApi>(
     })
 }
 
-/// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`).
+/// The MQTT topic name of a stored message (core topic `T` + tag `a/b` = `T/a/b`,
+/// `T` decoded when escaped).
 pub fn mqtt_name(m: &Delivered) -> Option<Arc<str>> {
     let view = RecordView::parse(&m.record).ok()?;
-    Some(joined(view.topic(), view.tags()))
+    Some(joined(&first_level(&view), view.tags()))
+}
+
+/// The MQTT first level of a stored message: its core topic, decoded when
+/// escaped (plain topics, the common case, only pay a prefix compare).
+fn first_level<'a>(view: &'a RecordView<'a>) -> Cow<'a, str> {
+    let topic = view.topic();
+    if !topic.starts_with(crate::topic::ESCAPED_PREFIX) {
+        return Cow::Borrowed(topic);
+    }
+    let kept = crate::topic::is_shortened(topic)
+        .then(|| {
+            view.properties()
+                .find(|(k, _)| *k == crate::message::P_FIRST_LEVEL)
+                .map(|(_, v)| v)
+        })
+        .flatten();
+    crate::topic::level_of(topic, kept)
 }
 
 fn joined(topic: &str, tag: Option<&str>) -> Arc<str> {
@@ -621,6 +640,8 @@ fn names_and_heads(
     const KEEP: usize = 4;
     let mut last: [Option<Arc<str>>; KEEP] = Default::default();
     let mut next = 0;
+    // The last escaped core topic and its MQTT first level.
+    let mut decoded: Option<(String, String)> = None;
     messages
         .iter()
         .map(|m| {
@@ -632,7 +653,21 @@ fn names_and_heads(
                 );
             }
             let view = view?;
-            let (topic, tag) = (view.topic(), view.tags());
+            let tag = view.tags();
+            let topic = view.topic();
+            // A batch is one core topic: an escaped one is decoded once, not per
+            // message (a shortened one per message: its kept level may differ).
+            let topic: &str = if topic.starts_with(crate::topic::ESCAPED_PREFIX) {
+                let stale = decoded
+                    .as_ref()
+                    .is_none_or(|(core, _)| core != topic || crate::topic::is_shortened(topic));
+                if stale {
+                    decoded = Some((topic.to_owned(), first_level(&view).into_owned()));
+                }
+                decoded.as_ref().map_or(topic, |(_, level)| level.as_str())
+            } else {
+                topic
+            };
             let same = |n: &str| match tag {
                 None => n == topic,
                 Some(t) => {
@@ -1072,6 +1107,37 @@ mod tests {
         let n = |i: usize| names[i].as_ref().unwrap();
         assert!(Arc::ptr_eq(n(0), n(2)), "a recent name is shared");
         assert!(Arc::ptr_eq(n(1), n(5)));
+    }
+
+    #[tokio::test]
+    async fn escaped_core_topics_are_named_by_their_mqtt_first_level() {
+        use bytes::Bytes;
+        use mqttbytes::QoS;
+        use mqttbytes::v5::Publish;
+        let dir = tempfile::tempdir().unwrap();
+        let api = node(dir.path());
+        let long = format!("{}/t", "é".repeat(100));
+        let peer = "127.0.0.1:1".parse().unwrap();
+        for name in [
+            "/devices/42/temp",
+            "/devices/43/temp",
+            "$TopicA/B",
+            long.as_str(),
+        ] {
+            let p = Publish::new(name, QoS::AtLeastOnce, Bytes::from_static(b"x"));
+            let m = crate::message::to_core(name, &p, "c", peer, 0).unwrap();
+            let topic = m.topic.clone();
+            api.send_batch(vec![m], QueueChoice::Queue(0))
+                .await
+                .unwrap();
+            let r = read_log(&*api, &topic, 0, 0, 100, Duration::ZERO)
+                .await
+                .unwrap();
+            let names = mqtt_names(&r.messages);
+            let last = r.messages.len() - 1;
+            assert_eq!(names[last].as_deref(), Some(name));
+            assert_eq!(mqtt_name(&r.messages[last]).as_deref(), Some(name));
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

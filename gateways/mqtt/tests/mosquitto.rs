@@ -245,3 +245,107 @@ async fn retained_messages_and_persistent_sessions_across_restart() {
     );
     node.stop().await;
 }
+
+/// Issue #30: topic names whose first level is no core topic name make the round
+/// trip with their exact name, in both versions; `#` does not see `$TopicA/B`
+/// (MQTT-4.7.2-1) and `+/devices/#` sees `/devices/42/temp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_topic_name_round_trips_v311_and_v5() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let names = [
+        "/devices/42/temp",
+        "home.assistant/x",
+        "$TopicA/B",
+        "café/☕",
+        "a//b",
+    ];
+    for version in ["mqttv311", "mqttv5"] {
+        let mut all = Sub::start(&node, &["-V", version, "-t", "#", "-q", "1", "-v"]).await;
+        let mut plus = Sub::start(
+            &node,
+            &["-V", version, "-t", "+/devices/#", "-q", "1", "-v"],
+        )
+        .await;
+        for name in names {
+            let mut exact = Sub::start(
+                &node,
+                &["-V", version, "-t", name, "-q", "1", "-C", "1", "-v"],
+            )
+            .await;
+            let payload = format!("{version}-{name}");
+            publish(
+                &node,
+                &["-V", version, "-t", name, "-q", "1", "-m", &payload],
+            )
+            .await;
+            assert_eq!(exact.message().await, format!("{name} {payload}"));
+            exact.finish().await;
+        }
+        // A plain marker last: `#` has seen everything it will see before it.
+        publish(
+            &node,
+            &["-V", version, "-t", "names/done", "-q", "1", "-m", "end"],
+        )
+        .await;
+        let mut want: Vec<String> = names
+            .iter()
+            .filter(|n| !n.starts_with('$'))
+            .map(|n| format!("{n} {version}-{n}"))
+            .collect();
+        want.sort();
+        // Core topics are followed apart, so the marker may overtake the others.
+        let (mut seen, mut done) = (Vec::new(), false);
+        while !done || seen.len() < want.len() {
+            match all.message().await {
+                line if line == "names/done end" => done = true,
+                line => seen.push(line),
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, want, "'#' sees every name but the $ one");
+        assert_eq!(
+            plus.message().await,
+            format!("/devices/42/temp {version}-/devices/42/temp")
+        );
+    }
+    node.stop().await;
+}
+
+/// Retained messages and shared subscriptions on names with an escaped first
+/// level: the retained one comes back under its name (`#` still skips the `$`
+/// one), and a `$share` group on `/devices/#` gets what is published there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_and_shared_on_escaped_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    for (name, payload) in [("/lamp/1", "on"), ("$TopicA/B", "dollar")] {
+        publish(&node, &["-t", name, "-r", "-q", "1", "-m", payload]).await;
+    }
+    let mut exact = Sub::start(&node, &["-t", "$TopicA/B", "-C", "1", "-v"]).await;
+    assert_eq!(exact.message().await, "$TopicA/B dollar");
+    exact.finish().await;
+    let mut all = Sub::start(&node, &["-t", "#", "-C", "1", "-v"]).await;
+    assert_eq!(all.message().await, "/lamp/1 on");
+    all.finish().await;
+
+    let mut member = Sub::start(
+        &node,
+        &[
+            "-V",
+            "mqttv5",
+            "-t",
+            "$share/g//devices/#",
+            "-q",
+            "1",
+            "-C",
+            "1",
+            "-v",
+        ],
+    )
+    .await;
+    publish(&node, &["-t", "/devices/42/temp", "-q", "1", "-m", "21.5"]).await;
+    assert_eq!(member.message().await, "/devices/42/temp 21.5");
+    member.finish().await;
+    node.stop().await;
+}

@@ -58,3 +58,23 @@ async fn paho_will_on_dropped_connection() {
 async fn paho_v5_shared_subscription() {
     scenario("shared").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v311_any_topic_name_round_trips() {
+    scenario("names-v311").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v5_any_topic_name_round_trips() {
+    scenario("names-v5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v311_refused_publish_is_acked_and_dropped_not_disconnected() {
+    scenario("refusals-v311").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v5_refused_publish_gets_0x90_and_a_reason_string() {
+    scenario("refusals-v5").await;
+}

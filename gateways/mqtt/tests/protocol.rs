@@ -130,7 +130,7 @@ async fn bad_topic_name_gets_a_negative_puback_with_a_reason_string() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path()).await;
     let (mut raw, _) = Raw::connect_v5(node.addr, "neg", None).await;
-    raw.send(publish("bad topic/x", QoS::AtLeastOnce, 3, b"x"))
+    raw.send(publish("$SYS/broker/x", QoS::AtLeastOnce, 3, b"x"))
         .await;
     match raw.recv().await {
         Some(Packet::PubAck(a)) => {
@@ -141,7 +141,7 @@ async fn bad_topic_name_gets_a_negative_puback_with_a_reason_string() {
                     .unwrap()
                     .reason_string
                     .unwrap()
-                    .contains("bad topic")
+                    .contains("$SYS/ topics are the broker's own")
             );
         }
         other => panic!("expected PUBACK, got {other:?}"),

@@ -260,7 +260,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
             _ => None,
         };
         if let Some((code, why)) = disconnect {
-            tracing::debug!(client = %client_id, ?code, why, "server closes the connection");
+            if self.out.v5() {
+                tracing::debug!(client = %client_id, ?code, why, "server closes the connection");
+            } else {
+                // A 3.1.1 client is not told why: the log is the only place it shows.
+                tracing::info!(client = %client_id, ?code, why, "server closes a 3.1.1 connection");
+            }
             if self.out.v5() {
                 let mut d = Disconnect::new();
                 d.reason_code = code;

@@ -67,7 +67,7 @@ class Client:
         if qos > 0:
             info.wait_for_publish(timeout=WAIT)
             if not info.is_published():
-                fail(f"publish to {topic} not acknowledged")
+                fail(f"publish to {short(topic)} not acknowledged")
 
     def message(self):
         try:
@@ -183,6 +183,121 @@ def shared():
         m.stop()
     pub.stop()
 
+# Topic names MQTT allows whose first level is no core topic name (issue #30):
+# empty, a dot, `$`, UTF-8, a space, an empty level inside, and a long first level
+# (cut and hashed) in a name near the broker's 31,743-byte limit.
+LONG_NAME = "long." + "l" * 300 + "/" + "x" * 31000
+# Over the 31,743 bytes the broker stores, within the test server's 32 KiB packets.
+TOO_LONG = "a/" + "b" * 31800
+ODD_NAMES = [
+    "/devices/42/temp",
+    "home.assistant/x",
+    "$TopicA/B",
+    "café/☕",
+    "a//b",
+    "my topic",
+    LONG_NAME,
+]
+
+
+def take(client, n):
+    """The next n messages of client as (topic, payload) pairs, any order."""
+    got = []
+    deadline = time.time() + WAIT
+    while len(got) < n and time.time() < deadline:
+        try:
+            m = client.messages.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        got.append((m.topic, m.payload))
+    return got
+
+
+def short(name):
+    return name if len(name) < 60 else f"{name[:40]}...({len(name)} bytes)"
+
+
+def any_topic_name(v5):
+    tag = "v5" if v5 else "v311"
+    exact = Client(f"paho-names-exact-{tag}", v5).connect()
+    for name in ODD_NAMES:
+        exact.subscribe(name, 1)
+    everything = Client(f"paho-names-all-{tag}", v5).connect()
+    everything.subscribe("#", 1)
+    devices = Client(f"paho-names-plus-{tag}", v5).connect()
+    devices.subscribe("+/devices/#", 1)
+    dollar = Client(f"paho-names-dollar-{tag}", v5).connect()
+    dollar.subscribe("$TopicA/#", 1)
+    pub = Client(f"paho-names-pub-{tag}", v5).connect()
+    for name in ODD_NAMES:
+        pub.publish(name, f"{tag}:{name[:20]}".encode(), 1)
+    want = {(n, f"{tag}:{n[:20]}".encode()) for n in ODD_NAMES}
+    got = take(exact, len(ODD_NAMES))
+    if set(got) != want:
+        fail(f"exact subscriptions got {sorted(short(t) for t, _ in got)}")
+    # `#` sees every name but the one starting with `$` (MQTT-4.7.2-1); the
+    # marker, published last on a plain topic, says the others had their chance.
+    pub.publish("names/done", b"marker", 1)
+    want_all = {(n, p) for n, p in want if not n.startswith("$")} | {("names/done", b"marker")}
+    got = take(everything, len(want_all))
+    if set(got) != want_all:
+        fail(f"'#' got {sorted(short(t) for t, _ in got)}")
+    try:
+        extra = everything.messages.get(timeout=1)
+        fail(f"'#' also got {short(extra.topic)}")
+    except queue.Empty:
+        pass
+    got = take(devices, 1)
+    if got != [("/devices/42/temp", f"{tag}:/devices/42/temp".encode())]:
+        fail(f"'+/devices/#' got {got}")
+    got = take(dollar, 1)
+    if got != [("$TopicA/B", f"{tag}:$TopicA/B".encode())]:
+        fail(f"'$TopicA/#' got {got}")
+    for c in (exact, everything, devices, dollar, pub):
+        c.stop()
+
+
+def refusals_v311():
+    """A 3.1.1 publish the broker does not take is acknowledged and dropped; the
+    connection stays up. A wildcard in a PUBLISH name is malformed: closed."""
+    sub = Client("paho-refused-sub", False).connect()
+    sub.subscribe("#", 1)
+    sub.subscribe("$SYS/#", 1)
+    pub = Client("paho-refused-pub", False).connect()
+    pub.publish("$SYS/broker/fake", b"no", 1)
+    pub.publish(TOO_LONG, b"too long", 1)
+    pub.publish("after/refusals", b"still up", 1)
+    got = take(sub, 1)
+    if got != [("after/refusals", b"still up")]:
+        fail(f"got {[(short(t), p) for t, p in got]}")
+    try:
+        extra = sub.messages.get(timeout=1)
+        fail(f"a refused publish was delivered: {short(extra.topic)}")
+    except queue.Empty:
+        pass
+    sub.stop()
+    pub.stop()
+
+
+def refusals_v5():
+    """MQTT 5: each refusal is PUBACK 0x90 with a reason string."""
+    reasons = queue.Queue()
+    pub = Client("paho-refused-v5", True)
+    pub.c.on_publish = lambda c, u, mid, rc, props: reasons.put((mid, rc, props))
+    pub.connect()
+    for name, why in [("$SYS/broker/fake", "$SYS/"), (TOO_LONG, "bytes")]:
+        info = pub.c.publish(name, b"x", qos=1)
+        try:
+            mid, rc, props = reasons.get(timeout=WAIT)
+        except queue.Empty:
+            fail(f"no PUBACK for {short(name)}")
+        if mid != info.mid or rc.value != 0x90:
+            fail(f"{short(name)}: PUBACK {rc} for mid {mid}")
+        text = getattr(props, "ReasonString", "") if props is not None else ""
+        if why not in text:
+            fail(f"{short(name)}: reason string {text!r}")
+    pub.stop()
+
 
 SCENARIOS = {
     "qos-v311": lambda: every_qos(False),
@@ -191,6 +306,10 @@ SCENARIOS = {
     "topic-alias": topic_alias,
     "will": will,
     "shared": shared,
+    "names-v311": lambda: any_topic_name(False),
+    "names-v5": lambda: any_topic_name(True),
+    "refusals-v311": refusals_v311,
+    "refusals-v5": refusals_v5,
 }
 
 if __name__ == "__main__":
