@@ -67,16 +67,7 @@ pub fn retry_message(
 /// and no delay properties.
 fn origin_marked(view: &RecordView<'_>) -> Message {
     let mut msg = view.to_message();
-    for p in [
-        property::DELAY_TIME_LEVEL,
-        property::TIMER_DELIVER_MS,
-        property::TIMER_DELAY_MS,
-        property::TIMER_DELAY_SEC,
-        property::START_DELIVER_TIME,
-        property::REAL_TOPIC,
-        property::REAL_QUEUE_ID,
-        delay::DELIVER_AT,
-    ] {
+    for p in delay::DELAY_PROPERTIES {
         msg.remove_property(p);
     }
     if msg.property(property::RETRY_TOPIC).is_none() {

@@ -61,8 +61,9 @@ use crate::{Error, Result};
 /// epoch, broker clock); RocketMQ 5's name for it.
 pub const DELIVER_AT: &str = "TIMER_OUT_MS";
 
-/// Properties that ask for a delay; removed when the message is delivered.
-const DELAY_PROPERTIES: &[&str] = &[
+/// Properties that ask for a delay; removed when the message is delivered (and
+/// when a retry re-sends a message, which gets a delay of its own).
+pub(crate) const DELAY_PROPERTIES: &[&str] = &[
     property::DELAY_TIME_LEVEL,
     property::TIMER_DELIVER_MS,
     property::TIMER_DELAY_MS,
