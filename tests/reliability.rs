@@ -277,16 +277,12 @@ fn a_flipped_bit_in_a_stored_body_is_never_served() {
     node.stop();
 }
 
-#[test]
-fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_returns() {
-    let fs = Tmpfs::mount(8);
-    // Space another program holds, freed later.
-    std::fs::write(fs.path().join("other-program"), vec![1u8; 2 << 20]).unwrap();
-    let node = Node::start(&fs.path().join("data"));
-    let body = "m".repeat(4000);
+/// Publishes `body` to `topic` until the node refuses; the refusal must be 503
+/// `disk_full`. Returns how many publishes were acknowledged before it.
+fn fill_until_disk_full(node: &Node, topic: &str, body: &str) -> u64 {
     let mut acked = 0u64;
     let refused = loop {
-        let (code, resp) = publish(&node, "pressure", &body);
+        let (code, resp) = publish(node, topic, body);
         if code != 201 {
             break (code, resp);
         }
@@ -300,6 +296,17 @@ fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_
         "{}",
         refused.1
     );
+    acked
+}
+
+#[test]
+fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_returns() {
+    let fs = Tmpfs::mount(8);
+    // Space another program holds, freed later.
+    std::fs::write(fs.path().join("other-program"), vec![1u8; 2 << 20]).unwrap();
+    let node = Node::start(&fs.path().join("data"));
+    let body = "m".repeat(4000);
+    let acked = fill_until_disk_full(&node, "pressure", &body);
     // The MQTT door says the same to an MQTT 5 device: PUBACK 0x97 quota exceeded.
     let (host, port) = node.mqtt.rsplit_once(':').unwrap();
     let out = Command::new("mosquitto_pub")
@@ -346,22 +353,7 @@ fn a_file_system_out_of_space_below_the_hard_ratio_is_disk_full_not_internal() {
         .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "0.99");
     let node = Node::start_with(cmd);
     let body = "e".repeat(4000);
-    let mut acked = 0u64;
-    let refused = loop {
-        let (code, resp) = publish(&node, "enospc", &body);
-        if code != 201 {
-            break (code, resp);
-        }
-        acked += 1;
-        assert!(acked < 4000, "8 MiB cannot hold {acked} x 4 KB");
-    };
-    assert_eq!(refused.0, 503, "{}", refused.1);
-    assert_eq!(
-        json(&refused.1)["error"]["code"],
-        "disk_full",
-        "{}",
-        refused.1
-    );
+    let acked = fill_until_disk_full(&node, "enospc", &body);
     // What was acknowledged is still served.
     let (_, replay) = node.curl(&["/v1/topics/enospc/queues/0/messages?offset=0&max=1"]);
     assert_eq!(json(&replay)["max_offset"], acked, "{replay}");
