@@ -90,6 +90,7 @@ async fn start_mqtt(
     settings.max_inflight = m.max_inflight;
     settings.max_session_expiry = u32::try_from(m.max_session_expiry.as_secs()).unwrap_or(u32::MAX);
     settings.max_keep_alive = u16::try_from(m.max_keep_alive.as_secs()).unwrap_or(u16::MAX);
+    settings.server_keep_alive = u16::try_from(m.server_keep_alive.as_secs()).unwrap_or(u16::MAX);
     settings.topic_alias_maximum = m.topic_alias_maximum;
     let (server, addr) =
         rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)

@@ -282,9 +282,15 @@ pub struct MqttConfig {
     /// Longest session expiry granted (also for 3.1.1 persistent sessions).
     #[serde(with = "units::duration")]
     pub max_session_expiry: Duration,
-    /// Longest keep-alive granted; 0 accepts any (v5 clients are told the server's value).
+    /// Longest keep-alive granted to MQTT 5 clients; 0 accepts any (a client asking
+    /// more, or 0, is told the server's value). 3.1.1 clients, which cannot be told,
+    /// keep their own.
     #[serde(with = "units::duration")]
     pub max_keep_alive: Duration,
+    /// The keep-alive every MQTT 5 client gets, told in CONNACK (Server Keep Alive)
+    /// when it asked another; 0 = the client's own (capped by `max_keep_alive`).
+    #[serde(with = "units::duration")]
+    pub server_keep_alive: Duration,
     /// Topic aliases a v5 client may use towards the server.
     pub topic_alias_maximum: u16,
 }
@@ -297,6 +303,7 @@ impl Default for MqttConfig {
             max_inflight: 1024,
             max_session_expiry: Duration::from_secs(7 * 24 * 3600),
             max_keep_alive: Duration::ZERO,
+            server_keep_alive: Duration::ZERO,
             topic_alias_maximum: 64,
         }
     }
@@ -591,6 +598,9 @@ impl Config {
         }
         if m.max_keep_alive.as_secs() > u64::from(u16::MAX) {
             bad.push("mqtt.max_keep_alive must be at most 65535s".to_string());
+        }
+        if m.server_keep_alive.as_secs() > u64::from(u16::MAX) {
+            bad.push("mqtt.server_keep_alive must be at most 65535s".to_string());
         }
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());

@@ -5,11 +5,13 @@
 //! values (no properties, success reasons), and v5 values are lowered to v4 on the
 //! way out.
 //!
-//! Two gaps of `mqttbytes` 0.6 are covered here: a v5 DISCONNECT with a
+//! Gaps of `mqttbytes` 0.6 are covered here: a v5 DISCONNECT with a
 //! remaining length of 0 or 1 (both legal) is read without its codec, and the
 //! frame is checked against the size limit before anything is consumed, so an
 //! oversize packet is reported as such rather than as garbage; a v5 CONNACK
-//! always carries its property length.
+//! always carries its property length; and what the codec reads without
+//! complaint but MQTT requires refusing (fixed-header flags, contradicting
+//! CONNECT flags, reserved subscription-option bits) is refused (`check_wire`).
 
 use bytes::{Buf, BufMut, BytesMut};
 use mqttbytes::v5::{self, Packet};
@@ -104,6 +106,7 @@ pub fn read(
         return Ok(None);
     }
     let kind = buf[0] >> 4;
+    check_wire(version, &buf[..size], header_len)?;
     if kind == 14 && remaining <= 1 {
         let reason = if remaining == 1 { buf[header_len] } else { 0 };
         buf.advance(size);
@@ -120,6 +123,105 @@ pub fn read(
         Version::V5 => v5::read(buf, max).map(Some).map_err(malformed),
         Version::V4 => v4::read(buf, max).map(|p| Some(lift(p))).map_err(malformed),
     }
+}
+
+/// What `mqttbytes` reads without complaint but MQTT requires the server to
+/// refuse: fixed-header flags other than the packet type's (MQTT-3.8.1-1,
+/// 3.10.1-1, 3.6.1-1, 3.14.1-1: malformed), CONNECT flags that contradict each
+/// other (MQTT-3.1.2-3, 3.1.2-11..15, 3.1.2-22), and reserved bits or Retain
+/// Handling 3 in SUBSCRIBE options (MQTT-3.8.3-4 of 3.1.1, 3.8.3-5 of 5.0).
+/// `packet` is one whole packet, its variable header at `header_len`.
+fn check_wire(version: Version, packet: &[u8], header_len: usize) -> Result<(), CodecError> {
+    let kind = packet[0] >> 4;
+    let flags = packet[0] & 0x0F;
+    let want = match kind {
+        1 | 4 | 5 | 7 | 12 | 14 => Some(0),
+        6 | 8 | 10 => Some(0b0010),
+        _ => None,
+    };
+    if let Some(w) = want
+        && flags != w
+    {
+        return Err(CodecError::Malformed(format!(
+            "fixed header flags {flags:#06b} of packet type {kind}"
+        )));
+    }
+    let body = &packet[header_len..];
+    match kind {
+        1 => check_connect_flags(body),
+        8 => check_subscribe_options(version, body),
+        _ => Ok(()),
+    }
+}
+
+fn check_connect_flags(body: &[u8]) -> Result<(), CodecError> {
+    if body.len() < 2 {
+        return Ok(()); // too short: the codec reports it
+    }
+    let name_len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+    let (Some(&level), Some(&flags)) = (body.get(2 + name_len), body.get(3 + name_len)) else {
+        return Ok(());
+    };
+    let bad = |why: &str| {
+        Err(CodecError::Malformed(format!(
+            "CONNECT flags {flags:#010b}: {why}"
+        )))
+    };
+    if flags & 0x01 != 0 {
+        return bad("the reserved flag is set");
+    }
+    let will = flags & 0x04 != 0;
+    let will_qos = (flags >> 3) & 0x03;
+    let will_retain = flags & 0x20 != 0;
+    if !will && (will_qos != 0 || will_retain) {
+        return bad("will QoS or will retain without the will flag");
+    }
+    if will_qos == 3 {
+        return bad("will QoS 3");
+    }
+    if level == 4 && flags & 0x40 != 0 && flags & 0x80 == 0 {
+        return bad("a password without a user name");
+    }
+    Ok(())
+}
+
+fn check_subscribe_options(version: Version, body: &[u8]) -> Result<(), CodecError> {
+    let mut at = 2; // packet identifier
+    if version == Version::V5 {
+        let mut len = 0usize;
+        for i in 0..4 {
+            let Some(&b) = body.get(at) else {
+                return Ok(());
+            };
+            at += 1;
+            len |= usize::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        at += len;
+    }
+    while at + 2 <= body.len() {
+        let n = usize::from(u16::from_be_bytes([body[at], body[at + 1]]));
+        at += 2 + n;
+        let Some(&opts) = body.get(at) else {
+            return Ok(());
+        };
+        at += 1;
+        let reserved = match version {
+            Version::V4 => opts & 0xFC,
+            Version::V5 => opts & 0xC0,
+        };
+        if reserved != 0 {
+            return Err(CodecError::Malformed(format!(
+                "reserved bits set in subscription options {opts:#010b}"
+            )));
+        }
+        if version == Version::V5 && (opts >> 4) & 0x03 == 3 {
+            return Err(CodecError::Protocol("retain handling 3".into()));
+        }
+    }
+    Ok(())
 }
 
 fn disconnect_reason(code: u8) -> Result<v5::DisconnectReasonCode, CodecError> {
@@ -475,6 +577,44 @@ mod tests {
             read(Version::V4, &mut b, 100),
             Err(CodecError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn what_mqttbytes_takes_but_mqtt_forbids_is_refused() {
+        let read4 = |b: &[u8]| read(Version::V4, &mut BytesMut::from(b), 1024);
+        let read5 = |b: &[u8]| read(Version::V5, &mut BytesMut::from(b), 1024);
+        let malformed =
+            |r: Result<Option<Packet>, CodecError>| matches!(r, Err(CodecError::Malformed(_)));
+        // SUBSCRIBE / UNSUBSCRIBE / PUBREL / DISCONNECT with other fixed-header flags.
+        assert!(malformed(read4(&[0x80, 6, 0, 1, 0, 1, b'a', 1])));
+        assert!(malformed(read4(&[0xA0, 5, 0, 1, 0, 1, b'a'])));
+        assert!(malformed(read4(&[0x60, 2, 0, 1])));
+        assert!(malformed(read4(&[0xE1, 0])));
+        assert!(malformed(read5(&[0xE2, 0])));
+        // Reserved bits in subscription options; retain handling 3 (v5).
+        assert!(malformed(read4(&[0x82, 6, 0, 1, 0, 1, b'a', 0x05])));
+        assert!(malformed(read5(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0xC1])));
+        assert!(matches!(
+            read5(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x31]),
+            Err(CodecError::Protocol(_))
+        ));
+        assert!(
+            read5(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x2D])
+                .unwrap()
+                .is_some()
+        );
+        // CONNECT: reserved flag, will QoS/retain without a will, a password without a user.
+        let connect = |flags: u8| {
+            let mut b = vec![
+                0x10, 12, 0, 4, b'M', b'Q', b'T', b'T', 4, flags, 0, 30, 0, 0,
+            ];
+            b[1] = (b.len() - 2) as u8;
+            read4(&b)
+        };
+        assert!(connect(0x02).unwrap().is_some());
+        for bad in [0x03, 0x0A, 0x22, 0x42] {
+            assert!(malformed(connect(bad)), "{bad:#x}");
+        }
     }
 
     #[test]

@@ -168,7 +168,22 @@ where
         tokio::select! {
             biased;
             _ = &mut stopping => break End::Shutdown,
-            Some(t) = taken_over(&mut tk_rx) => break End::Takeover(t),
+            Some(t) = taken_over(&mut tk_rx) => {
+                // What the client sent on this connection before it opened the
+                // new one (typically DISCONNECT, maybe with a session expiry of 0)
+                // is handled first, as a broker reading both in order would.
+                match Box::pin(read_pending(&mut conn, &mut rd, &mut inbuf)).await {
+                    None => break End::Takeover(t),
+                    Some(end) => {
+                        // Ended by the client after all: `finish` hands the session
+                        // to the new connection (or not, if the session ended).
+                        let (tx, rx) = oneshot::channel();
+                        let _ = tx.send(t);
+                        tk_rx = Some(rx);
+                        break end;
+                    }
+                }
+            }
             // Early in the order, so a busy session still commits every second.
             // The keep-alive is checked here too (to the second: one timer per
             // connection instead of a new one each turn of the loop).
@@ -246,6 +261,26 @@ where
     let out = conn.out.take();
     drop(conn);
     write_out(&mut wr, out).await;
+}
+
+/// Handles what has already arrived on the socket, without waiting for more;
+/// `Some(end)` when it ends the connection.
+async fn read_pending<B, R>(conn: &mut Conn<B>, rd: &mut R, inbuf: &mut BytesMut) -> Option<End>
+where
+    B: MessagingApi + 'static,
+    R: AsyncRead + Unpin,
+{
+    loop {
+        // A zero timeout still polls the read once.
+        match tokio::time::timeout(Duration::ZERO, rd.read_buf(inbuf)).await {
+            Ok(Ok(n)) if n > 0 => {
+                if let Some(end) = conn.on_bytes(inbuf).await {
+                    return Some(end);
+                }
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// Encoded output beyond this and the connection stops making more (and stops

@@ -126,6 +126,15 @@ impl Inbound {
         mut p: Publish,
     ) -> Option<End> {
         let v5 = cx.out.v5();
+        if p.properties
+            .as_ref()
+            .is_some_and(|pr| !pr.subscription_identifiers.is_empty())
+        {
+            // MQTT-3.3.4-6: only the server puts subscription identifiers on a PUBLISH.
+            return Some(End::protocol(
+                "a PUBLISH from a client with a subscription identifier",
+            ));
+        }
         // Topic alias (v5).
         if let Some(alias) = p.properties.as_mut().and_then(|pr| pr.topic_alias.take()) {
             if alias == 0 || alias > cx.shared.settings.topic_alias_maximum {

@@ -23,6 +23,12 @@ pub const P_RESPONSE_TOPIC: &str = "mqtt.response_topic";
 pub const P_CORRELATION: &str = "mqtt.correlation_data";
 pub const P_PAYLOAD_FORMAT: &str = "mqtt.payload_format";
 pub const P_EXPIRY_AT: &str = "mqtt.expiry_at";
+/// A PUBLISH's user properties as a JSON list of `[name, value]` pairs, kept when
+/// message properties cannot carry them exactly: a name given twice, a reserved
+/// or empty name, or a separator character (MQTT-3.3.2-17/18: all of them, in
+/// order). The ones that can be are message properties as well, for the other
+/// doors (a repeated name with its last value).
+pub const P_USER_PROPERTIES: &str = "mqtt.user_properties";
 /// The MQTT first level of a message whose core topic is a shortened escaped
 /// name ([`topic::is_shortened`]), which cannot be decoded.
 pub const P_FIRST_LEVEL: &str = "mqtt.first_level";
@@ -153,12 +159,23 @@ pub fn to_core(
         if let Some(cd) = &props.correlation_data {
             m.insert_property(P_CORRELATION, B64.encode(cd));
         }
-        for (k, v) in &props.user_properties {
-            if is_reserved(k) || k.is_empty() || !storable(k) || !storable(v) {
-                tracing::debug!(name = %k, "dropping a user property with a reserved or unstorable name");
-                continue;
+        let plain =
+            |k: &str, v: &str| !is_reserved(k) && !k.is_empty() && storable(k) && storable(v);
+        let ups = &props.user_properties;
+        let exact = ups
+            .iter()
+            .enumerate()
+            .all(|(i, (k, v))| plain(k, v) && !ups[..i].iter().any(|(seen, _)| seen == k));
+        if !exact {
+            // JSON escapes the separators, so the list is always storable.
+            if let Ok(list) = serde_json::to_string(ups) {
+                m.insert_property(P_USER_PROPERTIES, list);
             }
-            m.insert_property(k.clone(), v.clone());
+        }
+        for (k, v) in ups {
+            if plain(k, v) {
+                m.insert_property(k.clone(), v.clone());
+            }
         }
     }
     Ok(m)
@@ -315,6 +332,7 @@ pub fn read_meta<'a>(
     mut props_out: Option<&mut PublishProperties>,
 ) -> Meta<'a> {
     let mut meta = Meta::default();
+    let mut exact_list = None;
     for (k, v) in props {
         match k {
             P_QOS => {
@@ -331,7 +349,11 @@ pub fn read_meta<'a>(
             _ => {
                 let given = matches!(
                     k,
-                    P_CONTENT_TYPE | P_RESPONSE_TOPIC | P_CORRELATION | P_PAYLOAD_FORMAT
+                    P_CONTENT_TYPE
+                        | P_RESPONSE_TOPIC
+                        | P_CORRELATION
+                        | P_PAYLOAD_FORMAT
+                        | P_USER_PROPERTIES
                 ) || !is_reserved(k);
                 meta.v5_properties |= given;
                 let Some(out) = props_out.as_deref_mut().filter(|_| given) else {
@@ -342,11 +364,15 @@ pub fn read_meta<'a>(
                     P_RESPONSE_TOPIC => out.response_topic = Some(v.to_owned()),
                     P_CORRELATION => out.correlation_data = B64.decode(v).ok().map(Bytes::from),
                     P_PAYLOAD_FORMAT => out.payload_format_indicator = v.parse().ok(),
+                    P_USER_PROPERTIES => exact_list = serde_json::from_str(v).ok(),
                     _ if is_reserved(k) => {}
                     _ => out.user_properties.push((k.to_owned(), v.to_owned())),
                 }
             }
         }
+    }
+    if let (Some(out), Some(list)) = (props_out, exact_list) {
+        out.user_properties = list;
     }
     meta
 }
@@ -438,12 +464,57 @@ mod tests {
         assert_eq!(meta.origin, Some("c1"));
         assert_eq!(out.content_type.as_deref(), Some("text/plain"));
         assert_eq!(out.correlation_data.as_deref(), Some(&b"\x00\x01id"[..]));
+        // A reserved name is no message property of its own (the user's `TAGS`
+        // is not the tag), but MQTT subscribers get every user property back, in
+        // order (MQTT-3.3.2-17/18).
+        assert_eq!(m.property("TAGS"), Some("room1/temp"));
         assert_eq!(
             out.user_properties,
-            vec![("color".to_string(), "red".to_string())]
+            vec![
+                ("color".to_string(), "red".to_string()),
+                ("TAGS".to_string(), "x".to_string())
+            ]
         );
         assert_eq!(remaining_expiry(meta.expiry_at, 31_000), Ok(Some(30)));
         assert!(remaining_expiry(meta.expiry_at, 61_000).is_err());
+    }
+
+    #[test]
+    fn user_properties_keep_order_and_repeated_names() {
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let ups = |list: &[(&str, &str)]| {
+            let mut p = Publish::new("a/b", QoS::AtLeastOnce, "x");
+            let mut props = empty_props();
+            props.user_properties = list
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            p.properties = Some(props);
+            let m = to_core("a/b", &p, "c", peer, 0).unwrap();
+            let mut out = empty_props();
+            read_meta(
+                m.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                Some(&mut out),
+            );
+            (m, out.user_properties)
+        };
+        let given = [("k", "2"), ("a", "1"), ("k", "1"), ("sep", "x\u{1}y")];
+        let (m, back) = ups(&given);
+        let want: Vec<(String, String)> = given
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(back, want);
+        // The other doors see the plain ones (a repeated name with its last value).
+        assert_eq!(m.property("k"), Some("1"));
+        assert_eq!(m.property("sep"), None);
+        // Distinct plain names need no list: stored as they are.
+        let (m, back) = ups(&[("b", "1"), ("a", "2")]);
+        assert_eq!(m.property(P_USER_PROPERTIES), None);
+        assert_eq!(
+            back,
+            vec![("b".into(), "1".into()), ("a".into(), "2".into())]
+        );
     }
 
     #[test]

@@ -18,8 +18,12 @@ pub struct Settings {
     pub max_inflight: u16,
     /// Longest session expiry granted, in seconds (also for 3.1.1 persistent sessions).
     pub max_session_expiry: u32,
-    /// Longest keep-alive granted, in seconds (0: any; v5 clients are told).
+    /// Longest keep-alive granted to v5 clients, in seconds (0: any; they are
+    /// told). 3.1.1 clients keep their own: they cannot be told another.
     pub max_keep_alive: u16,
+    /// The keep-alive every v5 client gets, in seconds, told as Server Keep
+    /// Alive when it asked another (0: the client's own, capped as above).
+    pub server_keep_alive: u16,
     /// Topic aliases a client may use towards the server (v5).
     pub topic_alias_maximum: u16,
     /// How often the topic list is re-read for wildcard subscriptions.
@@ -37,6 +41,7 @@ impl Settings {
             max_inflight: 1024,
             max_session_expiry: 7 * 24 * 3600,
             max_keep_alive: 0,
+            server_keep_alive: 0,
             topic_alias_maximum: 64,
             topic_poll: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(10),

@@ -255,7 +255,18 @@ impl<B: MessagingApi + 'static> Shared<B> {
     ) -> Result<(), Box<Session>> {
         let taken_over = |sessions: &HashMap<String, Slot>, id: &str| matches!(sessions.get(id), Some(Slot::Online { conn_id: c, .. }) if *c != conn_id);
         if taken_over(&lock(&self.sessions), &session.client_id) {
-            return Err(session);
+            if !publish_will {
+                session.will = None;
+            }
+            if session.expiry != 0 {
+                return Err(session);
+            }
+            // A session with expiry 0 ended with its connection (MQTT-3.1.2-23):
+            // the connection that came meanwhile starts a new one.
+            if let Some(w) = session.will.take().filter(|_| publish_will) {
+                self.fire_will(&session.client_id, w.to_publish()).await;
+            }
+            return Ok(());
         }
         let now = Instant::now();
         let will = if publish_will {

@@ -23,6 +23,22 @@ use crate::state::WillRecord;
 use crate::topic;
 use rocketgate_core::sync::lock;
 
+/// The keep-alive a connection runs with: a v5 client's is set by
+/// `server_keep_alive` or capped by `max_keep_alive` (and told in CONNACK,
+/// MQTT-3.2.2-21); a 3.1.1 client's is its own, as it cannot be told another
+/// and would be closed for idling within its own interval (MQTT-3.1.2-24).
+fn granted_keep_alive(v5: bool, asked: u16, s: &crate::settings::Settings) -> u16 {
+    if !v5 {
+        asked
+    } else if s.server_keep_alive > 0 {
+        s.server_keep_alive
+    } else if s.max_keep_alive > 0 && (asked == 0 || asked > s.max_keep_alive) {
+        s.max_keep_alive
+    } else {
+        asked
+    }
+}
+
 /// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
 pub(super) async fn read_connect<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -167,12 +183,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             u32::MAX
         };
         let expiry = asked_expiry.min(s.max_session_expiry);
-        let mut keep_alive = c.keep_alive;
-        let mut server_keep_alive = None;
-        if s.max_keep_alive > 0 && (keep_alive == 0 || keep_alive > s.max_keep_alive) {
-            keep_alive = s.max_keep_alive;
-            server_keep_alive = Some(keep_alive);
-        }
+        let keep_alive = granted_keep_alive(v5, c.keep_alive, &s);
+        let server_keep_alive = (keep_alive != c.keep_alive).then_some(keep_alive);
 
         // Take the session: from the registry, or from the connection holding it.
         let previous = lock(&self.shared.sessions).insert(
