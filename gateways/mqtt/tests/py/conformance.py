@@ -340,6 +340,7 @@ def second_connect_is_a_protocol_error(h, p, t):
     r.send(connect_packet(f"{t}-5"))
     got = r.closed()
     check([x[0] for x in got] == [14] and reason_of(got) == 0x82, f"5 got {got}")
+    check(b"\x1f" in got[0][2], f"DISCONNECT without a reason string: {got}")
 
 
 @case("3:MQTT-3.1.2-1", "5:MQTT-3.1.2-1", "3:MQTT-3.1.4-1", "5:MQTT-3.1.4-1", clients="raw")
@@ -644,7 +645,8 @@ def keep_alive_expiry_closes_and_publishes_will(h, p, t):
         start = time.time()
         got = r.closed(timeout=6)
         took = time.time() - start
-        check(1.4 <= took <= 3.2, f"closed after {took:.1f} s")
+        # 1.5 s, checked on the server's 1 s tick; slack for a loaded machine.
+        check(1.4 <= took <= 4.0, f"closed after {took:.1f} s")
         if v5:
             check(reason_of(got) == 0x8D, f"v5 got {got}")
         check(w.message().payload == b"silent", "no will")
@@ -752,7 +754,7 @@ def server_keep_alive_overrides(h, p, t):
         start = time.time()
         got = r.closed(timeout=8)
         took = time.time() - start
-        check(2.9 <= took <= 4.5 and reason_of(got) == 0x8D, f"asked {asked}: closed after {took:.1f} s, {got}")
+        check(2.9 <= took <= 5.5 and reason_of(got) == 0x8D, f"asked {asked}: closed after {took:.1f} s, {got}")
         check(w.message().payload == b"silent", "no will")
     c = Client(h, p, f"{t}-same")
     _, _, pr = c.connect(keepalive=2)
@@ -1267,6 +1269,28 @@ def client_topic_aliases(h, p, t):
         check(reason_of(got) == 0x94, f"alias {bad}: {got}")
     s.nothing()
     s.stop()
+
+
+@case("5:MQTT-3.3.2-17", "5:MQTT-3.14.2-1")
+def user_properties_on_every_client_packet(h, p, t):
+    """5: user properties on CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH and DISCONNECT are taken (no
+    error); the PUBLISH's reach the subscriber; a normal DISCONNECT with them publishes no will."""
+    up = [("x", "1"), ("x", "2")]
+    w = will_watch(h, p, t)
+    c = Client(h, p, f"{t}-c")
+    c.c.will_set(f"{t}/will/c", b"must not", qos=1)
+    c.connect(props=props(PacketTypes.CONNECT, UserProperty=up))
+    c.subscribe(f"{t}/x", 1, props=props(PacketTypes.SUBSCRIBE, UserProperty=up))
+    c.subscribe(f"{t}/y", 1, props=props(PacketTypes.SUBSCRIBE, UserProperty=up))
+    c.c.unsubscribe(f"{t}/y", properties=props(PacketTypes.UNSUBSCRIBE, UserProperty=up))
+    c.wait("unsuback")
+    c.publish(f"{t}/x", b"x", 1, props(PacketTypes.PUBLISH, UserProperty=up))
+    m = c.message()
+    check(m.properties.UserProperty == up, f"{m.properties}")
+    check(c.disconnects.empty(), "disconnected")
+    c.stop(props=props(PacketTypes.DISCONNECT, UserProperty=up))
+    w.nothing(1.0)
+    w.stop()
 
 
 @case("5:MQTT-3.1.2-29")
