@@ -279,6 +279,7 @@ def connected_raw(h, p, cid, level=5, **kw):
     r.send(connect_packet(cid, level=level, **kw))
     ack = r.recv()
     check(ack is not None and ack[0] == 2, f"CONNACK expected, got {ack}")
+    check(ack[2][0] in (0, 1), f"reserved CONNACK flags set: {ack}")
     rc = ack[2][1]
     check(rc == 0, f"CONNECT refused: {rc:#x}")
     return r
@@ -378,9 +379,11 @@ def reserved_connect_flag_closes(h, p, t):
 
 
 @case("3:MQTT-3.1.2-11", "3:MQTT-3.1.2-14", "3:MQTT-3.1.2-15", "5:MQTT-3.1.2-11", "5:MQTT-3.1.2-12",
-      "5:MQTT-3.1.2-13", "3:MQTT-3.1.2-22", clients="raw")
+      "5:MQTT-3.1.2-13", "3:MQTT-3.1.2-22", "3:MQTT-3.1.2-9", "5:MQTT-3.1.2-9", "3:MQTT-3.1.2-19",
+      "5:MQTT-3.1.2-17", "3:MQTT-3.1.2-21", "5:MQTT-3.1.2-19", "3:MQTT-3.1.4-1", "5:MQTT-3.1.4-1", clients="raw")
 def bad_will_and_credential_flags_close(h, p, t):
-    """Will QoS or retain without the will flag, will QoS 3, a password without a user name (3.1.1): closed."""
+    """Will QoS or retain without the will flag, will QoS 3, a password without a user name (3.1.1), a will,
+    user name or password flag without its field: closed (5: CONNACK 0x81 first)."""
     bad = [
         (4, 0x02 | 0x08, None),  # will QoS 1, no will flag
         (4, 0x02 | 0x20, None),  # will retain, no will flag
@@ -390,9 +393,19 @@ def bad_will_and_credential_flags_close(h, p, t):
         (5, 0x02 | 0x20, None),
         (5, 0x02 | 0x04 | 0x18, ("w", "x")),
     ]
+    for level in (4, 5):
+        bad += [
+            (level, 0x02 | 0x04, None),  # will flag, no will fields
+            (level, 0x02 | 0x80, None),  # user name flag, no user name
+            (level, 0x02 | 0xC0, "user"),  # password flag, no password
+        ]
     for level, flags, will in bad:
         r = Raw(h, p)
-        tail = s16("pw") if flags & 0x40 else b""
+        tail = b""
+        if will == "user":
+            will, tail = None, s16("user")
+        elif flags & 0x40 and not flags & 0x80:
+            tail = s16("pw")
         r.send(connect_packet(t, level=level, flags=flags, will=will, tail=tail))
         got = r.closed()
         check(all(x[0] == 2 and x[2][1] >= 0x80 for x in got), f"level {level} flags {flags:#x}: got {got}")
@@ -653,7 +666,8 @@ def keep_alive_expiry_closes_and_publishes_will(h, p, t):
         w.stop()
 
 
-@case("3:MQTT-3.12.4-1", "5:MQTT-3.12.4-1", "5:MQTT-3.2.2-22", clients="raw")
+@case("3:MQTT-3.12.4-1", "5:MQTT-3.12.4-1", "5:MQTT-3.2.2-22", "3:MQTT-3.2.0-1", "5:MQTT-3.2.0-1",
+      "5:MQTT-3.2.2-1", clients="raw")
 def pings_keep_the_connection_and_get_pingresp(h, p, t):
     """PINGREQ gets PINGRESP; a client pinging every second with keep-alive 1 stays connected."""
     for level in (4, 5):
@@ -1463,6 +1477,15 @@ def run(h, p, node, only):
     return not failed
 
 
+# Statements of the covered sections the suite does not claim yet, printed in the table.
+PENDING = [
+    ("5", "MQTT-3.15.1-1", "AUTH: enhanced authentication waits for the security work "
+                           "(an Authentication Method gets CONNACK 0x8C, an AUTH packet DISCONNECT 0x82)"),
+    ("5", "MQTT-3.15.2-1", "AUTH reason codes: as above"),
+    ("5", "MQTT-3.1.4-2", "authentication/authorization checks: the `auth` work (credentials are read, not checked)"),
+]
+
+
 def table():
     """The statement table of docs/mqtt.md: one row per statement, the cases that check it."""
     rows = {}
@@ -1483,6 +1506,8 @@ def table():
         names, clients = rows[k]
         tests = ", ".join(f"`{n}`" for n in names)
         print(f"| {'3.1.1' if k[0] == '3' else '5.0'} | {k[1]} | {tests} | {', '.join(sorted(clients))} | pass |")
+    for v, sid, why in PENDING:
+        print(f"| {'3.1.1' if v == '3' else '5.0'} | {sid} | — | — | pending: {why} |")
 
 
 if __name__ == "__main__":
