@@ -1221,9 +1221,10 @@ def client_maximum_packet_size(h, p, t):
     pub.stop()
 
 
-@case("5:MQTT-3.2.2-19", clients="raw")
+@case("5:MQTT-3.2.2-15", clients="raw")
 def server_maximum_packet_size(h, p, t):
-    """5: a packet over the server's Maximum Packet Size (announced in CONNACK): DISCONNECT 0x95."""
+    """5: a packet over the Maximum Packet Size the server announced in CONNACK (which the client MUST NOT
+    send): the server's side, DISCONNECT 0x95."""
     r = Raw(h, p)
     r.send(connect_packet(t))
     ack = r.recv()
