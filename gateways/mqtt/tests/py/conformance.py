@@ -734,6 +734,28 @@ def will_at_session_end_before_delay(h, p, t):
     w.stop()
 
 
+@case("5:MQTT-3.1.2-8", "5:MQTT-3.1.2-4")
+def delayed_will_sent_when_a_clean_start_ends_the_session(h, p, t):
+    """5: will delay 30 s, session expiry 60 s: the client comes back with Clean Start, which ends the old
+    session, so its will goes out then, not 30 s later."""
+    w = will_watch(h, p, t)
+    d = Client(h, p, f"{t}-d")
+    d.c.will_set(f"{t}/will/d", b"old session ended", qos=1,
+                 properties=props(PacketTypes.WILLMESSAGE, WillDelayInterval=30))
+    d.connect(props=props(PacketTypes.CONNECT, SessionExpiryInterval=60))
+    d.drop()
+    time.sleep(0.3)
+    w.nothing(0.5)
+    again = Client(h, p, f"{t}-d")
+    start = time.time()
+    _, present, _ = again.connect(clean=True)
+    check(not present, "clean start resumed the session")
+    m = w.message(timeout=5)
+    check(m.payload == b"old session ended" and time.time() - start < 3, "will not sent at session end")
+    again.stop()
+    w.stop()
+
+
 @case("5:MQTT-3.1.3-9", "5:MQTT-3.1.4-3")
 def delayed_will_not_sent_on_takeover(h, p, t):
     """5: a new connection taking the session over before the delay: the will is not sent."""
