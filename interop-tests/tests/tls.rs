@@ -154,9 +154,37 @@ async fn mtls_required_refuses_a_client_without_a_certificate_and_names_the_one_
         &pki,
         &[
             ("ROCKETGATE_TLS__MQTT", "true"),
+            ("ROCKETGATE_TLS__HTTP", "true"),
             ("ROCKETGATE_TLS__CLIENT_AUTH", "required"),
         ],
     );
+    // HTTPS: curl without a client certificate fails, with one it is served and named.
+    let health = format!("https://127.0.0.1:{}/health", node.addr("http").port());
+    let ca = path(&pki, "ca.pem");
+    assert!(
+        curl(&["--cacert", &ca, &health]).is_err(),
+        "curl without a certificate"
+    );
+    let (status, body) = curl(&[
+        "--cacert",
+        &ca,
+        "--cert",
+        &path(&pki, "client.pem"),
+        "--key",
+        &path(&pki, "client.key"),
+        &health,
+    ])
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let log = node.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("TLS client certificate verified")
+                && l.contains("door=\"http\"")
+                && l.contains("tls_identity=device-17")),
+        "no HTTPS identity line:\n{log}"
+    );
+
     let ca_only = args(&["--cafile", &path(&pki, "ca.pem")]);
     let out = run(mosquitto("mosquitto_pub", &node, &ca_only)
         .args(["-i", "no-cert", "-t", "m/x", "-m", "no"]))
