@@ -4,14 +4,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
+use rocketgate_config::NativeTls;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
 use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
-use rocketgate_native::{Server as NativeServer, ServerHandle, ServerSettings};
+use rocketgate_native::{Server as NativeServer, ServerHandle, ServerSettings, TlsMode};
 use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
 use rocketgate_remoting::{BrokerIdentity, Registrar, RegistrarHandle};
+use rocketgate_tls::{Acceptor, ReloadHandle, TlsSettings};
 use rocketgate_websocket as ws;
 use tokio::net::TcpListener;
 
@@ -69,10 +71,33 @@ fn announce(door: &str, addr: SocketAddr) {
     tracing::info!(%addr, "{door} listening");
 }
 
-/// The MQTT door on `listen.mqtt`, its sessions and retained messages in `<data_dir>/mqtt`.
+/// The TLS acceptor every TLS door shares (one certificate), and the task that
+/// reloads it when the files change; `None` when no door uses TLS.
+fn start_tls(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>> {
+    let Some(settings) = TlsSettings::from_config(&config.tls) else {
+        return Ok(None);
+    };
+    let acceptor = Acceptor::new(settings).context("loading the TLS certificate ([tls])")?;
+    let reload = acceptor.spawn_reload();
+    tracing::info!(
+        cert = %config.tls.cert.display(),
+        client_auth = ?config.tls.client_auth,
+        "TLS ready"
+    );
+    Ok(Some((acceptor, reload)))
+}
+
+/// The acceptor for a door whose TLS switch is `on`.
+fn tls_for(tls: &Option<(Acceptor, ReloadHandle)>, on: bool) -> Option<Acceptor> {
+    tls.as_ref().filter(|_| on).map(|(a, _)| a.clone())
+}
+
+/// The MQTT door on `listen.mqtt` (and `listen.mqtts` with `tls.mqtt`), its sessions
+/// and retained messages in `<data_dir>/mqtt`.
 async fn start_mqtt(
     config: &Config,
     broker: &Arc<Broker>,
+    tls: Option<Acceptor>,
 ) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
     let m = &config.mqtt;
     let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
@@ -97,6 +122,17 @@ async fn start_mqtt(
             .await
             .with_context(|| format!("starting MQTT on {}", config.listen.mqtt))?;
     announce("mqtt", addr);
+    let server = match tls {
+        Some(acceptor) => {
+            let (server, addr) = server
+                .with_tls(config.listen.mqtts, acceptor)
+                .await
+                .with_context(|| format!("starting MQTT over TLS on {}", config.listen.mqtts))?;
+            announce("mqtts", addr);
+            server
+        }
+        None => server,
+    };
     Ok(server.spawn())
 }
 
@@ -138,13 +174,16 @@ async fn start_ws(
     config: &Config,
     broker: &Arc<Broker>,
     mqtt: rocketgate_mqtt::Streams<Broker>,
+    tls: Option<Acceptor>,
 ) -> anyhow::Result<ws::Handle> {
-    let mqtt_over_ws = move |io: ws::WsByteStream, peer: SocketAddr| {
-        let mqtt = mqtt.clone();
-        tokio::spawn(async move { mqtt.serve_stream(io, peer).await });
-    };
+    let mqtt_over_ws =
+        move |io: ws::WsByteStream, peer: SocketAddr, tls_identity: Option<String>| {
+            let mqtt = mqtt.clone();
+            tokio::spawn(async move { mqtt.serve_stream(io, peer, tls_identity).await });
+        };
     let hooks = ws::Hooks {
         mqtt: Some(Arc::new(mqtt_over_ws)),
+        tls,
         ..ws::Hooks::default()
     };
     let (server, addr) = ws::Server::bind(
@@ -208,6 +247,7 @@ async fn start_http(
     config: &Config,
     broker: &Arc<Broker>,
     namesrvs: Vec<String>,
+    tls: Option<Acceptor>,
 ) -> anyhow::Result<http::Handle> {
     let h = &config.http;
     let settings = http::Settings {
@@ -223,6 +263,8 @@ async fn start_http(
         },
         broker_name: config.broker.name.clone(),
         cluster: config.broker.cluster.clone(),
+        allowed_origins: h.allowed_origins.clone(),
+        tls,
     };
     let probe = Arc::new(http::StoreProbe::new(
         broker.store().clone(),
@@ -263,6 +305,7 @@ fn start_native(
     listener: TcpListener,
     broker: &Arc<Broker>,
     registrar: &RegistrarHandle,
+    tls: &Option<(Acceptor, ReloadHandle)>,
 ) -> anyhow::Result<ServerHandle> {
     let n = &config.native;
     let settings = ServerSettings {
@@ -276,7 +319,13 @@ fn start_native(
     let (server, addr) = NativeServer::from_listener(listener, broker.clone(), settings)
         .context("starting the native door")?;
     announce("native", addr);
+    let mode = match (config.tls.native, tls_for(tls, true)) {
+        (NativeTls::Permissive, Some(a)) => TlsMode::Permissive(a),
+        (NativeTls::Enforcing, Some(a)) => TlsMode::Enforcing(a),
+        _ => TlsMode::Disabled,
+    };
     Ok(server
+        .with_tls(mode)
         .on_topics_changed(Arc::new(registrar.trigger()))
         .spawn())
 }
@@ -305,11 +354,18 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone());
-    let native = start_native(&config, native, &broker, &registrar)?;
+    let tls = start_tls(&config)?;
+    let native = start_native(&config, native, &broker, &registrar, &tls)?;
     let topic_watch = watch_topics(&broker, &registrar);
-    let http = start_http(&config, &broker, namesrvs).await?;
-    let mqtt = start_mqtt(&config, &broker).await?;
-    let ws = start_ws(&config, &broker, mqtt.streams()).await?;
+    let http = start_http(&config, &broker, namesrvs, tls_for(&tls, config.tls.http)).await?;
+    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt)).await?;
+    let ws = start_ws(
+        &config,
+        &broker,
+        mqtt.streams(),
+        tls_for(&tls, config.tls.ws),
+    )
+    .await?;
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
@@ -323,6 +379,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     topic_watch.abort();
     registrar.stop().await;
     ns.stop().await;
+    drop(tls);
     close_broker(broker).await
 }
 
@@ -348,11 +405,19 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
-    let native = start_native(&config, native, &broker, &registrar)?;
+    let tls = start_tls(&config)?;
+    let native = start_native(&config, native, &broker, &registrar, &tls)?;
     let topic_watch = watch_topics(&broker, &registrar);
-    let http = start_http(&config, &broker, config.broker.namesrv_addrs.clone()).await?;
-    let mqtt = start_mqtt(&config, &broker).await?;
-    let ws = start_ws(&config, &broker, mqtt.streams()).await?;
+    let namesrvs = config.broker.namesrv_addrs.clone();
+    let http = start_http(&config, &broker, namesrvs, tls_for(&tls, config.tls.http)).await?;
+    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt)).await?;
+    let ws = start_ws(
+        &config,
+        &broker,
+        mqtt.streams(),
+        tls_for(&tls, config.tls.ws),
+    )
+    .await?;
     println!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,
@@ -365,6 +430,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     mqtt.stop().await;
     topic_watch.abort();
     registrar.stop().await;
+    drop(tls);
     close_broker(broker).await
 }
 

@@ -74,6 +74,10 @@ fn crates_depend_only_downwards() {
             &["rocketgate-base", "rocketgate-config"][..],
         ),
         (
+            "rocketgate-tls",
+            &["rocketgate-base", "rocketgate-config"][..],
+        ),
+        (
             "rocketgate-namesrv",
             &[
                 "rocketgate-base",
@@ -88,11 +92,17 @@ fn crates_depend_only_downwards() {
                 "rocketgate-config",
                 "rocketgate-core",
                 "rocketgate-remoting",
+                "rocketgate-tls",
             ][..],
         ),
         (
             "rocketgate-mqtt",
-            &["rocketgate-base", "rocketgate-config", "rocketgate-core"][..],
+            &[
+                "rocketgate-base",
+                "rocketgate-config",
+                "rocketgate-core",
+                "rocketgate-tls",
+            ][..],
         ),
         (
             "rocketgate-http",
@@ -101,11 +111,17 @@ fn crates_depend_only_downwards() {
                 "rocketgate-config",
                 "rocketgate-core",
                 "rocketgate-remoting",
+                "rocketgate-tls",
             ][..],
         ),
         (
             "rocketgate-websocket",
-            &["rocketgate-base", "rocketgate-config", "rocketgate-core"][..],
+            &[
+                "rocketgate-base",
+                "rocketgate-config",
+                "rocketgate-core",
+                "rocketgate-tls",
+            ][..],
         ),
     ]);
     let mut wrong = Vec::new();

@@ -63,6 +63,7 @@ pub struct Config {
     pub ws: WsConfig,
     pub http: HttpConfig,
     pub mqtt: MqttConfig,
+    pub tls: TlsConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -74,6 +75,84 @@ pub struct Listen {
     pub mqtt: SocketAddr,
     pub http: SocketAddr,
     pub ws: SocketAddr,
+    /// MQTT over TLS (with `tls.mqtt = true`; the plain `mqtt` port stays open).
+    pub mqtts: SocketAddr,
+}
+
+/// Whether clients must present a certificate (`tls.client_auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No client certificates asked for.
+    #[default]
+    None,
+    /// Asked for; clients without one connect with no identity.
+    Optional,
+    /// A certificate signed by `tls.client_ca` is required.
+    Required,
+}
+
+/// RocketMQ's TLS modes for the native door (`tls.native`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NativeTls {
+    /// Plain remoting only.
+    #[default]
+    Disabled,
+    /// One port for both: a connection opening with a TLS ClientHello (first byte
+    /// 0x16) is TLS, anything else plain remoting.
+    Permissive,
+    /// TLS only.
+    Enforcing,
+}
+
+/// TLS for the doors (`[tls]`); see docs/security.md. One certificate serves every door.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain (leaf first). Empty: not set.
+    pub cert: PathBuf,
+    /// PEM private key of the certificate.
+    pub key: PathBuf,
+    /// PEM CA bundle client certificates are verified against (mTLS). Empty: not set.
+    pub client_ca: PathBuf,
+    /// `none` | `optional` | `required`.
+    pub client_auth: ClientAuth,
+    /// How often `cert`, `key` and `client_ca` are checked for changes (new
+    /// connections get the new certificate; `0s`: never).
+    #[serde(with = "units::duration")]
+    pub reload_interval: Duration,
+    /// MQTT over TLS on `listen.mqtts` (default port 8883).
+    pub mqtt: bool,
+    /// HTTPS instead of HTTP on `listen.http`.
+    pub http: bool,
+    /// WSS instead of WS on `listen.ws` (`/v1/ws` and `/mqtt`).
+    pub ws: bool,
+    /// `disabled` | `permissive` | `enforcing` on `listen.native`.
+    pub native: NativeTls,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            client_ca: PathBuf::new(),
+            client_auth: ClientAuth::None,
+            reload_interval: Duration::from_secs(5),
+            mqtt: false,
+            http: false,
+            ws: false,
+            native: NativeTls::Disabled,
+        }
+    }
+}
+
+impl TlsConfig {
+    /// Whether any door serves TLS.
+    pub fn enabled(&self) -> bool {
+        self.mqtt || self.http || self.ws || self.native != NativeTls::Disabled
+    }
 }
 
 /// When an append is acknowledged.
@@ -222,6 +301,10 @@ pub struct WsConfig {
     /// Server pings an idle client this often; two silent intervals end the connection.
     #[serde(with = "units::duration")]
     pub ping_interval: Duration,
+    /// Browser origins (`https://app.example.com`, `http://127.0.0.1:*`) whose pages
+    /// may open a WebSocket; an upgrade with another `Origin` is refused with 403.
+    /// Requests without `Origin` (native apps, curl) and same-origin pages always pass.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for WsConfig {
@@ -233,6 +316,7 @@ impl Default for WsConfig {
             max_unacked: 1000,
             invisible_time: Duration::from_secs(60),
             ping_interval: Duration::from_secs(30),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -255,6 +339,10 @@ pub struct HttpConfig {
     /// its embedded one; a broker uses `broker.namesrv_addrs` when this is empty).
     #[serde(deserialize_with = "units::addr_list")]
     pub namesrv_addrs: Vec<String>,
+    /// Browser origins whose pages may call the API; a request with another `Origin`
+    /// gets 403. CORS headers (and preflight answers) only for these. Requests
+    /// without `Origin` and same-origin ones always pass.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -265,6 +353,7 @@ impl Default for HttpConfig {
             default_invisible: Duration::from_secs(30),
             max_messages: 32,
             namesrv_addrs: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -325,6 +414,7 @@ impl Default for Config {
             ws: WsConfig::default(),
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -337,6 +427,7 @@ impl Default for Listen {
             mqtt: local(1883),
             http: local(8080),
             ws: local(8083),
+            mqtts: local(8883),
         }
     }
 }
@@ -605,14 +696,38 @@ impl Config {
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());
         }
+        let t = &self.tls;
+        if t.enabled() && (t.cert.as_os_str().is_empty() || t.key.as_os_str().is_empty()) {
+            bad.push("TLS is enabled for a door (tls.mqtt/http/ws/native) but tls.cert or tls.key is not set".into());
+        }
+        if t.client_auth != ClientAuth::None && t.client_ca.as_os_str().is_empty() {
+            bad.push("tls.client_auth asks for client certificates; set tls.client_ca to the CA that signs them".into());
+        }
+        for (name, list) in [
+            ("http.allowed_origins", &self.http.allowed_origins),
+            ("ws.allowed_origins", &self.ws.allowed_origins),
+        ] {
+            for o in list {
+                if !(o == "*" || o.starts_with("http://") || o.starts_with("https://"))
+                    || o.ends_with('/')
+                {
+                    bad.push(format!(
+                        "{name}: `{o}` is not an origin (scheme://host[:port], no path; `*` for any)"
+                    ));
+                }
+            }
+        }
         let l = &self.listen;
-        let doors = [
+        let mut doors = vec![
             ("listen.namesrv", l.namesrv),
             ("listen.native", l.native),
             ("listen.mqtt", l.mqtt),
             ("listen.http", l.http),
             ("listen.ws", l.ws),
         ];
+        if t.mqtt {
+            doors.push(("listen.mqtts", l.mqtts));
+        }
         for (i, (a, x)) in doors.iter().enumerate() {
             for (b, y) in &doors[i + 1..] {
                 if x.port() != 0 && x == y {

@@ -158,3 +158,56 @@ fn sizes_parse_and_print() {
     assert!(ByteSize::parse("12 parsecs").is_err());
     assert_eq!(ByteSize(1 << 30).to_string(), "1GiB");
 }
+
+#[test]
+fn tls_and_origins_from_the_environment_and_their_checks() {
+    let env = env_overrides(vec![
+        (
+            "ROCKETGATE_TLS__CERT".to_string(),
+            "/etc/rg/server.pem".to_string(),
+        ),
+        (
+            "ROCKETGATE_TLS__KEY".to_string(),
+            "/etc/rg/server.key".to_string(),
+        ),
+        ("ROCKETGATE_TLS__MQTT".to_string(), "true".to_string()),
+        (
+            "ROCKETGATE_TLS__NATIVE".to_string(),
+            "permissive".to_string(),
+        ),
+        (
+            "ROCKETGATE_TLS__CLIENT_AUTH".to_string(),
+            "optional".to_string(),
+        ),
+        (
+            "ROCKETGATE_TLS__CLIENT_CA".to_string(),
+            "/etc/rg/ca.pem".to_string(),
+        ),
+        (
+            "ROCKETGATE_WS__ALLOWED_ORIGINS".to_string(),
+            r#"["https://app.example", "http://127.0.0.1:*"]"#.to_string(),
+        ),
+    ]);
+    let c = Config::load(None, &env).unwrap();
+    assert!(c.tls.mqtt && c.tls.enabled());
+    assert_eq!(c.tls.native, NativeTls::Permissive);
+    assert_eq!(c.tls.client_auth, ClientAuth::Optional);
+    assert_eq!(c.listen.mqtts.port(), 8883);
+    assert_eq!(
+        c.ws.allowed_origins,
+        ["https://app.example", "http://127.0.0.1:*"]
+    );
+
+    let bad = |pairs: &[(&str, &str)]| {
+        let env = env_overrides(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Config::load(None, &env).unwrap_err().to_string()
+    };
+    let e = bad(&[("ROCKETGATE_TLS__HTTP", "true")]);
+    assert!(e.contains("tls.cert or tls.key is not set"), "{e}");
+    let e = bad(&[("ROCKETGATE_TLS__CLIENT_AUTH", "required")]);
+    assert!(e.contains("tls.client_ca"), "{e}");
+    let e = bad(&[("ROCKETGATE_HTTP__ALLOWED_ORIGINS", r#"["app.example/"]"#)]);
+    assert!(e.contains("is not an origin"), "{e}");
+    let e = bad(&[("ROCKETGATE_TLS__NATIVE", "sometimes")]);
+    assert!(e.contains("ROCKETGATE_TLS__NATIVE"), "{e}");
+}

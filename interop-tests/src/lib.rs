@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod doors;
+pub mod pki;
 pub mod story;
 
 /// The lines a child process writes, read on a thread of their own (so the child
@@ -262,6 +263,29 @@ impl Node {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The node's whole log (stderr) so far, without terminal colour codes.
+    pub fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        let mut out = String::with_capacity(s.len());
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // CSI: ESC [ ... final byte in @..~
+                for d in chars.by_ref() {
+                    if ('@'..='~').contains(&d) && d != '[' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
     }
 
     /// The last lines of the node's log (stderr), for failure messages.

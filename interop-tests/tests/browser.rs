@@ -49,6 +49,12 @@ ws.onerror = () => state.errors.push("websocket error");
 ws.onclose = (e) => { state.closed = e.code; };
 </script></body></html>"#;
 
+/// The test pages are served from `http://127.0.0.1:<port>`: their origin may connect.
+const PAGES: &[(&str, &str)] = &[(
+    "ROCKETGATE_WS__ALLOWED_ORIGINS",
+    r#"["http://127.0.0.1:*"]"#,
+)];
+
 fn outgoing(tag: &str, keys: &[&str], source: &str, body: &str) -> Outgoing {
     Outgoing {
         topic: "browser".into(),
@@ -61,7 +67,7 @@ fn outgoing(tag: &str, keys: &[&str], source: &str, body: &str) -> Outgoing {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v1_ws_page_gets_curl_and_mosquitto_pub_messages_acks_and_publishes() {
-    let node = Node::start().expect("start");
+    let node = Node::start_with_env(PAGES).expect("start");
     doors::create_topic(&node, "browser", 1).await.unwrap();
     let mut out = MqttSub::start_filter(&node, "browser-out", "browser-out/#").unwrap();
     let page = serve(vec![(
@@ -178,7 +184,7 @@ async fn mqttjs_in_chromium_runs_the_documented_snippet_over_mqtt_path() {
             bundle.display()
         )
     });
-    let node = Node::start().expect("start");
+    let node = Node::start_with_env(PAGES).expect("start");
     let (http, mqtt, ws) = (node.addr("http"), node.addr("mqtt"), node.addr("ws"));
 
     // The snippet as documented; only the bundle's URL and the address change.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
@@ -72,15 +72,24 @@ impl Link {
             .map_err(connect_err)?;
         // Requests and responses are small and answered one by one: never wait for more.
         let _ = stream.set_nodelay(true);
+        Ok(Link::over(addr, stream, pushes))
+    }
+
+    /// A link over a stream connected already (TLS: the caller did the handshake).
+    /// `addr` names the peer in errors and [`Pushed`].
+    pub fn over<Io>(addr: &str, stream: Io, pushes: Option<mpsc::UnboundedSender<Pushed>>) -> Link
+    where
+        Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (out, rx) = mpsc::channel(OUTBOUND_CAPACITY);
         let pending: Pending = Arc::default();
         tokio::spawn(run(addr.to_owned(), stream, rx, pending.clone(), pushes));
-        Ok(Link {
+        Link {
             addr: addr.to_owned(),
             out,
             pending,
             next_opaque: AtomicI32::new(1),
-        })
+        }
     }
 
     /// The address this link was opened to.
@@ -151,9 +160,9 @@ impl Link {
 
 /// The socket task of one link. Ends when the peer closes, the stream turns bad, or
 /// every [`Link`] handle is gone; pending calls then fail as closed.
-async fn run(
+async fn run<Io: AsyncRead + AsyncWrite + Unpin>(
     addr: String,
-    mut stream: TcpStream,
+    mut stream: Io,
     mut rx: mpsc::Receiver<RemotingCommand>,
     pending: Pending,
     pushes: Option<mpsc::UnboundedSender<Pushed>>,

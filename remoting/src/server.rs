@@ -27,8 +27,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
@@ -92,6 +92,19 @@ pub trait Handler: Send + Sync + 'static {
     /// A peer connected. `outbound` pushes requests to it or closes it from elsewhere.
     fn open(&self, peer: Peer, outbound: Outbound) -> Self::Session;
 
+    /// A peer connected over TLS with a verified client certificate naming
+    /// `tls_identity` (or without one: `None`). By default the same as [`Handler::open`];
+    /// a handler that cares about the identity keeps it in its session.
+    fn open_with_identity(
+        &self,
+        peer: Peer,
+        outbound: Outbound,
+        tls_identity: Option<String>,
+    ) -> Self::Session {
+        let _ = tls_identity;
+        self.open(peer, outbound)
+    }
+
     /// Answers one request. Called in the order requests arrive; the answer to a
     /// one-way request is dropped.
     fn handle(&self, session: &mut Self::Session, request: RemotingCommand) -> Answer;
@@ -144,10 +157,43 @@ impl Outbound {
     }
 }
 
+/// A connection as [`serve`] gets it from an [`Accept`].
+#[derive(Debug)]
+pub struct Accepted<Io> {
+    pub io: Io,
+    pub addr: SocketAddr,
+    /// The verified TLS client certificate's name, when the connection is TLS with one.
+    pub tls_identity: Option<String>,
+}
+
+/// Where [`serve`] gets connections: a [`TcpListener`], or a source that does a TLS
+/// handshake first (the native door's TLS modes).
+pub trait Accept: Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection; an error is retried after a pause (out of descriptors).
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<Accepted<Self::Io>>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Io = tokio::net::TcpStream;
+
+    async fn accept(&mut self) -> std::io::Result<Accepted<Self::Io>> {
+        let (io, addr) = TcpListener::accept(self).await?;
+        // Requests and answers are small and each awaited: never hold one back.
+        let _ = io.set_nodelay(true);
+        Ok(Accepted {
+            io,
+            addr,
+            tls_identity: None,
+        })
+    }
+}
+
 /// Serves `listener` until `shutdown` completes, then closes every connection (running
 /// requests are cancelled, [`Handler::close`] runs) and returns when all are done.
-pub async fn serve<H: Handler>(
-    listener: TcpListener,
+pub async fn serve<H: Handler, A: Accept>(
+    mut listener: A,
     handler: Arc<H>,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
@@ -160,12 +206,10 @@ pub async fn serve<H: Handler>(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, addr)) => {
-                    // Requests and answers are small and each awaited: never hold one back.
-                    let _ = stream.set_nodelay(true);
+                Ok(Accepted { io: stream, addr, tls_identity }) => {
                     let peer = Peer { id: next_id, addr };
                     next_id += 1;
-                    let conn = Connection { peer, stream, codec, limits, handler: handler.clone() };
+                    let conn = Connection { peer, tls_identity, stream, codec, limits, handler: handler.clone() };
                     conns.spawn(conn.serve(closing.subscribe()));
                 }
                 Err(e) => {
@@ -183,9 +227,10 @@ pub async fn serve<H: Handler>(
     while conns.join_next().await.is_some() {}
 }
 
-struct Connection<H> {
+struct Connection<H, Io> {
     peer: Peer,
-    stream: TcpStream,
+    tls_identity: Option<String>,
+    stream: Io,
     codec: FrameCodec,
     limits: Limits,
     handler: Arc<H>,
@@ -198,11 +243,15 @@ enum Next {
     Reaped,
 }
 
-impl<H: Handler> Connection<H> {
+impl<H: Handler, Io: AsyncRead + AsyncWrite + Unpin + Send> Connection<H, Io> {
     async fn serve(mut self, mut closing: watch::Receiver<bool>) {
         debug!(peer = %self.peer.addr, conn = self.peer.id, "connected");
         let (tx, mut rx) = mpsc::channel(self.limits.outbound_capacity.max(1));
-        let mut session = self.handler.open(self.peer, Outbound { tx: tx.clone() });
+        let mut session = self.handler.open_with_identity(
+            self.peer,
+            Outbound { tx: tx.clone() },
+            self.tls_identity.take(),
+        );
         let mut requests = JoinSet::new();
         let mut buf = BytesMut::with_capacity(8192);
         let mut out = BytesMut::new();
@@ -350,6 +399,7 @@ mod tests {
     use std::sync::Mutex;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
     use tokio::sync::{mpsc, oneshot};
 
     use super::*;

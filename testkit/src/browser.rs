@@ -82,6 +82,12 @@ impl Browser {
     /// Starts Chromium and opens `url`. The page may still be loading when this
     /// returns: [`Browser::wait_until`] and [`Browser::eval`] cope with that.
     pub async fn open(url: &str) -> Browser {
+        Self::open_with_args(url, &[]).await
+    }
+
+    /// [`Browser::open`] with extra Chromium flags (e.g.
+    /// `--ignore-certificate-errors-spki-list=…` to trust a test server's key).
+    pub async fn open_with_args(url: &str, extra: &[String]) -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let mut child = tokio::process::Command::new(chromium())
             .args([
@@ -95,6 +101,7 @@ impl Browser {
                 "--remote-debugging-port=0",
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
             .arg("about:blank")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

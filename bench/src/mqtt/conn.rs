@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::{Buf, BytesMut};
 use mqttbytes::QoS;
+use rocketgate_tls::rustls::pki_types::ServerName;
+use rocketgate_tls::tokio_rustls::TlsConnector;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
+
+use super::io::{BenchStream, ReadSide, WriteSide};
 use tokio::sync::Notify;
 
 use super::proto::{Pkt, Version};
@@ -53,8 +56,13 @@ impl Phase {
 }
 
 /// Opens a TCP connection, from `source` when given (to use more than one source
-/// address for many connections), with Nagle off.
-pub async fn dial(broker: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<TcpStream> {
+/// address for many connections), with Nagle off; with `tls`, a TLS session on it
+/// (the broker's IP address must be in its certificate).
+pub async fn dial(
+    broker: SocketAddr,
+    source: Option<IpAddr>,
+    tls: Option<&TlsConnector>,
+) -> anyhow::Result<BenchStream> {
     let socket = if broker.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -70,12 +78,22 @@ pub async fn dial(broker: SocketAddr, source: Option<IpAddr>) -> anyhow::Result<
         .await
         .with_context(|| format!("connecting to {broker}"))?;
     stream.set_nodelay(true)?;
-    Ok(stream)
+    match tls {
+        None => Ok(BenchStream::Tcp(stream)),
+        Some(connector) => {
+            let name = ServerName::IpAddress(broker.ip().into());
+            let tls = connector
+                .connect(name, stream)
+                .await
+                .with_context(|| format!("TLS handshake with {broker}"))?;
+            Ok(BenchStream::Tls(Box::new(tls)))
+        }
+    }
 }
 
 /// Sends CONNECT and waits for a successful CONNACK.
 pub async fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut BenchStream,
     v: Version,
     client_id: &str,
     keep_alive: u16,
@@ -93,7 +111,7 @@ pub async fn handshake(
 
 /// Subscribes to `filter` and waits for the SUBACK.
 pub async fn subscribe(
-    stream: &mut TcpStream,
+    stream: &mut BenchStream,
     v: Version,
     filter: &str,
     qos: QoS,
@@ -126,7 +144,7 @@ pub async fn subscribe(
 /// How often a refused subscription is asked for (1 s apart).
 const SUBSCRIBE_ATTEMPTS: u16 = 5;
 
-async fn read_one(stream: &mut TcpStream, v: Version, buf: &mut BytesMut) -> anyhow::Result<Pkt> {
+async fn read_one(stream: &mut BenchStream, v: Version, buf: &mut BytesMut) -> anyhow::Result<Pkt> {
     loop {
         match v.read(buf, MAX_PACKET) {
             Ok(p) => return Ok(p),
@@ -283,7 +301,7 @@ pub struct PublishPlan {
 
 /// Publishes to `plan.topic` until the phase says stop.
 pub async fn publish(
-    stream: TcpStream,
+    stream: BenchStream,
     plan: PublishPlan,
     phase: Arc<Phase>,
     stats: Arc<PubStats>,
@@ -297,7 +315,7 @@ pub async fn publish(
         window,
     } = plan;
     let template = Template::new(version, &topic, qos, size)?;
-    let (rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.split();
     let acked = Arc::new(AtomicU64::new(0));
     let wake = Arc::new(Notify::new());
     let reader = tokio::spawn(read_acks(
@@ -387,7 +405,7 @@ pub async fn publish(
 }
 
 async fn read_acks(
-    mut rd: OwnedReadHalf,
+    mut rd: ReadSide,
     version: Version,
     acked: Arc<AtomicU64>,
     wake: Arc<Notify>,
@@ -442,13 +460,13 @@ pub struct SubResult {
 /// sends PINGREQ when it wrote nothing for `ping_every` (a QoS 0 subscriber, or one
 /// that receives nothing, must still show the broker it is alive).
 pub async fn consume(
-    stream: TcpStream,
+    stream: BenchStream,
     version: Version,
     phase: Arc<Phase>,
     live: Arc<AtomicU64>,
     ping_every: Duration,
 ) -> anyhow::Result<SubResult> {
-    let (mut rd, mut wr): (OwnedReadHalf, OwnedWriteHalf) = stream.into_split();
+    let (mut rd, mut wr): (ReadSide, WriteSide) = stream.split();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut acks = BytesMut::with_capacity(4096);
     let mut result = SubResult {
@@ -516,7 +534,7 @@ pub async fn consume(
 mod tests {
     use super::*;
     use mqttbytes::v4;
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     async fn read_v4(s: &mut TcpStream, buf: &mut BytesMut) -> Option<v4::Packet> {
         loop {
@@ -564,7 +582,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_subscription_is_asked_for_again() {
         let (addr, server) = broker(vec![false, true]).await;
-        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut s = BenchStream::Tcp(TcpStream::connect(addr).await.unwrap());
         subscribe(&mut s, Version::V4, "a/#", QoS::AtLeastOnce)
             .await
             .unwrap();
@@ -574,7 +592,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscription_refused_every_time_is_an_error() {
         let (addr, server) = broker(vec![false; SUBSCRIBE_ATTEMPTS as usize]).await;
-        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut s = BenchStream::Tcp(TcpStream::connect(addr).await.unwrap());
         let err = subscribe(&mut s, Version::V4, "a/#", QoS::AtLeastOnce)
             .await
             .unwrap_err();

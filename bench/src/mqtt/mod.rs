@@ -15,6 +15,7 @@
 //! mqtt-sink` is a trivial forwarder to measure the generator's own ceiling.
 
 mod conn;
+mod io;
 mod proto;
 pub mod sink;
 
@@ -29,7 +30,9 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use futures_util::{StreamExt, stream};
 use mqttbytes::QoS;
-use tokio::net::TcpStream;
+use rocketgate_tls::tokio_rustls::TlsConnector;
+
+use self::io::BenchStream;
 
 use self::conn::{Pace, Phase, PubStats};
 use crate::stats::{Latencies, PeakRss, fmt_bytes, fmt_dur, raise_fd_limit, rss_of};
@@ -120,6 +123,19 @@ pub struct MqttBenchArgs {
     /// MQTT version of every connection: 3.1.1 or 5.
     #[arg(long, value_enum, default_value_t = Version::V4)]
     pub mqtt_version: Version,
+    /// Connect with TLS, trusting the CA certificates in this PEM file (the broker's
+    /// IP address must be in its certificate); e.g. `--broker 127.0.0.1:8883`.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// The TLS connector of `--tls-ca`, if given.
+fn connector(args: &MqttBenchArgs) -> anyhow::Result<Option<TlsConnector>> {
+    let Some(ca) = &args.tls_ca else {
+        return Ok(None);
+    };
+    let config = rocketgate_tls::client_config(ca).context("--tls-ca")?;
+    Ok(Some(TlsConnector::from(Arc::new(config))))
 }
 
 /// One run's figures.
@@ -209,9 +225,11 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     // ~90 s on a loaded machine while the first ones already published, so the
     // figure mixed the connect storm with the steady state it is meant to show.
     let run = run.as_str();
-    let subscribed: Vec<anyhow::Result<TcpStream>> =
+    let tls = connector(args)?;
+    let tls = tls.as_ref();
+    let subscribed: Vec<anyhow::Result<BenchStream>> =
         stream::iter(filters.iter().enumerate().map(|(i, filter)| async move {
-            let mut s = conn::dial(args.broker, source(args, i)).await?;
+            let mut s = conn::dial(args.broker, source(args, i), tls).await?;
             let v = args.mqtt_version;
             conn::handshake(&mut s, v, &format!("rg-bench-{run}-s{i}"), KEEP_ALIVE).await?;
             conn::subscribe(&mut s, v, filter, qos).await?;
@@ -221,9 +239,9 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         .collect()
         .await;
     let first_pub = filters.len();
-    let connected: Vec<anyhow::Result<TcpStream>> =
+    let connected: Vec<anyhow::Result<BenchStream>> =
         stream::iter(topics.iter().enumerate().map(|(i, _)| async move {
-            let mut s = conn::dial(args.broker, source(args, i + first_pub))
+            let mut s = conn::dial(args.broker, source(args, i + first_pub), tls)
                 .await
                 .with_context(|| format!("publisher {i}"))?;
             conn::handshake(
@@ -333,8 +351,9 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     let run = format!("{:08x}", rand::random::<u32>());
     let mut held = Vec::with_capacity(args.connections);
     let started = Instant::now();
+    let tls = connector(args)?;
     for i in 0..args.connections {
-        let mut s = conn::dial(args.broker, source(args, i))
+        let mut s = conn::dial(args.broker, source(args, i), tls.as_ref())
             .await
             .with_context(|| format!("connection {i}"))?;
         conn::handshake(&mut s, args.mqtt_version, &format!("rg-idle-{run}-{i}"), 0).await?;

@@ -33,6 +33,10 @@ pub enum Error {
     #[error("overloaded: {limit} requests already in flight; retry later")]
     Overloaded { limit: usize },
 
+    /// A browser page whose origin is not in `http.allowed_origins`.
+    #[error("requests from origin {origin:?} are not allowed (http.allowed_origins)")]
+    ForbiddenOrigin { origin: String },
+
     #[error("the gateway is shutting down")]
     ShuttingDown,
 
@@ -73,6 +77,7 @@ impl Error {
             Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Error::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "too_large"),
             Error::Overloaded { .. } => (S::TOO_MANY_REQUESTS, "overloaded"),
+            Error::ForbiddenOrigin { .. } => (S::FORBIDDEN, "forbidden_origin"),
             Error::ShuttingDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
             Error::NameServer { .. } => (S::BAD_GATEWAY, "namesrv_unavailable"),
             Error::Bind { .. } => (S::INTERNAL_SERVER_ERROR, "internal"),

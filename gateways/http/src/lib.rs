@@ -20,6 +20,7 @@ pub mod consume;
 pub mod error;
 mod listener;
 pub mod ops;
+mod origin;
 pub mod publish;
 pub mod routes;
 pub mod wire;
@@ -55,6 +56,11 @@ pub struct Settings {
     /// This broker's name and cluster, for `GET /v1/broker`.
     pub broker_name: String,
     pub cluster: String,
+    /// Browser origins whose pages may call the API (`http.allowed_origins`); others
+    /// get 403. CORS headers only for these.
+    pub allowed_origins: Vec<String>,
+    /// HTTPS: every connection is TLS with this acceptor's current certificate.
+    pub tls: Option<rocketgate_tls::Acceptor>,
 }
 
 impl Default for Settings {
@@ -68,6 +74,8 @@ impl Default for Settings {
             namesrv_addrs: Vec::new(),
             broker_name: "broker-a".into(),
             cluster: "DefaultCluster".into(),
+            allowed_origins: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -194,8 +202,14 @@ impl<B: MessagingApi + 'static> Server<B> {
             openapi: std::sync::OnceLock::new(),
             meters: ops::Meters::default(),
         });
+        let mode = match &ctx.settings.tls {
+            Some(acceptor) => rocketgate_tls::Mode::Tls(acceptor.clone()),
+            None => rocketgate_tls::Mode::Plain,
+        };
+        let incoming = rocketgate_tls::Incoming::new(tcp, mode, "http")
+            .map_err(|source| Error::Bind { addr, source })?;
         let server = Server {
-            listener: listener::Counted::new(tcp),
+            listener: listener::Counted::new(incoming),
             ctx,
             shutdown: tx,
         };

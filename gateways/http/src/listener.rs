@@ -1,27 +1,33 @@
-//! The TCP listener under axum: counts open connections for `/metrics`
-//! (`rocketgate_connections{protocol="http"}`) and sets `TCP_NODELAY`.
+//! The listener under axum: counts open connections for `/metrics`
+//! (`rocketgate_connections{protocol="http"}`); plain or TLS (HTTPS), handshakes
+//! done before a connection gets here (`rocketgate_tls::Incoming`).
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
+use rocketgate_tls::{Incoming, Stream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 
 const CONNECTIONS: &str = "rocketgate_connections";
 
-/// The client's address, as handlers see it (`ConnectInfo<Peer>`).
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
+/// The client, as handlers see it (`ConnectInfo<Peer>`).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// The verified TLS client certificate's name (HTTPS with mTLS), `None`
+    /// without one; the authentication layer takes it from here.
+    pub tls_identity: Option<Arc<str>>,
+}
 
-pub(crate) struct Counted(TcpListener);
+pub(crate) struct Counted(Incoming);
 
 impl Counted {
-    pub(crate) fn new(l: TcpListener) -> Self {
+    pub(crate) fn new(l: Incoming) -> Self {
         Counted(l)
     }
 }
@@ -31,35 +37,34 @@ impl axum::serve::Listener for Counted {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.0.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    metrics::gauge!(CONNECTIONS, "protocol" => "http").increment(1.0);
-                    return (CountedStream(stream), addr);
-                }
-                // Out of file descriptors and the like: wait, as axum's own listener does.
-                Err(e) => {
-                    tracing::warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        let c = self.0.accept().await;
+        metrics::gauge!(CONNECTIONS, "protocol" => "http").increment(1.0);
+        let stream = CountedStream {
+            io: c.stream,
+            tls_identity: c.tls_identity.map(Arc::from),
+        };
+        (stream, c.peer)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
+        Ok(self.0.local_addr())
     }
 }
 
 impl Connected<IncomingStream<'_, Counted>> for Peer {
     fn connect_info(stream: IncomingStream<'_, Counted>) -> Self {
-        Peer(*stream.remote_addr())
+        Peer {
+            addr: *stream.remote_addr(),
+            tls_identity: stream.io().tls_identity.clone(),
+        }
     }
 }
 
 /// A connection that takes itself off the gauge when dropped.
-pub(crate) struct CountedStream(TcpStream);
+pub(crate) struct CountedStream {
+    io: Stream,
+    tls_identity: Option<Arc<str>>,
+}
 
 impl Drop for CountedStream {
     fn drop(&mut self) {
@@ -73,7 +78,7 @@ impl AsyncRead for CountedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -83,7 +88,7 @@ impl AsyncWrite for CountedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -91,18 +96,18 @@ impl AsyncWrite for CountedStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

@@ -190,7 +190,7 @@ fn message(
 pub async fn publish<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(topic): Path<String>,
-    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    ConnectInfo(Peer { addr: peer, .. }): ConnectInfo<Peer>,
     Query(q): Query<PublishQuery>,
     headers: HeaderMap,
     RawBody(body): RawBody,
@@ -258,7 +258,7 @@ pub struct BatchPublished {
 pub async fn publish_batch<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(topic): Path<String>,
-    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    ConnectInfo(Peer { addr: peer, .. }): ConnectInfo<Peer>,
     Query(q): Query<BatchQuery>,
     Json(entries): Json<Vec<BatchEntry>>,
 ) -> Result<(StatusCode, axum::Json<BatchPublished>)> {

@@ -404,6 +404,10 @@ pub fn router<B: MessagingApi + 'static>(ctx: Arc<Ctx<B>>) -> Router {
         ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(Extension(BodyLimit(max_body)))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(rocketgate_tls::Origins::new(&ctx.settings.allowed_origins)),
+            crate::origin::guard,
+        ))
         .with_state(ctx)
 }
 

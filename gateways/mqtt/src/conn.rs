@@ -56,10 +56,33 @@ pub(crate) struct Conn<B> {
     members: Members,
 }
 
-pub(crate) async fn run<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
+/// Where a connection's TLS client identity comes from: `()` for a plain socket
+/// (zero bytes in every plain connection's task, see `server.rs`'s size guard), an
+/// `Option<String>` for a TLS one.
+pub(crate) trait TlsIdentity: Send + 'static {
+    fn take(self) -> Option<String>;
+}
+
+impl TlsIdentity for () {
+    fn take(self) -> Option<String> {
+        None
+    }
+}
+
+impl TlsIdentity for Option<String> {
+    fn take(self) -> Option<String> {
+        self
+    }
+}
+
+/// Runs one connection. `tls_identity` is the name in the client's verified TLS
+/// certificate (mTLS; `None` without one): it is logged at CONNECT and handed to
+/// [`Conn::accept`], where the authentication layer takes it from there.
+pub(crate) async fn run<B, IO, I>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr, tls_identity: I)
 where
     B: MessagingApi + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: TlsIdentity,
 {
     let (mut rd, mut wr) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(8 * 1024);
@@ -94,7 +117,7 @@ where
     let lagged = conn.following.lagged();
     // Rare or one-off steps run boxed: their state would otherwise be part of
     // every connection's task for its whole life (memory per idle connection).
-    let keep_alive = match Box::pin(conn.accept(connect, tk_tx)).await {
+    let keep_alive = match Box::pin(conn.accept(connect, tk_tx, tls_identity.take())).await {
         Some(k) => k,
         None => {
             let out = conn.out.take();

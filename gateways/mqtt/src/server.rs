@@ -13,6 +13,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use rocketgate_tls::{Acceptor, Incoming, Mode};
+
+use crate::conn::TlsIdentity;
 use crate::error::{Error, Result};
 pub use crate::settings::Settings;
 use crate::shared::Shared;
@@ -20,6 +23,8 @@ use crate::shared::Shared;
 /// A bound, not yet running MQTT server.
 pub struct Server<B> {
     listener: TcpListener,
+    /// MQTT over TLS (port 8883), when added with [`Server::with_tls`].
+    tls: Option<Incoming>,
     shared: Arc<Shared<B>>,
     stop_tx: watch::Sender<bool>,
 }
@@ -40,6 +45,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         Ok((
             Server {
                 listener,
+                tls: None,
                 shared,
                 stop_tx,
             },
@@ -47,10 +53,28 @@ impl<B: MessagingApi + 'static> Server<B> {
         ))
     }
 
+    /// Adds a TLS listener on `addr` (the plain one stays), returning the address
+    /// bound. Handshakes run on tasks of their own; a connection that finishes one
+    /// is served exactly like a plain one.
+    pub async fn with_tls(
+        mut self,
+        addr: SocketAddr,
+        acceptor: Acceptor,
+    ) -> Result<(Server<B>, SocketAddr)> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let incoming = Incoming::new(listener, Mode::Tls(acceptor), "mqtt")?;
+        let local = incoming.local_addr();
+        self.tls = Some(incoming);
+        Ok((self, local))
+    }
+
     /// Starts accepting connections.
     pub fn spawn(self) -> Handle<B> {
         let Server {
             listener,
+            tls,
             shared,
             stop_tx,
         } = self;
@@ -64,7 +88,7 @@ impl<B: MessagingApi + 'static> Server<B> {
                         r = listener.accept() => match r {
                             Ok((sock, peer)) => {
                                 let _ = sock.set_nodelay(true);
-                                spawn_connection(shared.clone(), sock, peer);
+                                spawn_connection(shared.clone(), sock, peer, ());
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "accept failed");
@@ -89,23 +113,39 @@ impl<B: MessagingApi + 'static> Server<B> {
                 }
             })
         };
+        let mut tasks = vec![accept, sweeper];
+        if let Some(mut incoming) = tls {
+            let shared = shared.clone();
+            let mut stop = shared.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        c = incoming.accept() => {
+                            spawn_connection(shared.clone(), c.stream, c.peer, c.tls_identity)
+                        }
+                    }
+                }
+            }));
+        }
         Handle {
             streams: Streams { shared },
             stop_tx,
-            tasks: vec![accept, sweeper],
+            tasks,
         }
     }
 }
 
-fn spawn_connection<B, IO>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr)
+fn spawn_connection<B, IO, I>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr, tls_identity: I)
 where
     B: MessagingApi + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: TlsIdentity,
 {
     if *shared.shutdown.borrow() {
         return;
     }
-    tokio::spawn(connection_task(shared, io, peer));
+    tokio::spawn(connection_task(shared, io, peer, tls_identity));
 }
 
 /// A connection's task. Its future (~1.9 KB: the `Conn` and the state of its
@@ -113,18 +153,20 @@ where
 /// just under the allocator's 2 KiB size class: 40 bytes more in `Conn` once took
 /// idle connections from 3.6 to 4.3 KiB each (docs/benchmarks.md, session 10).
 /// Keep rarely used state boxed; a unit test guards the size.
-fn connection_task<B, IO>(
+fn connection_task<B, IO, I>(
     shared: Arc<Shared<B>>,
     io: IO,
     peer: SocketAddr,
+    tls_identity: I,
 ) -> impl Future<Output = ()> + Send + 'static
 where
     B: MessagingApi + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: TlsIdentity,
 {
     let guard = Active::new(shared.clone());
     async move {
-        crate::conn::run(shared, io, peer).await;
+        crate::conn::run(shared, io, peer, tls_identity).await;
         drop(guard);
     }
 }
@@ -161,8 +203,10 @@ impl<B> Clone for Streams<B> {
 }
 
 impl<B: MessagingApi + 'static> Streams<B> {
-    /// Runs one MQTT connection over `io` until it ends.
-    pub async fn serve_stream<IO>(&self, io: IO, peer: SocketAddr)
+    /// Runs one MQTT connection over `io` until it ends. `tls_identity`: the
+    /// verified client certificate's name when the stream came over TLS with one
+    /// (MQTT over WSS with mTLS).
+    pub async fn serve_stream<IO>(&self, io: IO, peer: SocketAddr, tls_identity: Option<String>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -170,7 +214,7 @@ impl<B: MessagingApi + 'static> Streams<B> {
             return;
         }
         let _guard = Active::new(self.shared.clone());
-        crate::conn::run(self.shared.clone(), io, peer).await;
+        crate::conn::run(self.shared.clone(), io, peer, tls_identity).await;
     }
 }
 
@@ -183,11 +227,11 @@ pub struct Handle<B> {
 
 impl<B: MessagingApi + 'static> Handle<B> {
     /// Runs one MQTT connection over any byte stream (see [`Streams`]).
-    pub async fn serve_stream<IO>(&self, io: IO, peer: SocketAddr)
+    pub async fn serve_stream<IO>(&self, io: IO, peer: SocketAddr, tls_identity: Option<String>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.streams.serve_stream(io, peer).await
+        self.streams.serve_stream(io, peer, tls_identity).await
     }
 
     /// A cloneable entry point for other listeners (the WebSocket door's `/mqtt`).
@@ -255,7 +299,7 @@ mod tests {
             .await
             .unwrap();
         let (sock, peer) = listener.accept().await.unwrap();
-        let task = connection_task(server.shared.clone(), sock, peer);
+        let task = connection_task(server.shared.clone(), sock, peer, ());
         let size = std::mem::size_of_val(&task);
         assert!(
             size <= LARGEST_KNOWN_TO_FIT,

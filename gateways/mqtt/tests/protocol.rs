@@ -342,7 +342,7 @@ async fn serve_stream_runs_mqtt_over_any_byte_stream_with_shared_state() {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let streams = node.handle.streams();
     let peer = "127.0.0.1:9".parse().unwrap();
-    let served = tokio::spawn(async move { streams.serve_stream(server, peer).await });
+    let served = tokio::spawn(async move { streams.serve_stream(server, peer, None).await });
     let (mut rd, mut wr) = tokio::io::split(client);
     let mut out = BytesMut::new();
     v5::Connect::new("over-stream").write(&mut out).unwrap();

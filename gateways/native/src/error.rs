@@ -55,6 +55,9 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    #[error("TLS: {0}")]
+    Tls(#[from] rocketgate_tls::Error),
+
     #[error("the client is shut down")]
     Shutdown,
 

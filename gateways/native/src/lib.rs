@@ -26,4 +26,4 @@ pub mod message;
 pub mod server;
 
 pub use error::Error;
-pub use server::{Server, ServerHandle, ServerSettings};
+pub use server::{Server, ServerHandle, ServerSettings, TlsMode};

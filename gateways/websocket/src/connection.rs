@@ -13,8 +13,8 @@ use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::{
     ConsumeMode, Heartbeat, MessagingApi, OffsetReset, QueueChoice, ReceiptHandle, Subscription,
 };
+use rocketgate_tls::Stream;
 use serde_json::Value;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -40,6 +40,8 @@ pub(crate) struct Context<B> {
     pub broker: Arc<B>,
     pub settings: Arc<Settings>,
     pub auth: Arc<dyn Authenticator>,
+    /// `ws.allowed_origins`, checked at the upgrade.
+    pub origins: rocketgate_tls::Origins,
 }
 
 struct Sub {
@@ -65,6 +67,10 @@ type Failure = (&'static str, String);
 struct Conn<B> {
     ctx: Arc<Context<B>>,
     peer: SocketAddr,
+    /// The verified TLS client certificate's name (WSS with mTLS); the
+    /// authentication layer takes it from here (a certificate can stand for a user).
+    #[allow(dead_code)]
+    tls_identity: Option<String>,
     subs: HashMap<String, Sub>,
     outbox: Outbox,
 }
@@ -78,17 +84,22 @@ fn close(code: CloseCode, reason: &str) -> Option<CloseFrame> {
 
 /// Serves one upgraded `/v1/ws` socket until either side closes it.
 pub(crate) async fn serve<B: MessagingApi + 'static>(
-    mut ws: WebSocketStream<TcpStream>,
+    mut ws: WebSocketStream<Stream>,
     ctx: Arc<Context<B>>,
     peer: SocketAddr,
+    tls_identity: Option<String>,
     token_required: bool,
     mut closing: watch::Receiver<bool>,
 ) {
     let settings = ctx.settings.clone();
     let (outbox, mut outbound, budget) = Outbox::new(settings.outbound_buffer, OUTBOUND_FRAMES);
+    if let Some(id) = &tls_identity {
+        tracing::info!(%peer, tls_identity = %id, "WebSocket connection with a client certificate");
+    }
     let mut conn = Conn {
         ctx,
         peer,
+        tls_identity,
         subs: HashMap::new(),
         outbox,
     };

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 
 use bytes::BytesMut;
+use rocketgate_tls::{OriginCheck, Origins, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::auth::{AuthAttempt, AuthDecision, Authenticator, Door};
@@ -56,6 +56,15 @@ impl Refusal {
         )
     }
 
+    /// A browser page whose origin is not in `ws.allowed_origins`.
+    pub fn forbidden_origin() -> Self {
+        Refusal::new(
+            "403 Forbidden",
+            "forbidden_origin",
+            "this page's origin may not open a WebSocket here (ws.allowed_origins)",
+        )
+    }
+
     fn bad(message: impl Into<String>) -> Self {
         Refusal::new("400 Bad Request", "bad_request", message)
     }
@@ -75,7 +84,7 @@ impl Refusal {
 }
 
 /// Reads the request head (bounded in size; the caller bounds the time).
-pub(crate) async fn read_head(stream: &mut TcpStream) -> Result<BytesMut, Refusal> {
+pub(crate) async fn read_head(stream: &mut Stream) -> Result<BytesMut, Refusal> {
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         if find_head_end(&buf).is_some() {
@@ -227,6 +236,22 @@ pub(crate) fn accept(
     ))
 }
 
+/// The `Origin` of a request head (already parsed once by [`accept`]) against the
+/// allow-list.
+pub(crate) fn origin(head: &[u8], origins: &Origins) -> OriginCheck {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    if req.parse(head).is_err() {
+        return OriginCheck::Refused;
+    }
+    let origin = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("origin"))
+        .map(|h| std::str::from_utf8(h.value).unwrap_or("\u{fffd}"));
+    origins.check(origin)
+}
+
 /// The value of `name` in a query string, percent-decoded.
 fn query_param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|pair| {
@@ -268,7 +293,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Writes a refusal and closes.
-pub(crate) async fn refuse(stream: &mut TcpStream, refusal: &Refusal) {
+pub(crate) async fn refuse(stream: &mut Stream, refusal: &Refusal) {
     let _ = stream.write_all(&refusal.to_http()).await;
     let _ = stream.shutdown().await;
 }

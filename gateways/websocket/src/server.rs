@@ -4,16 +4,16 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rocketgate_core::broker::MessagingApi;
+use rocketgate_tls::{Acceptor, Incoming, Mode, OriginCheck, Stream};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::Error;
 use crate::auth::{AllowAll, Authenticator, Door};
@@ -29,6 +29,8 @@ pub struct Hooks {
     pub auth: Arc<dyn Authenticator>,
     /// Serves `/mqtt`; without one, `/mqtt` answers `501 Not Implemented`.
     pub mqtt: Option<Arc<dyn StreamHandler>>,
+    /// WSS: every connection is TLS with this acceptor's current certificate.
+    pub tls: Option<Acceptor>,
 }
 
 impl Default for Hooks {
@@ -36,13 +38,14 @@ impl Default for Hooks {
         Hooks {
             auth: Arc::new(AllowAll),
             mqtt: None,
+            tls: None,
         }
     }
 }
 
 /// A bound, not yet running WebSocket door.
 pub struct Server<B> {
-    listener: TcpListener,
+    listener: Incoming,
     ctx: Arc<Context<B>>,
     mqtt: Option<Arc<dyn StreamHandler>>,
 }
@@ -73,9 +76,15 @@ impl<B: MessagingApi + 'static> Server<B> {
     ) -> Result<(Server<B>, SocketAddr), Error> {
         settings.check()?;
         let bind_err = |source| Error::Bind { addr, source };
-        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
-        let local = listener.local_addr().map_err(bind_err)?;
+        let tcp = TcpListener::bind(addr).await.map_err(bind_err)?;
+        let mode = match hooks.tls {
+            Some(acceptor) => Mode::Tls(acceptor),
+            None => Mode::Plain,
+        };
+        let listener = Incoming::new(tcp, mode, "ws").map_err(bind_err)?;
+        let local = listener.local_addr();
         let ctx = Arc::new(Context {
+            origins: rocketgate_tls::Origins::new(&settings.allowed_origins),
             broker,
             settings: Arc::new(settings),
             auth: hooks.auth,
@@ -101,43 +110,38 @@ impl<B: MessagingApi + 'static> Server<B> {
 
     /// Serves until `shutdown` completes, then closes every connection.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let local = self.listener.local_addr().ok();
-        info!(addr = ?local, "WebSocket door listening");
+        let mut listener = self.listener;
+        let local = listener.local_addr();
+        info!(addr = %local, "WebSocket door listening");
         let (closing, _) = watch::channel(false);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let ctx = self.ctx.clone();
-                        let mqtt = self.mqtt.clone();
-                        conns.spawn(accept(stream, peer, ctx, mqtt, closing.subscribe()));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
+                c = listener.accept() => {
+                    let ctx = self.ctx.clone();
+                    let mqtt = self.mqtt.clone();
+                    conns.spawn(accept(c.stream, c.peer, c.tls_identity, ctx, mqtt, closing.subscribe()));
                 },
                 Some(_) = conns.join_next() => {}
                 _ = &mut shutdown => break,
             }
         }
-        drop(self.listener);
+        drop(listener);
         closing.send_replace(true);
         while conns.join_next().await.is_some() {}
-        info!(addr = ?local, "WebSocket door stopped");
+        info!(addr = %local, "WebSocket door stopped");
     }
 }
 
 async fn accept<B: MessagingApi + 'static>(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
+    tls_identity: Option<String>,
     ctx: Arc<Context<B>>,
     mqtt: Option<Arc<dyn StreamHandler>>,
     closing: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
     let head = match tokio::time::timeout(
         ctx.settings.handshake_timeout,
         handshake::read_head(&mut stream),
@@ -151,7 +155,11 @@ async fn accept<B: MessagingApi + 'static>(
             return handshake::refuse(&mut stream, &r).await;
         }
     };
-    let (upgrade, answer) = match handshake::accept(&head, peer, &*ctx.auth, mqtt.is_some()) {
+    let (upgrade, answer) = match handshake::accept(&head, peer, &*ctx.auth, mqtt.is_some())
+        .and_then(|ok| match handshake::origin(&head, &ctx.origins) {
+            OriginCheck::Refused => Err(Refusal::forbidden_origin()),
+            OriginCheck::None | OriginCheck::Allowed => Ok(ok),
+        }) {
         Ok(ok) => ok,
         Err(refusal) => {
             debug!(%peer, ?refusal, "upgrade refused");
@@ -169,10 +177,12 @@ async fn accept<B: MessagingApi + 'static>(
         .await;
     debug!(%peer, door = ?upgrade.door, protocol = ?upgrade.protocol, "upgraded");
     match upgrade.door {
-        Door::Json => connection::serve(ws, ctx, peer, upgrade.token_required, closing).await,
+        Door::Json => {
+            connection::serve(ws, ctx, peer, tls_identity, upgrade.token_required, closing).await
+        }
         Door::Mqtt => {
             if let Some(handler) = mqtt {
-                handler.serve(WsByteStream::new(ws, closing), peer);
+                handler.serve(WsByteStream::new(ws, closing), peer, tls_identity);
             }
         }
     }

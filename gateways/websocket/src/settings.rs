@@ -30,6 +30,9 @@ pub struct Settings {
     /// How long a client may take to send its HTTP upgrade request (and, when
     /// the authenticator asks for one, its `auth` frame).
     pub handshake_timeout: Duration,
+    /// Browser origins whose pages may connect (see `rocketgate_tls::Origins`);
+    /// an upgrade with another `Origin` is refused with 403.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for Settings {
@@ -44,6 +47,7 @@ impl Default for Settings {
             long_poll: Duration::from_secs(20),
             ping_interval: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -76,6 +80,7 @@ impl From<&rocketgate_config::WsConfig> for Settings {
             max_unacked: c.max_unacked as usize,
             invisible_time: c.invisible_time,
             ping_interval: c.ping_interval,
+            allowed_origins: c.allowed_origins.clone(),
             ..Settings::default()
         }
     }

@@ -16,25 +16,27 @@ use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Sink, Stream};
+use rocketgate_tls::Stream as Io;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Serves a byte stream that arrived over WebSocket (the MQTT door implements
 /// it with its `serve_stream`). `serve` must not block: it spawns the session
-/// and returns. Closures `Fn(WsByteStream, SocketAddr)` are handlers too.
+/// and returns. Closures `Fn(WsByteStream, SocketAddr, Option<String>)` are
+/// handlers too. `tls_identity` is the verified client certificate's name (WSS with
+/// mTLS), for the authentication layer of the protocol served.
 pub trait StreamHandler: Send + Sync + 'static {
-    fn serve(&self, io: WsByteStream, peer: SocketAddr);
+    fn serve(&self, io: WsByteStream, peer: SocketAddr, tls_identity: Option<String>);
 }
 
 impl<F> StreamHandler for F
 where
-    F: Fn(WsByteStream, SocketAddr) + Send + Sync + 'static,
+    F: Fn(WsByteStream, SocketAddr, Option<String>) + Send + Sync + 'static,
 {
-    fn serve(&self, io: WsByteStream, peer: SocketAddr) {
-        self(io, peer)
+    fn serve(&self, io: WsByteStream, peer: SocketAddr, tls_identity: Option<String>) {
+        self(io, peer, tls_identity)
     }
 }
 
@@ -43,7 +45,7 @@ const MAX_OUT_FRAME: usize = 64 * 1024;
 
 /// A WebSocket carrying a byte stream in binary messages; `AsyncRead + AsyncWrite`.
 pub struct WsByteStream {
-    ws: WebSocketStream<TcpStream>,
+    ws: WebSocketStream<Io>,
     /// The unread rest of the last binary message.
     unread: Bytes,
     /// Written bytes not yet sent.
@@ -64,7 +66,7 @@ impl std::fmt::Debug for WsByteStream {
 }
 
 impl WsByteStream {
-    pub(crate) fn new(ws: WebSocketStream<TcpStream>, mut closing: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(ws: WebSocketStream<Io>, mut closing: watch::Receiver<bool>) -> Self {
         WsByteStream {
             ws,
             unread: Bytes::new(),

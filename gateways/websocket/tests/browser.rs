@@ -50,7 +50,7 @@ ws.onclose = (e) => { state.closed = e.code; };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_subscribes_receives_acks_and_publishes() {
-    let env = Env::start().await;
+    let env = Env::for_pages().await;
     env.topic("browser", 1).await;
     let page = serve_page(PAGE.replace("__ADDR__", &env.addr.to_string())).await;
     let mut browser = Browser::open(&format!("http://{page}/")).await;
@@ -136,7 +136,7 @@ async fn the_documented_browser_snippet_works() {
         .expect("a js snippet in docs/websocket.md")
         + 6;
     let snippet = &doc[start..start + doc[start..].find("```").unwrap()];
-    let env = Env::start().await;
+    let env = Env::for_pages().await;
     let html = format!(
         "<!doctype html><html><body><script>\nwindow.logged = [];\n\
          console.log = (...a) => window.logged.push(a);\n\

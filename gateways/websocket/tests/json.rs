@@ -372,6 +372,7 @@ async fn the_auth_seam_takes_a_query_or_first_frame_token() {
         Hooks {
             auth: Arc::new(auth),
             mqtt: None,
+            tls: None,
         },
     )
     .await;

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-fn echo(io: WsByteStream, _peer: std::net::SocketAddr) {
+fn echo(io: WsByteStream, _peer: std::net::SocketAddr, _tls_identity: Option<String>) {
     tokio::spawn(async move {
         let (mut r, mut w) = tokio::io::split(io);
         let mut buf = [0u8; 4096];

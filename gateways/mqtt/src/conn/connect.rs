@@ -108,11 +108,19 @@ pub(super) async fn read_connect<R: AsyncRead + Unpin>(
 impl<B: MessagingApi + 'static> Conn<B> {
     /// Handles CONNECT: session take-over or resumption, CONNACK. The keep-alive
     /// deadline span, or `None` when the connection is refused.
+    ///
+    /// `tls_identity`: the verified client certificate's name (mTLS), `None` for a
+    /// connection without one; logged here, and the authentication layer takes it
+    /// from here (a certificate can stand for a user).
     pub(super) async fn accept(
         &mut self,
         c: Connect,
         takeover: oneshot::Sender<Takeover>,
+        tls_identity: Option<String>,
     ) -> Option<Option<Duration>> {
+        if let Some(id) = &tls_identity {
+            tracing::info!(peer = %self.peer, client = %c.client_id, tls_identity = %id, "MQTT CONNECT with a client certificate");
+        }
         let s = self.shared.settings.clone();
         let v5 = self.out.v5();
         let props = c.properties.as_ref();

@@ -12,6 +12,9 @@ use rocketgate_remoting::client::Link;
 pub(crate) use rocketgate_remoting::client::Pushed;
 use rocketgate_remoting::code::version;
 use rocketgate_remoting::codec::{LanguageCode, RemotingCommand, SerializeType};
+use rocketgate_tls::rustls::ClientConfig;
+use rocketgate_tls::rustls::pki_types::ServerName;
+use rocketgate_tls::tokio_rustls::TlsConnector;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -41,6 +44,8 @@ pub(crate) struct Links {
     links: Mutex<HashMap<String, Arc<Link>>>,
     backoff: Mutex<HashMap<String, Backoff>>,
     pushes: mpsc::UnboundedSender<Pushed>,
+    /// TLS for every address but the NameServers'.
+    tls: Option<(TlsConnector, Vec<String>)>,
 }
 
 impl Links {
@@ -49,7 +54,43 @@ impl Links {
             links: Mutex::default(),
             backoff: Mutex::default(),
             pushes,
+            tls: None,
         }
+    }
+
+    /// Connects with TLS to every address except `namesrvs`.
+    pub fn with_tls(mut self, config: Option<Arc<ClientConfig>>, namesrvs: Vec<String>) -> Links {
+        self.tls = config.map(|c| (TlsConnector::from(c), namesrvs));
+        self
+    }
+
+    async fn connect(&self, addr: &str) -> Result<Link, Error> {
+        let Some((connector, namesrvs)) = self
+            .tls
+            .as_ref()
+            .filter(|(_, n)| !n.iter().any(|a| a == addr))
+        else {
+            return Ok(Link::connect(addr, CONNECT_TIMEOUT, Some(self.pushes.clone())).await?);
+        };
+        let _ = namesrvs;
+        let connect_err = |source| Error::Connect {
+            addr: addr.to_owned(),
+            source,
+        };
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| connect_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        let handshake = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            connector.connect(name, tcp).await
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+            .await
+            .map_err(|_| connect_err(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(connect_err)?;
+        Ok(Link::over(addr, stream, Some(self.pushes.clone())))
     }
 
     /// The open link to `addr`, connecting if there is none.
@@ -66,7 +107,7 @@ impl Links {
                 });
             }
         }
-        match Link::connect(addr, CONNECT_TIMEOUT, Some(self.pushes.clone())).await {
+        match self.connect(addr).await {
             Ok(link) => {
                 lock(&self.backoff).remove(addr);
                 let link = Arc::new(link);
@@ -90,7 +131,7 @@ impl Links {
                 });
                 entry.until = Instant::now() + entry.next;
                 entry.next = (entry.next * 2).min(MAX_BACKOFF);
-                Err(e.into())
+                Err(e)
             }
         }
     }

@@ -42,6 +42,9 @@ mod push_consumer;
 mod session;
 mod transaction;
 
+use std::sync::Arc;
+
+use crate::Error;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -69,6 +72,10 @@ pub struct ClientSettings {
     pub heartbeat_interval: Duration,
     /// How long one request waits for its response.
     pub request_timeout: Duration,
+    /// TLS to the brokers (not the NameServers, which speak plain remoting), trusting
+    /// the CA given to [`ClientSettings::with_tls_ca`]. The broker's address (IP or
+    /// host name) must be in its certificate.
+    pub tls: Option<Arc<rocketgate_tls::rustls::ClientConfig>>,
 }
 
 impl ClientSettings {
@@ -84,7 +91,15 @@ impl ClientSettings {
             route_refresh: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(30),
             request_timeout: Duration::from_secs(3),
+            tls: None,
         }
+    }
+
+    /// Talks TLS to the brokers, trusting the CA certificates in the PEM file `ca`
+    /// (for a broker whose `tls.native` is `enforcing` or `permissive`).
+    pub fn with_tls_ca(mut self, ca: &std::path::Path) -> Result<Self, Error> {
+        self.tls = Some(Arc::new(rocketgate_tls::client_config(ca)?));
+        Ok(self)
     }
 
     /// A NameServer list as RocketMQ writes it: `host:port;host:port`.

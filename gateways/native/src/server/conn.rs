@@ -16,31 +16,53 @@ use rocketgate_remoting::server::{Answer, Handler, Outbound};
 use super::Ctx;
 use super::handle;
 
+/// What the door keeps per connection.
+pub(super) struct Session {
+    pub peer: Peer,
+    /// The verified TLS client certificate's name (TLS with mTLS), `None` without
+    /// one; the authentication layer takes it from here (a certificate can stand for
+    /// an access key).
+    #[allow(dead_code)]
+    pub tls_identity: Option<String>,
+}
+
 /// The native door's [`Handler`]: every connection shares the server's context.
 pub(super) struct Door<B> {
     pub ctx: Arc<Ctx<B>>,
 }
 
 impl<B: MessagingApi + 'static> Handler for Door<B> {
-    type Session = Peer;
+    type Session = Session;
 
-    fn open(&self, peer: Peer, outbound: Outbound) -> Peer {
-        self.ctx.clients.connected(peer.id, outbound);
-        peer
+    fn open(&self, peer: Peer, outbound: Outbound) -> Session {
+        self.open_with_identity(peer, outbound, None)
     }
 
-    fn handle(&self, peer: &mut Peer, req: RemotingCommand) -> Answer {
+    fn open_with_identity(
+        &self,
+        peer: Peer,
+        outbound: Outbound,
+        tls_identity: Option<String>,
+    ) -> Session {
+        if let Some(id) = &tls_identity {
+            tracing::info!(peer = %peer.addr, tls_identity = %id, "native connection with a client certificate");
+        }
+        self.ctx.clients.connected(peer.id, outbound);
+        Session { peer, tls_identity }
+    }
+
+    fn handle(&self, session: &mut Session, req: RemotingCommand) -> Answer {
         // Most requests (a send under async flush, admin requests) complete without
         // waiting; the loop then answers them inline on its first poll.
         let ctx = self.ctx.clone();
-        let peer = *peer;
+        let peer = session.peer;
         Answer::Later(Box::pin(
             async move { handle::handle(&ctx, peer, req).await },
         ))
     }
 
-    async fn close(&self, peer: Peer, _why: &str) {
-        let departed = self.ctx.clients.disconnected(peer.id);
+    async fn close(&self, session: Session, _why: &str) {
+        let departed = self.ctx.clients.disconnected(session.peer.id);
         if let Some(client_id) = departed.client_id {
             for group in departed.consumer_groups {
                 super::consumer::member_left(&self.ctx, &group, &client_id).await;

@@ -108,7 +108,37 @@ impl<B> Ctx<B> {
 /// A bound, not yet running broker server.
 pub struct Server<B> {
     listener: TcpListener,
+    tls: TlsMode,
     ctx: Arc<Ctx<B>>,
+}
+
+/// RocketMQ's TLS modes for the remoting port.
+#[derive(Debug, Clone, Default)]
+pub enum TlsMode {
+    /// Plain remoting only.
+    #[default]
+    Disabled,
+    /// TLS when a connection opens with a ClientHello (first byte 0x16), plain
+    /// remoting otherwise, on one port.
+    Permissive(rocketgate_tls::Acceptor),
+    /// TLS only.
+    Enforcing(rocketgate_tls::Acceptor),
+}
+
+/// A TLS listener as the remoting loop's connection source.
+struct TlsIncoming(rocketgate_tls::Incoming);
+
+impl server::Accept for TlsIncoming {
+    type Io = rocketgate_tls::Stream;
+
+    async fn accept(&mut self) -> std::io::Result<server::Accepted<Self::Io>> {
+        let c = self.0.accept().await;
+        Ok(server::Accepted {
+            io: c.stream,
+            addr: c.peer,
+            tls_identity: c.tls_identity,
+        })
+    }
 }
 
 /// Controls a spawned [`Server`]. Dropping it stops the server in the background;
@@ -163,7 +193,14 @@ impl<B: MessagingApi + 'static> Server<B> {
             topics_changed: Arc::new(|| {}),
             known_topics: Mutex::new(HashSet::new()),
         });
-        Ok((Server { listener, ctx }, local))
+        Ok((
+            Server {
+                listener,
+                tls: TlsMode::Disabled,
+                ctx,
+            },
+            local,
+        ))
     }
 
     /// Calls `hook` whenever a request creates or changes a topic (e.g.
@@ -172,6 +209,12 @@ impl<B: MessagingApi + 'static> Server<B> {
         if let Some(ctx) = Arc::get_mut(&mut self.ctx) {
             ctx.topics_changed = hook;
         }
+        self
+    }
+
+    /// Serves TLS in `mode` (RocketMQ's `disabled | permissive | enforcing`).
+    pub fn with_tls(mut self, mode: TlsMode) -> Self {
+        self.tls = mode;
         self
     }
 
@@ -186,15 +229,35 @@ impl<B: MessagingApi + 'static> Server<B> {
 
     /// Serves until `shutdown` completes, then closes every connection.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Server { listener, ctx } = self;
+        let Server { listener, tls, ctx } = self;
         let local = listener.local_addr().ok();
-        info!(addr = ?local, "native broker server listening");
+        info!(addr = ?local, tls = ?tls_name(&tls), "native broker server listening");
         let limits = Limits {
             max_frame_len: ctx.settings.max_frame_len,
             write_timeout: ctx.settings.write_timeout,
             outbound_capacity: OUTBOUND_CAPACITY,
         };
-        server::serve(listener, Arc::new(Door { ctx }), limits, shutdown).await;
+        let door = Arc::new(Door { ctx });
+        let mode = match tls {
+            TlsMode::Disabled => None,
+            TlsMode::Permissive(a) => Some(rocketgate_tls::Mode::Permissive(a)),
+            TlsMode::Enforcing(a) => Some(rocketgate_tls::Mode::Tls(a)),
+        };
+        match mode {
+            None => server::serve(listener, door, limits, shutdown).await,
+            Some(mode) => match rocketgate_tls::Incoming::new(listener, mode, "native") {
+                Ok(incoming) => server::serve(TlsIncoming(incoming), door, limits, shutdown).await,
+                Err(e) => tracing::error!(error = %e, "native TLS listener failed"),
+            },
+        }
         info!(addr = ?local, "native broker server stopped");
+    }
+}
+
+fn tls_name(mode: &TlsMode) -> &'static str {
+    match mode {
+        TlsMode::Disabled => "disabled",
+        TlsMode::Permissive(_) => "permissive",
+        TlsMode::Enforcing(_) => "enforcing",
     }
 }

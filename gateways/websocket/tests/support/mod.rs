@@ -56,6 +56,16 @@ impl Env {
         Env::with(Settings::default(), Hooks::default()).await
     }
 
+    /// For pages served from `http://127.0.0.1:<any port>` (`ws.allowed_origins`).
+    #[allow(dead_code)]
+    pub async fn for_pages() -> Env {
+        let settings = Settings {
+            allowed_origins: vec!["http://127.0.0.1:*".into()],
+            ..Settings::default()
+        };
+        Env::with(settings, Hooks::default()).await
+    }
+
     pub async fn with(settings: Settings, hooks: Hooks) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let broker = open_broker(dir.path());
