@@ -73,9 +73,17 @@ fn crates_depend_only_downwards() {
             "rocketgate-remoting",
             &["rocketgate-base", "rocketgate-config"][..],
         ),
+        // Security (layer 2): users, the ACL engine, request signatures; used by every
+        // door and by the NameServer's check of internal writes.
+        (
+            "rocketgate-auth",
+            &["rocketgate-base", "rocketgate-config"][..],
+        ),
+        // The NameServer and every door check credentials and the ACL (rocketgate-auth).
         (
             "rocketgate-namesrv",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-remoting",
@@ -84,6 +92,7 @@ fn crates_depend_only_downwards() {
         (
             "rocketgate-native",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-core",
@@ -92,11 +101,17 @@ fn crates_depend_only_downwards() {
         ),
         (
             "rocketgate-mqtt",
-            &["rocketgate-base", "rocketgate-config", "rocketgate-core"][..],
+            &[
+                "rocketgate-auth",
+                "rocketgate-base",
+                "rocketgate-config",
+                "rocketgate-core",
+            ][..],
         ),
         (
             "rocketgate-http",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-core",
@@ -105,7 +120,12 @@ fn crates_depend_only_downwards() {
         ),
         (
             "rocketgate-websocket",
-            &["rocketgate-base", "rocketgate-config", "rocketgate-core"][..],
+            &[
+                "rocketgate-auth",
+                "rocketgate-base",
+                "rocketgate-config",
+                "rocketgate-core",
+            ][..],
         ),
     ]);
     let mut wrong = Vec::new();
