@@ -275,7 +275,7 @@ impl Grant {
                 // Only a consumer's own retry topic (a failed consumption sent back).
                 return core
                     .strip_prefix("%RETRY%")
-                    .is_some_and(|g| self.may_consume_as(g));
+                    .is_some_and(|g| self.owns_group(g));
             }
             self.decide(
                 |r| r.publish && r.topics.iter().any(|p| filter_matches(p, name)),
@@ -295,8 +295,8 @@ impl Grant {
                     .or_else(|| core.strip_prefix("%DLQ%"));
                 return match (owner, group) {
                     // The consumer group reading its own retry / dead-letter topic.
-                    (Some(g), Some(as_group)) => g == as_group && self.may_consume_as(g),
-                    (Some(g), None) => self.may_consume_as(g),
+                    (Some(g), Some(as_group)) => g == as_group && self.owns_group(g),
+                    (Some(g), None) => self.owns_group(g),
                     _ => false,
                 };
             }
@@ -339,6 +339,26 @@ impl Grant {
         self.rules
             .iter()
             .any(|r| r.effect == Effect::Allow && r.subscribe && r.applies_to_group(Some(group)))
+    }
+
+    /// Is this identity allowed to consume as `group` by a rule that names it (a
+    /// name, a `prefix*` or `*`)? Only then may it reach the group's retry and
+    /// dead-letter topics: a rule without `groups` opens topics, not internal ones.
+    pub fn owns_group(&self, group: &str) -> bool {
+        if self.all {
+            return true;
+        }
+        let named = |r: &Compiled| {
+            r.subscribe && !r.groups.is_empty() && r.groups.iter().any(|p| group_matches(p, group))
+        };
+        !self
+            .rules
+            .iter()
+            .any(|r| r.effect == Effect::Deny && named(r))
+            && self
+                .rules
+                .iter()
+                .any(|r| r.effect == Effect::Allow && named(r))
     }
 
     /// May this identity use the admin API / admin requests?
@@ -409,6 +429,11 @@ mod tests {
         assert!(!g.may_subscribe("b/x", None));
         assert!(!g.may_subscribe("#", None));
         assert!(!g.may_publish("%DLQ%g"));
+        assert!(
+            !g.may_subscribe("%DLQ%g", None),
+            "no group named: no dead letters"
+        );
+        assert!(!g.may_subscribe("%RETRY%g", Some("g")));
         assert!(!g.may_subscribe("SCHEDULE_TOPIC_XXXX", None));
         assert!(!g.may_subscribe("rmq_sys_wheel_timer", None));
         assert!(!g.may_admin());
