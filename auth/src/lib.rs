@@ -249,6 +249,11 @@ impl Auth {
         ConnectionLimit::new(self.settings.max_connections_per_address)
     }
 
+    /// Changes with every change of the user store (grants made before are stale).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// The current user store.
     pub fn users(&self) -> Arc<Users> {
         read(&self.users).clone()

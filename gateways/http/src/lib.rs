@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 mod cluster;
 pub mod consume;
@@ -22,6 +23,7 @@ mod listener;
 pub mod ops;
 pub mod publish;
 pub mod routes;
+pub mod users;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -55,6 +57,8 @@ pub struct Settings {
     /// This broker's name and cluster, for `GET /v1/broker`.
     pub broker_name: String,
     pub cluster: String,
+    /// Who may call which endpoint (off: everyone, everything).
+    pub auth: Arc<rocketgate_auth::Auth>,
 }
 
 impl Default for Settings {
@@ -68,6 +72,7 @@ impl Default for Settings {
             namesrv_addrs: Vec::new(),
             broker_name: "broker-a".into(),
             cluster: "DefaultCluster".into(),
+            auth: rocketgate_auth::Auth::disabled(),
         }
     }
 }
@@ -151,6 +156,8 @@ pub struct Ctx<B> {
     pub(crate) openapi: std::sync::OnceLock<serde_json::Value>,
     /// Cached metric handles of the per-request and publish metrics.
     pub(crate) meters: ops::Meters,
+    /// Compiled grants per user (see [`access`]).
+    pub(crate) grants: access::Grants,
 }
 
 impl<B> Ctx<B> {
@@ -193,6 +200,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             started: std::time::Instant::now(),
             openapi: std::sync::OnceLock::new(),
             meters: ops::Meters::default(),
+            grants: access::Grants::default(),
         });
         let server = Server {
             listener: listener::Counted::new(tcp),
