@@ -69,6 +69,9 @@ pub struct ClientSettings {
     pub heartbeat_interval: Duration,
     /// How long one request waits for its response.
     pub request_timeout: Duration,
+    /// AccessKey/SecretKey every request is signed with (RocketMQ's ACL
+    /// signature), for a broker with authentication on.
+    pub credentials: Option<rocketgate_auth::AccessKey>,
 }
 
 impl ClientSettings {
@@ -84,6 +87,7 @@ impl ClientSettings {
             route_refresh: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(30),
             request_timeout: Duration::from_secs(3),
+            credentials: None,
         }
     }
 
@@ -104,6 +108,15 @@ impl ClientSettings {
 
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Signs every request with this AccessKey/SecretKey pair.
+    pub fn with_credentials(mut self, access_key: &str, secret_key: &str) -> Self {
+        self.credentials = Some(rocketgate_auth::AccessKey {
+            access_key: access_key.to_owned(),
+            secret_key: secret_key.to_owned(),
+        });
         self
     }
 

@@ -90,7 +90,7 @@ impl Session {
             ..Default::default()
         };
         let session = Arc::new(Session {
-            links: Links::new(tx),
+            links: Links::new(tx, config.credentials.clone()),
             routes: Mutex::default(),
             heartbeat: Mutex::new(heartbeat),
             namesrv_cursor: AtomicUsize::new(0),

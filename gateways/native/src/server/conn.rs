@@ -14,22 +14,38 @@ pub(crate) use rocketgate_remoting::server::Peer;
 use rocketgate_remoting::server::{Answer, Handler, Outbound};
 
 use super::Ctx;
+use super::access::ConnAccess;
 use super::handle;
+use super::reply::Fail;
 
 /// The native door's [`Handler`]: every connection shares the server's context.
 pub(super) struct Door<B> {
     pub ctx: Arc<Ctx<B>>,
 }
 
-impl<B: MessagingApi + 'static> Handler for Door<B> {
-    type Session = Peer;
+/// One connection: who it is, and its last grant (see `access.rs`).
+pub(super) struct Conn {
+    peer: Peer,
+    access: ConnAccess,
+}
 
-    fn open(&self, peer: Peer, outbound: Outbound) -> Peer {
+impl<B: MessagingApi + 'static> Handler for Door<B> {
+    type Session = Conn;
+
+    fn open(&self, peer: Peer, outbound: Outbound) -> Conn {
         self.ctx.clients.connected(peer.id, outbound);
-        peer
+        Conn {
+            peer,
+            access: ConnAccess::default(),
+        }
     }
 
-    fn handle(&self, peer: &mut Peer, req: RemotingCommand) -> Answer {
+    fn handle(&self, conn: &mut Conn, req: RemotingCommand) -> Answer {
+        if let Err(Fail { code, remark }) = conn.access.authorize(&self.ctx.settings.auth, &req) {
+            tracing::debug!(peer = %conn.peer.addr, code = req.code, %remark, "request refused");
+            return Answer::Now(RemotingCommand::response_to(&req, code).with_remark(remark));
+        }
+        let peer = &mut conn.peer;
         // Most requests (a send under async flush, admin requests) complete without
         // waiting; the loop then answers them inline on its first poll.
         let ctx = self.ctx.clone();
@@ -39,7 +55,8 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
         ))
     }
 
-    async fn close(&self, peer: Peer, _why: &str) {
+    async fn close(&self, conn: Conn, _why: &str) {
+        let peer = conn.peer;
         let departed = self.ctx.clients.disconnected(peer.id);
         if let Some(client_id) = departed.client_id {
             for group in departed.consumer_groups {
