@@ -364,6 +364,53 @@ impl Auth {
         result
     }
 
+    /// [`Auth::login`] for a bearer token (API key or JWT) where waiting is not an
+    /// option (the WebSocket door's upgrade seam must not block): no back-off delay,
+    /// but failures are counted and logged the same.
+    pub fn login_token_now(
+        &self,
+        token: Option<&str>,
+        peer: IpAddr,
+        door: &'static str,
+    ) -> Result<Login, Denied> {
+        if !self.settings.enabled {
+            return Ok(Login {
+                identity: Identity::anonymous(),
+                expires_at: None,
+            });
+        }
+        let result = match token {
+            None | Some("") => Err(Denied::Missing),
+            Some(t) => match &self.jwt {
+                Some(keys) if jwt::looks_like_jwt(t.as_bytes()) => {
+                    keys.verify(t).and_then(|v| self.jwt_login(v))
+                }
+                _ => self
+                    .users()
+                    .by_api_key(t)
+                    .map(|u| Login {
+                        identity: Identity {
+                            user: u.name.clone(),
+                            internal: false,
+                        },
+                        expires_at: None,
+                    })
+                    .ok_or(Denied::BadToken),
+            },
+        };
+        match &result {
+            Ok(_) => metrics::counter!("rocketgate_auth_logins_total", "door" => door).increment(1),
+            Err(why) => {
+                if *why != Denied::Missing {
+                    self.limiter.failed(peer, None);
+                }
+                metrics::counter!("rocketgate_auth_failures_total", "door" => door).increment(1);
+                tracing::warn!(door, %peer, reason = %why, "login refused");
+            }
+        }
+        result
+    }
+
     async fn check(&self, creds: Credentials<'_>) -> Result<Login, Denied> {
         let plain = |user: String| Login {
             identity: Identity {

@@ -381,21 +381,6 @@ impl Config {
             self.auth.users_file.clone()
         }
     }
-
-    /// The doors listening on a non-loopback address (the secure-default check).
-    pub fn public_doors(&self) -> Vec<(&'static str, SocketAddr)> {
-        let l = &self.listen;
-        [
-            ("listen.namesrv", l.namesrv),
-            ("listen.native", l.native),
-            ("listen.mqtt", l.mqtt),
-            ("listen.http", l.http),
-            ("listen.ws", l.ws),
-        ]
-        .into_iter()
-        .filter(|(_, a)| !a.ip().is_loopback())
-        .collect()
-    }
 }
 
 fn local(port: u16) -> SocketAddr {

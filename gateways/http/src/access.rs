@@ -1,5 +1,5 @@
 //! Authentication and the ACL at the HTTP door: every endpoint of the table in
-//! [`routes`](crate::routes) says what it needs ([`Need`], from its tag and path),
+//! `routes.rs` says what it needs ([`Need`], from its tag and path),
 //! and with auth on a layer in front of it asks for `Authorization: Bearer <API
 //! key or JWT>` or `Basic <user:password>` (401 JSON without valid credentials)
 //! and checks the grant (403 JSON when not allowed).

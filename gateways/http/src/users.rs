@@ -1,4 +1,4 @@
-//! The user store over HTTP (admin permission, see [`access`](crate::access)):
+//! The user store over HTTP (admin permission, see `access.rs`):
 //! list, create or change, delete users, make API keys, reload the file. Changes
 //! are written to the user store file and take effect at once on every door.
 //! Secrets never come back: a password is hashed on the blocking pool, an API key

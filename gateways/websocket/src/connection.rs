@@ -65,6 +65,8 @@ type Failure = (&'static str, String);
 struct Conn<B> {
     ctx: Arc<Context<B>>,
     peer: SocketAddr,
+    /// What this connection may publish and subscribe to (`None`: everything).
+    grant: Option<Arc<rocketgate_auth::Grant>>,
     subs: HashMap<String, Sub>,
     outbox: Outbox,
 }
@@ -82,6 +84,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     ctx: Arc<Context<B>>,
     peer: SocketAddr,
     token_required: bool,
+    grant: Option<Arc<rocketgate_auth::Grant>>,
     mut closing: watch::Receiver<bool>,
 ) {
     let settings = ctx.settings.clone();
@@ -89,6 +92,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     let mut conn = Conn {
         ctx,
         peer,
+        grant,
         subs: HashMap::new(),
         outbox,
     };
@@ -135,8 +139,9 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                 };
                 if !authed {
                     match conn.authenticate(&text) {
-                        Ok(reply) => {
+                        Ok((reply, grant)) => {
                             authed = true;
+                            conn.grant = grant;
                             if ws.send(Message::text(reply)).await.is_err() { break None; }
                             continue;
                         }
@@ -187,7 +192,11 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
 
 impl<B: MessagingApi + 'static> Conn<B> {
     /// The first frame when the authenticator asked for a token.
-    fn authenticate(&self, text: &str) -> Result<String, String> {
+    #[allow(clippy::type_complexity)]
+    fn authenticate(
+        &self,
+        text: &str,
+    ) -> Result<(String, Option<Arc<rocketgate_auth::Grant>>), String> {
         let Ok(Envelope {
             req,
             request: Request::Auth { token },
@@ -204,7 +213,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             token: Some(&token),
             first_frame: true,
         }) {
-            AuthDecision::Allow => Ok(protocol::authenticated_frame(&req)),
+            AuthDecision::Allow => Ok((protocol::authenticated_frame(&req), None)),
+            AuthDecision::AllowWith(g) => Ok((protocol::authenticated_frame(&req), Some(g))),
             AuthDecision::Deny(reason) => Err(reason),
             AuthDecision::TokenRequired => Err("the token was not accepted".into()),
         }
@@ -259,6 +269,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// or delivered at once.
     async fn publish(&self, p: protocol::Publish, req: &Option<Value>) -> Result<String, Failure> {
         let mut message = p.message;
+        if let Some(g) = &self.grant {
+            let name = match message.tags() {
+                Some(t) if !t.is_empty() => format!("{}/{t}", message.topic),
+                _ => message.topic.clone(),
+            };
+            if !g.may_publish(&name) {
+                metrics::counter!("rocketgate_acl_denied_total", "door" => "ws", "action" => "publish")
+                    .increment(1);
+                return Err(("forbidden", format!("not allowed to publish to {name}")));
+            }
+        }
         if let Some(delay) = p.delay {
             let limits = self.ctx.broker.delay_limits();
             if let Some((name, value)) = limits
@@ -294,6 +315,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if let Some(old) = self.subs.remove(&s.id) {
                 old.end().await;
             }
+        }
+        if let Some(g) = &self.grant
+            && !g.may_subscribe(&s.topic, Some(&s.group))
+        {
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "ws", "action" => "subscribe")
+                .increment(1);
+            return Err((
+                "forbidden",
+                format!("not allowed to read {} as group {}", s.topic, s.group),
+            ));
         }
         if self.subs.len() >= self.ctx.settings.max_subscriptions {
             return Err((

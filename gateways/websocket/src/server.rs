@@ -169,7 +169,17 @@ async fn accept<B: MessagingApi + 'static>(
         .await;
     debug!(%peer, door = ?upgrade.door, protocol = ?upgrade.protocol, "upgraded");
     match upgrade.door {
-        Door::Json => connection::serve(ws, ctx, peer, upgrade.token_required, closing).await,
+        Door::Json => {
+            connection::serve(
+                ws,
+                ctx,
+                peer,
+                upgrade.token_required,
+                upgrade.grant,
+                closing,
+            )
+            .await
+        }
         Door::Mqtt => {
             if let Some(handler) = mqtt {
                 handler.serve(WsByteStream::new(ws, closing), peer);
