@@ -20,7 +20,7 @@
 //!   its retry topic by itself) and send to `%RETRY%G`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rocketgate_base::sync::lock;
 use serde::{Deserialize, Serialize};
@@ -163,7 +163,7 @@ fn group_matches(pattern: &str, group: &str) -> bool {
 
 /// A rule with its placeholders filled in.
 #[derive(Debug, Clone)]
-struct Compiled {
+pub struct Compiled {
     effect: Effect,
     publish: bool,
     subscribe: bool,
@@ -185,7 +185,8 @@ impl Compiled {
 /// stateless doors), decisions cached.
 #[derive(Debug)]
 pub struct Grant {
-    rules: Vec<Compiled>,
+    /// Shared by every connection of a user when its rules use no `${clientid}`.
+    rules: Arc<Vec<Compiled>>,
     /// Auth off, or the internal credential: everything is allowed.
     all: bool,
     /// Decisions made so far: (action, group, resource) -> allowed. A std lock held
@@ -209,10 +210,38 @@ impl Grant {
     /// Everything allowed (auth off, or the internal credential).
     pub fn all() -> Grant {
         Grant {
-            rules: Vec::new(),
+            rules: Arc::default(),
             all: true,
             cache: Mutex::default(),
         }
+    }
+
+    /// A grant over rules compiled before (see [`Grant::compile`]), with a decision
+    /// cache of its own.
+    pub fn from_compiled(rules: Arc<Vec<Compiled>>) -> Grant {
+        Grant {
+            rules,
+            all: false,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// Compiles `rules` (placeholders filled in), to share between grants.
+    pub fn compile<'r>(
+        rules: impl IntoIterator<Item = &'r Rule>,
+        p: Placeholders<'_>,
+    ) -> Arc<Vec<Compiled>> {
+        Grant::new(rules, p).rules
+    }
+
+    /// True when `rules` name `${clientid}` (their compiled form differs per client).
+    pub fn per_client<'r>(rules: impl IntoIterator<Item = &'r Rule>) -> bool {
+        rules.into_iter().any(|r| {
+            r.topics
+                .iter()
+                .chain(&r.groups)
+                .any(|t| t.contains("${clientid}"))
+        })
     }
 
     /// Compiles `rules` (a user's own, then its roles') for one connection.
@@ -233,7 +262,7 @@ impl Grant {
             })
             .collect();
         Grant {
-            rules,
+            rules: Arc::new(rules),
             all: false,
             cache: Mutex::default(),
         }

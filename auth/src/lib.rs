@@ -156,6 +156,9 @@ pub struct Login {
     pub expires_at: Option<SystemTime>,
 }
 
+/// A user's rules, compiled and shared by its connections' grants.
+type CompiledRules = Arc<Vec<acl::Compiled>>;
+
 struct Cached {
     user: String,
     generation: u64,
@@ -179,6 +182,10 @@ pub struct Auth {
     stamp: Mutex<Option<SystemTime>>,
     /// Serializes read-modify-write changes of the file.
     editing: Mutex<()>,
+    /// Compiled rules per user and store generation (users whose rules name no
+    /// `${clientid}`), so a connection's grant costs no compilation. A std lock held
+    /// for one map operation.
+    compiled: Mutex<HashMap<String, (u64, CompiledRules)>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -223,6 +230,7 @@ impl Auth {
             jwt,
             stamp: Mutex::new(stamp),
             editing: Mutex::new(()),
+            compiled: Mutex::default(),
         }))
     }
 
@@ -525,18 +533,31 @@ impl Auth {
         if !self.settings.enabled || identity.internal {
             return Grant::all();
         }
+        let generation = self.generation();
+        if let Some((g, rules)) = lock(&self.compiled).get(&identity.user)
+            && *g == generation
+        {
+            return Grant::from_compiled(rules.clone());
+        }
         let users = self.users();
         let rules = users
             .user(&identity.user)
             .map(|u| users.rules_of(u))
             .unwrap_or_default();
-        Grant::new(
-            &rules,
-            Placeholders {
-                username: &identity.user,
-                clientid: client_id,
-            },
-        )
+        let p = Placeholders {
+            username: &identity.user,
+            clientid: client_id,
+        };
+        if Grant::per_client(&rules) {
+            return Grant::new(&rules, p);
+        }
+        let compiled = Grant::compile(&rules, p);
+        let mut map = lock(&self.compiled);
+        if map.len() >= 10_000 {
+            map.clear();
+        }
+        map.insert(identity.user.clone(), (generation, compiled.clone()));
+        Grant::from_compiled(compiled)
     }
 
     /// Checks a signed remoting request: its ext `fields` (with `AccessKey` and

@@ -202,7 +202,8 @@ async fn reconnects(
                     return anyhow::Ok(());
                 }
                 let (u, p) = &logins[i % logins.len()];
-                let (mut sock, _, code) = connect(addr, &format!("re-{w}"), Some((u, p))).await?;
+                let (mut sock, _, code) =
+                    connect(addr, &format!("re-{w}-{i}"), Some((u, p))).await?;
                 anyhow::ensure!(code == 0, "CONNACK {code}");
                 let mut out = BytesMut::new();
                 v4::Disconnect
@@ -227,6 +228,7 @@ pub fn run(a: AuthBenchArgs) -> anyhow::Result<()> {
         scratch(&off_dir)?;
         let off = node(&off_dir, Auth::disabled()).await?;
         let base = throughput(off.addr, None, &a).await?;
+        let reconnect_off = reconnects(off.addr, vec![("any".into(), "any".into())], a.reconnects).await?;
         off.stop().await?;
 
         let on_dir = a.dir.join("auth-on");
@@ -270,6 +272,7 @@ pub fn run(a: AuthBenchArgs) -> anyhow::Result<()> {
         println!("rocketgate bench auth: {} s per run, {} publishers, QoS 1, 100 B", a.seconds, a.publishers);
         println!("  publish, auth off                 {base:>10.0} msg/s");
         println!("  publish, auth on, {:>6} rules    {with_acl:>10.0} msg/s  ({:.1} % of auth off)", a.rules, with_acl / base * 100.0);
+        println!("  reconnects, auth off              {reconnect_off:>10.0} /s  ({} connects, 8 at a time)", a.reconnects);
         println!("  reconnects, known credentials     {known:>10.0} /s  ({} connects, 8 at a time)", a.reconnects);
         println!("  verifications, distinct passwords {misses:>10.1} /s  ({} users, argon2id m=19MiB t=2 p=1)", a.distinct);
         anyhow::Ok(())
