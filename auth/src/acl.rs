@@ -189,15 +189,21 @@ pub struct Grant {
     rules: Arc<Vec<Compiled>>,
     /// Auth off, or the internal credential: everything is allowed.
     all: bool,
-    /// Decisions made so far: (action, group, resource) -> allowed. A std lock held
-    /// for one lookup; cleared when it grows past [`MAX_CACHED`].
-    cache: Mutex<HashMap<DecisionKey, bool>>,
+    /// Decisions made so far. A std lock held for one lookup (uncontended: one
+    /// connection's task); cleared when it grows past [`MAX_CACHED`].
+    cache: Mutex<Decisions>,
 }
 
 const MAX_CACHED: usize = 4096;
 
-/// (action, consumer group, resource).
-type DecisionKey = (u8, Option<String>, String);
+/// Decisions by kind; a publish is looked up by `&str`, without an allocation.
+#[derive(Debug, Default)]
+struct Decisions {
+    publish: HashMap<String, bool>,
+    /// (consumer group, filter) -> allowed.
+    subscribe: HashMap<(Option<String>, String), bool>,
+    admin: Option<bool>,
+}
 
 /// Placeholders a rule may use.
 #[derive(Debug, Clone, Copy, Default)]
@@ -273,32 +279,15 @@ impl Grant {
         self.all
     }
 
-    fn cached(
-        &self,
-        kind: u8,
-        group: Option<&str>,
-        resource: &str,
-        f: impl FnOnce() -> bool,
-    ) -> bool {
+    /// May this identity publish to the MQTT-style `name` (`topic/tag`)?
+    pub fn may_publish(&self, name: &str) -> bool {
         if self.all {
             return true;
         }
-        let key = (kind, group.map(str::to_owned), resource.to_owned());
-        if let Some(&d) = lock(&self.cache).get(&key) {
+        if let Some(&d) = lock(&self.cache).publish.get(name) {
             return d;
         }
-        let d = f();
-        let mut c = lock(&self.cache);
-        if c.len() >= MAX_CACHED {
-            c.clear();
-        }
-        c.insert(key, d);
-        d
-    }
-
-    /// May this identity publish to the MQTT-style `name` (`topic/tag`)?
-    pub fn may_publish(&self, name: &str) -> bool {
-        self.cached(0, None, name, || {
+        let d = (|| {
             let core = core_of(name);
             if is_internal_topic(core) {
                 // Only a consumer's own retry topic (a failed consumption sent back).
@@ -310,13 +299,26 @@ impl Grant {
                 |r| r.publish && r.topics.iter().any(|p| filter_matches(p, name)),
                 |r| r.publish && r.topics.iter().any(|p| filter_matches(p, name)),
             )
-        })
+        })();
+        let mut c = lock(&self.cache);
+        if c.publish.len() >= MAX_CACHED {
+            c.publish.clear();
+        }
+        c.publish.insert(name.to_owned(), d);
+        d
     }
 
     /// May this identity subscribe to `filter` (an MQTT filter, or a core topic with
     /// its tag levels), consuming as `group` when there is one?
     pub fn may_subscribe(&self, filter: &str, group: Option<&str>) -> bool {
-        self.cached(1, group, filter, || {
+        if self.all {
+            return true;
+        }
+        let key = (group.map(str::to_owned), filter.to_owned());
+        if let Some(&d) = lock(&self.cache).subscribe.get(&key) {
+            return d;
+        }
+        let d = (|| {
             let core = core_of(filter);
             if is_internal_topic(core) {
                 let owner = core
@@ -346,7 +348,13 @@ impl Grant {
                         && r.topics.iter().any(|p| filters_overlap(p, filter))
                 },
             )
-        })
+        })();
+        let mut c = lock(&self.cache);
+        if c.subscribe.len() >= MAX_CACHED {
+            c.subscribe.clear();
+        }
+        c.subscribe.insert(key, d);
+        d
     }
 
     /// May this identity consume as consumer group `group` (commit its offsets,
@@ -392,7 +400,15 @@ impl Grant {
 
     /// May this identity use the admin API / admin requests?
     pub fn may_admin(&self) -> bool {
-        self.cached(2, None, "", || self.decide(|r| r.admin, |r| r.admin))
+        if self.all {
+            return true;
+        }
+        if let Some(d) = lock(&self.cache).admin {
+            return d;
+        }
+        let d = self.decide(|r| r.admin, |r| r.admin);
+        lock(&self.cache).admin = Some(d);
+        d
     }
 
     /// Deny wins; no match is a deny.
