@@ -79,10 +79,21 @@ async fn signed_clients_and_the_acl_matrix() {
     )
     .await
     .unwrap();
-    alice
-        .send(Message::new("a", "hello").with_tag("x"))
-        .await
-        .expect("alice publishes to a/x");
+    // The broker registers with the NameServer just after start: until then a send
+    // finds no route (not a permission matter), so the first one is retried.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match alice.send(Message::new("a", "hello").with_tag("x")).await {
+            Ok(_) => break,
+            Err(e)
+                if format!("{e:?}").contains("NoRoute")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("alice publishes to a/x: {e:?}"),
+        }
+    }
     for (topic, tag) in [("b", "x"), ("%DLQ%g1", "")] {
         let mut m = Message::new(topic, "no");
         if !tag.is_empty() {
