@@ -300,3 +300,35 @@ fn websocket_tokens_and_the_acl() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+/// The ACL's list of internal topics (`rocketgate-auth`, which may not import the
+/// core) is the core's list of system topics.
+#[test]
+fn internal_topics_are_the_cores_system_topics() {
+    use rocketgate_core::broker::schedule::is_system_topic;
+    for t in [
+        "%RETRY%g",
+        "%DLQ%g",
+        "SCHEDULE_TOPIC_XXXX",
+        "SCHEDULE_TOPIC_XXXX_V2",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "BenchmarkTest",
+        "TBW102",
+        "rmq_sys_wheel_timer",
+        "rmq_sys_anything",
+        "orders",
+        "%MQTT%x",
+        "a",
+    ] {
+        assert_eq!(
+            rocketgate_auth::acl::is_internal_topic(t),
+            is_system_topic(t),
+            "{t}"
+        );
+    }
+}
