@@ -312,3 +312,44 @@ async fn a_jwt_password_works_until_it_expires() {
     assert!(started.elapsed() >= Duration::from_secs(1));
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_address_are_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = rocketgate_auth::Settings::disabled();
+    s.enabled = true;
+    s.users_file = dir.path().join("users.toml");
+    s.max_connections_per_address = 1;
+    let auth = Auth::open(s).unwrap();
+    auth.update(|f| {
+        f.upsert(UserEntry {
+            name: "alice".into(),
+            password: store::hash_password(b"alice-pw"),
+            ..UserEntry::default()
+        })
+    })
+    .unwrap();
+    let mut settings = support::settings(dir.path());
+    settings.auth = auth;
+    let node = Node::start_with(dir.path(), settings).await;
+    let (mut first, ack) = login_v5(&node, "c1", "alice", "alice-pw").await;
+    assert_eq!(ack.code, v5::ConnectReturnCode::Success);
+    let (_, ack) = login_v5(&node, "c2", "alice", "alice-pw").await;
+    assert_eq!(ack.code, v5::ConnectReturnCode::QuotaExceeded);
+    first.send(Packet::Disconnect(v5::Disconnect::new())).await;
+    assert!(first.recv().await.is_none(), "closed after DISCONNECT");
+    // The place is free again once the first connection is gone.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (_, ack) = login_v5(&node, "c3", "alice", "alice-pw").await;
+        if ack.code == v5::ConnectReturnCode::Success {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    node.stop().await;
+}
