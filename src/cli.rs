@@ -28,6 +28,9 @@ pub enum Command {
     Namesrv(NamesrvArgs),
     /// A broker that registers with the given NameServers.
     Broker(BrokerArgs),
+    /// Users of the user store (authentication; see docs/security.md).
+    #[command(subcommand)]
+    User(UserCommand),
     /// Benchmarks (see docs/benchmarks.md).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -50,6 +53,10 @@ pub struct CommonArgs {
     /// Data directory (commit log, queues, index, checkpoints).
     #[arg(long, global = true, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Listen on non-loopback addresses with authentication off, deliberately
+    /// (`auth.allow_anonymous`).
+    #[arg(long, global = true)]
+    pub allow_anonymous: bool,
 }
 
 #[derive(Debug, Clone, Args, Default)]
@@ -117,6 +124,13 @@ impl CommonArgs {
                 "flag --data-dir",
             ));
         }
+        if self.allow_anonymous {
+            flags.push(Override::new(
+                "auth.allow_anonymous",
+                "true",
+                "flag --allow-anonymous",
+            ));
+        }
         overrides.append(&mut flags);
         Ok(Config::load(self.config.as_deref(), &overrides)?)
     }
@@ -136,4 +150,47 @@ pub fn listen_flag(
             &format!("flag --{flag}"),
         ));
     }
+}
+
+/// `rocketgate user …` (run by `users.rs`).
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Adds a user, or changes one (what is given replaces what it had).
+    Add(AddArgs),
+    /// Removes a user.
+    Remove {
+        #[command(flatten)]
+        common: CommonArgs,
+        name: String,
+    },
+    /// Lists users (no secrets).
+    List {
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The user name (MQTT user name, HTTP Basic user, JWT `sub`).
+    pub name: String,
+    /// The password (visible in `ps` and shell history: prefer --password-stdin).
+    #[arg(long, conflicts_with = "password_stdin")]
+    pub password: Option<String>,
+    /// Read the password from standard input (one line).
+    #[arg(long)]
+    pub password_stdin: bool,
+    /// A role (`admin` is built in: every action on every topic); repeatable.
+    #[arg(long = "role", value_name = "ROLE")]
+    pub roles: Vec<String>,
+    /// Make an API key for `Authorization: Bearer` and WebSocket `?token=`; printed once.
+    #[arg(long)]
+    pub api_key: bool,
+    /// A RocketMQ AccessKey for signed native requests (with --secret-key).
+    #[arg(long, requires = "secret_key")]
+    pub access_key: Option<String>,
+    #[arg(long, requires = "access_key")]
+    pub secret_key: Option<String>,
 }

@@ -8,6 +8,7 @@
 mod cli;
 mod node;
 mod run;
+mod users;
 
 use clap::Parser;
 

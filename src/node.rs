@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
+use rocketgate_auth::Auth;
 use rocketgate_config::NativeTls;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
@@ -65,6 +66,77 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
     Ok(Arc::new(store))
 }
 
+/// The message a node refuses to start with when a door listens beyond loopback with
+/// authentication off (docs/security.md quotes it).
+pub const EXPOSED_WITHOUT_AUTH: &str = "refusing to start: authentication is off and";
+
+/// Secure default (Mosquitto 2.0's stance): no door listens on a non-loopback
+/// address with authentication off, unless asked for deliberately.
+fn check_exposure(config: &Config, doors: &[(&str, SocketAddr)]) -> anyhow::Result<()> {
+    if config.auth.enabled || config.auth.allow_anonymous {
+        return Ok(());
+    }
+    let exposed: Vec<String> = doors
+        .iter()
+        .filter(|(_, a)| !a.ip().is_loopback())
+        .map(|(d, a)| format!("{d} = {a}"))
+        .collect();
+    if exposed.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{EXPOSED_WITHOUT_AUTH} {} listen(s) beyond loopback, where anyone who reaches the \
+         port could publish, consume and administer. Either enable authentication \
+         ([auth] enabled = true in the config, or ROCKETGATE_AUTH__ENABLED=true) and create \
+         an admin with `rocketgate user add admin --role admin --password-stdin`, or pass \
+         --allow-anonymous (auth.allow_anonymous = true) to run without authentication \
+         deliberately.",
+        exposed.join(", ")
+    )
+}
+
+/// The user store and ACL engine shared by every door. In standalone mode, with auth
+/// on and no internal secret configured, the broker and its embedded NameServer share
+/// a random one made for this process.
+fn open_auth(config: &Config, embedded_namesrv: bool) -> anyhow::Result<Arc<Auth>> {
+    let mut settings =
+        rocketgate_auth::Settings::from_config(config).context("reading the [auth] settings")?;
+    if settings.enabled && settings.internal.is_none() && embedded_namesrv {
+        settings.internal = Some(rocketgate_auth::AccessKey {
+            access_key: config.auth.internal_access_key.clone(),
+            // 256 random bits, never written anywhere.
+            secret_key: rocketgate_auth::store::new_api_key(),
+        });
+    }
+    let auth = Auth::open(settings).context("opening the user store")?;
+    if auth.enabled() {
+        auth.spawn_watch();
+        let users = auth.users().file().users.len();
+        tracing::info!(file = %config.users_file().display(), users, "authentication on");
+        if users == 0 {
+            tracing::warn!(
+                "authentication is on but the user store is empty: nobody can connect; \
+                 create an admin with `rocketgate user add admin --role admin --password-stdin`"
+            );
+        }
+    }
+    Ok(auth)
+}
+
+/// Signs the registrar's NameServer writes with the internal credential.
+fn internal_signer(auth: &Auth) -> Option<rocketgate_remoting::Signer> {
+    let c = auth.internal_credential()?.clone();
+    Some(Arc::new(
+        move |cmd: &mut rocketgate_remoting::RemotingCommand| {
+            use rocketgate_auth::sign;
+            cmd.ext_fields
+                .insert(sign::ACCESS_KEY, c.access_key.clone());
+            let sig = sign::signature(c.secret_key.as_bytes(), cmd.ext_fields.iter(), &cmd.body);
+            cmd.ext_fields.insert(sign::SIGNATURE, sig);
+        },
+    ))
+}
+
 /// Prints one machine-readable line per listening door (harnesses parse these).
 fn announce(door: &str, addr: SocketAddr) {
     println!("rocketgate: {door} listening on {addr}");
@@ -98,9 +170,11 @@ async fn start_mqtt(
     config: &Config,
     broker: &Arc<Broker>,
     tls: Option<Acceptor>,
+    auth: &Arc<Auth>,
 ) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
     let m = &config.mqtt;
     let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
+    settings.auth = auth.clone();
     // A packet must fit in one stored record (with room for the added properties),
     // so a publish batch never fails for one message's size.
     let record_room = config
@@ -136,7 +210,10 @@ async fn start_mqtt(
     Ok(server.spawn())
 }
 
-async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
+async fn start_namesrv(
+    config: &Config,
+    auth: &Arc<Auth>,
+) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
     let (ns, addr) = NameServer::bind(
         config.listen.namesrv,
         NamesrvSettings::from(&config.namesrv),
@@ -144,7 +221,7 @@ async fn start_namesrv(config: &Config) -> anyhow::Result<(NameServerHandle, Soc
     .await
     .with_context(|| format!("starting the NameServer on {}", config.listen.namesrv))?;
     announce("namesrv", addr);
-    Ok((ns.spawn(), addr))
+    Ok((ns.with_auth(auth.clone()).spawn(), addr))
 }
 
 /// The topics this broker registers: its topic table (user topics and the retry and
@@ -175,6 +252,7 @@ async fn start_ws(
     broker: &Arc<Broker>,
     mqtt: rocketgate_mqtt::Streams<Broker>,
     tls: Option<Acceptor>,
+    auth: &Arc<Auth>,
 ) -> anyhow::Result<ws::Handle> {
     let mqtt_over_ws =
         move |io: ws::WsByteStream, peer: SocketAddr, tls_identity: Option<String>| {
@@ -184,7 +262,7 @@ async fn start_ws(
     let hooks = ws::Hooks {
         mqtt: Some(Arc::new(mqtt_over_ws)),
         tls,
-        ..ws::Hooks::default()
+        auth: ws_authenticator(auth.clone()),
     };
     let (server, addr) = ws::Server::bind(
         config.listen.ws,
@@ -198,10 +276,30 @@ async fn start_ws(
     Ok(server.spawn())
 }
 
+/// The WebSocket door's token seam backed by the user store: an API key or a JWT
+/// (`?token=` or the `auth` frame) is the user, whose ACL the connection gets;
+/// `/mqtt` authenticates in its CONNECT instead.
+fn ws_authenticator(auth: Arc<Auth>) -> Arc<dyn ws::Authenticator> {
+    if !auth.enabled() {
+        return Arc::new(ws::AllowAll);
+    }
+    Arc::new(move |a: &ws::AuthAttempt<'_>| {
+        if a.token.is_none() {
+            // `/v1/ws`: the first frame must be `auth`; `/mqtt`: CONNECT decides.
+            return ws::AuthDecision::TokenRequired;
+        }
+        match auth.login_token_now(a.token, a.peer.ip(), "ws") {
+            Ok(login) => ws::AuthDecision::AllowWith(Arc::new(auth.grant(&login.identity, ""))),
+            Err(e) => ws::AuthDecision::Deny(e.to_string()),
+        }
+    })
+}
+
 fn start_registrar(
     config: &Config,
     broker: &Arc<Broker>,
     namesrvs: Vec<String>,
+    auth: &Auth,
 ) -> RegistrarHandle {
     let b = &config.broker;
     let identity = BrokerIdentity {
@@ -212,13 +310,16 @@ fn start_registrar(
         ha_addr: String::new(),
     };
     tracing::info!(namesrvs = ?namesrvs, broker = %b.name, "registering with NameServers");
-    Registrar::new(
+    let registrar = Registrar::new(
         identity,
         namesrvs,
         b.register_interval,
         Arc::new(broker_topics(broker.clone())),
-    )
-    .spawn()
+    );
+    match internal_signer(auth) {
+        Some(signer) => registrar.with_signer(signer).spawn(),
+        None => registrar.spawn(),
+    }
 }
 
 fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>> {
@@ -248,6 +349,7 @@ async fn start_http(
     broker: &Arc<Broker>,
     namesrvs: Vec<String>,
     tls: Option<Acceptor>,
+    auth: &Arc<Auth>,
 ) -> anyhow::Result<http::Handle> {
     let h = &config.http;
     let settings = http::Settings {
@@ -265,6 +367,7 @@ async fn start_http(
         cluster: config.broker.cluster.clone(),
         allowed_origins: h.allowed_origins.clone(),
         tls,
+        auth: auth.clone(),
     };
     let probe = Arc::new(http::StoreProbe::new(
         broker.store().clone(),
@@ -306,6 +409,7 @@ fn start_native(
     broker: &Arc<Broker>,
     registrar: &RegistrarHandle,
     tls: &Option<(Acceptor, ReloadHandle)>,
+    auth: &Arc<Auth>,
 ) -> anyhow::Result<ServerHandle> {
     let n = &config.native;
     let settings = ServerSettings {
@@ -314,6 +418,7 @@ fn start_native(
         max_frame_len: n.max_frame_len.0 as usize,
         max_suspend: n.max_suspend,
         max_inflight_sends: n.max_inflight_sends,
+        auth: auth.clone(),
         ..ServerSettings::default()
     };
     let (server, addr) = NativeServer::from_listener(listener, broker.clone(), settings)
@@ -346,24 +451,44 @@ fn watch_topics(broker: &Arc<Broker>, registrar: &RegistrarHandle) -> tokio::tas
 
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
+    let l = config.listen.clone();
+    check_exposure(
+        &config,
+        &[
+            ("listen.namesrv", l.namesrv),
+            ("listen.native", l.native),
+            ("listen.mqtt", l.mqtt),
+            ("listen.http", l.http),
+            ("listen.ws", l.ws),
+        ],
+    )?;
+    let auth = open_auth(&config, true)?;
     // Before any door announces itself: a harness may signal as soon as it reads one.
     let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
-    let (ns, ns_addr) = start_namesrv(&config).await?;
+    let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let registrar = start_registrar(&config, &broker, namesrvs.clone());
+    let registrar = start_registrar(&config, &broker, namesrvs.clone(), &auth);
     let tls = start_tls(&config)?;
-    let native = start_native(&config, native, &broker, &registrar, &tls)?;
+    let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
     let topic_watch = watch_topics(&broker, &registrar);
-    let http = start_http(&config, &broker, namesrvs, tls_for(&tls, config.tls.http)).await?;
-    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt)).await?;
+    let http = start_http(
+        &config,
+        &broker,
+        namesrvs,
+        tls_for(&tls, config.tls.http),
+        &auth,
+    )
+    .await?;
+    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
     let ws = start_ws(
         &config,
         &broker,
         mqtt.streams(),
         tls_for(&tls, config.tls.ws),
+        &auth,
     )
     .await?;
     println!(
@@ -385,8 +510,16 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
 
 /// `rocketgate namesrv`: a NameServer alone.
 pub async fn namesrv(config: Config) -> anyhow::Result<()> {
+    check_exposure(&config, &[("listen.namesrv", config.listen.namesrv)])?;
+    let auth = open_auth(&config, false)?;
+    if auth.enabled() && auth.internal_credential().is_none() {
+        tracing::warn!(
+            "authentication is on but auth.internal_secret is empty: no broker can register \
+             (set ROCKETGATE_AUTH__INTERNAL_SECRET on the NameServer and every broker)"
+        );
+    }
     let shutdown = shutdown_signal()?;
-    let (ns, _) = start_namesrv(&config).await?;
+    let (ns, _) = start_namesrv(&config, &auth).await?;
     println!("rocketgate namesrv ready");
     shutdown.await;
     ns.stop().await;
@@ -401,21 +534,40 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
              (or broker.namesrv_addrs in the config)"
         );
     }
+    let l = config.listen.clone();
+    check_exposure(
+        &config,
+        &[
+            ("listen.native", l.native),
+            ("listen.mqtt", l.mqtt),
+            ("listen.http", l.http),
+            ("listen.ws", l.ws),
+        ],
+    )?;
+    let auth = open_auth(&config, false)?;
     let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let broker = open_broker(&config, open_store(&config)?)?;
-    let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone());
+    let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone(), &auth);
     let tls = start_tls(&config)?;
-    let native = start_native(&config, native, &broker, &registrar, &tls)?;
+    let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
     let topic_watch = watch_topics(&broker, &registrar);
     let namesrvs = config.broker.namesrv_addrs.clone();
-    let http = start_http(&config, &broker, namesrvs, tls_for(&tls, config.tls.http)).await?;
-    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt)).await?;
+    let http = start_http(
+        &config,
+        &broker,
+        namesrvs,
+        tls_for(&tls, config.tls.http),
+        &auth,
+    )
+    .await?;
+    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
     let ws = start_ws(
         &config,
         &broker,
         mqtt.streams(),
         tls_for(&tls, config.tls.ws),
+        &auth,
     )
     .await?;
     println!(

@@ -36,6 +36,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             let config = args.common.load(flags)?;
             broker(config)
         }
+        Some(Command::User(cmd)) => crate::users::run(cmd),
         #[cfg(feature = "bench")]
         Some(Command::Bench(cmd)) => rocketgate_bench::run(cmd),
         #[cfg(not(feature = "bench"))]

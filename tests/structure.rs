@@ -73,6 +73,13 @@ fn crates_depend_only_downwards() {
             "rocketgate-remoting",
             &["rocketgate-base", "rocketgate-config"][..],
         ),
+        // Security (layer 2): users, the ACL engine, request signatures; used by every
+        // door and by the NameServer's check of internal writes.
+        (
+            "rocketgate-auth",
+            &["rocketgate-base", "rocketgate-config"][..],
+        ),
+        // The NameServer and every door check credentials and the ACL (rocketgate-auth).
         (
             "rocketgate-tls",
             &["rocketgate-base", "rocketgate-config"][..],
@@ -80,6 +87,7 @@ fn crates_depend_only_downwards() {
         (
             "rocketgate-namesrv",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-remoting",
@@ -88,6 +96,7 @@ fn crates_depend_only_downwards() {
         (
             "rocketgate-native",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-core",
@@ -102,11 +111,13 @@ fn crates_depend_only_downwards() {
                 "rocketgate-config",
                 "rocketgate-core",
                 "rocketgate-tls",
+                "rocketgate-auth",
             ][..],
         ),
         (
             "rocketgate-http",
             &[
+                "rocketgate-auth",
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-core",
@@ -121,6 +132,7 @@ fn crates_depend_only_downwards() {
                 "rocketgate-config",
                 "rocketgate-core",
                 "rocketgate-tls",
+                "rocketgate-auth",
             ][..],
         ),
     ]);

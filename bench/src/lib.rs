@@ -18,6 +18,7 @@
 // Raw syscalls (rlimits, signals, a probe's mapping): each unsafe block says why.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod auth;
 pub mod consume;
 pub mod mqtt;
 pub mod native;
@@ -47,6 +48,8 @@ pub enum Command {
     Ws(ws::WsBenchArgs),
     /// Time of first writes into a fresh file mapping, with and without MADV_RANDOM.
     Prefault(prefault::PrefaultArgs),
+    /// What authentication and a large ACL cost at the MQTT door (issue #26).
+    Auth(auth::AuthBenchArgs),
 }
 
 /// Runs one `rocketgate bench` subcommand.
@@ -59,5 +62,6 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Native(args) => native::run(args),
         Command::Ws(args) => ws::run(args),
         Command::Prefault(args) => prefault::run(args),
+        Command::Auth(args) => auth::run(args),
     }
 }

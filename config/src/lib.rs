@@ -64,6 +64,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub mqtt: MqttConfig,
     pub tls: TlsConfig,
+    pub auth: AuthConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -398,6 +399,86 @@ impl Default for MqttConfig {
     }
 }
 
+/// What a door does with a publish or subscription the ACL denies (`auth.deny_action`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenyAction {
+    /// Answer with the protocol's "not authorized" (MQTT 3.1.1: acknowledge and drop).
+    #[default]
+    Ignore,
+    /// Close the connection (MQTT: DISCONNECT 0x87 on 5).
+    Disconnect,
+}
+
+/// Authentication and authorization (`[auth]`); see `docs/security.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Every door asks for credentials and checks the ACL.
+    pub enabled: bool,
+    /// The user store (TOML). Empty: `<data_dir>/users.toml`.
+    pub users_file: PathBuf,
+    /// Start on a non-loopback address with authentication off, deliberately.
+    pub allow_anonymous: bool,
+    /// A denied publish/subscribe: `ignore` (not-authorized answer) or `disconnect`.
+    pub deny_action: DenyAction,
+    /// A verified client certificate's name is an identity (mTLS).
+    pub certificate_identity: bool,
+    /// Internal credential: the AccessKey brokers sign NameServer writes with.
+    pub internal_access_key: String,
+    /// Its secret (plain: it keys an HMAC). Empty with auth on: NameServer writes are
+    /// refused. Prefer `ROCKETGATE_AUTH__INTERNAL_SECRET` to writing it in a file.
+    pub internal_secret: String,
+    /// HS256 secret for JWTs given as a password or bearer token (empty: no HS256).
+    pub jwt_secret: String,
+    /// PEM RSA public key file for RS256 JWTs (empty: no RS256).
+    pub jwt_public_key_file: PathBuf,
+    /// The JWT claim holding the user name.
+    pub jwt_username_claim: String,
+    /// How long a verified password stays in the credential cache.
+    #[serde(with = "units::duration")]
+    pub cache_ttl: Duration,
+    /// Failed logins from one address or for one user before attempts slow down.
+    pub failed_login_burst: u32,
+    /// The longest a failed-login back-off makes an attempt wait.
+    #[serde(with = "units::duration")]
+    pub failed_login_max_delay: Duration,
+    /// Connections one address may hold on each door (0: no limit).
+    pub max_connections_per_address: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            enabled: false,
+            users_file: PathBuf::new(),
+            allow_anonymous: false,
+            deny_action: DenyAction::Ignore,
+            certificate_identity: false,
+            internal_access_key: "rocketgate-internal".into(),
+            internal_secret: String::new(),
+            jwt_secret: String::new(),
+            jwt_public_key_file: PathBuf::new(),
+            jwt_username_claim: "sub".into(),
+            cache_ttl: Duration::from_secs(60),
+            failed_login_burst: 5,
+            failed_login_max_delay: Duration::from_secs(5),
+            max_connections_per_address: 0,
+        }
+    }
+}
+
+impl Config {
+    /// The user store's path: `auth.users_file`, or `<data_dir>/users.toml`.
+    pub fn users_file(&self) -> PathBuf {
+        if self.auth.users_file.as_os_str().is_empty() {
+            self.data_dir.join("users.toml")
+        } else {
+            self.auth.users_file.clone()
+        }
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -415,6 +496,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
             tls: TlsConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }

@@ -36,6 +36,7 @@ pub struct NameServer {
     listener: TcpListener,
     settings: NamesrvSettings,
     state: Shared,
+    auth: Arc<rocketgate_auth::Auth>,
 }
 
 /// Controls a spawned [`NameServer`]. Dropping it stops the server too (in the
@@ -60,6 +61,9 @@ struct Routes {
     /// Open connections, by id. Std lock, held for one map operation; taken after
     /// (never while holding) the state lock.
     conns: Mutex<HashMap<ConnId, Outbound>>,
+    /// With auth on, writes (registration, unregistration, KV, topic deletion) must be
+    /// signed with the internal credential.
+    auth: Arc<rocketgate_auth::Auth>,
 }
 
 impl Handler for Routes {
@@ -71,6 +75,17 @@ impl Handler for Routes {
     }
 
     fn handle(&self, peer: &mut Peer, req: RemotingCommand) -> Answer {
+        if let Err(remark) = internal_only(&self.auth, &req) {
+            tracing::warn!(peer = %peer.addr, code = req.code, %remark, "NameServer write refused");
+            metrics::counter!("rocketgate_auth_failures_total", "door" => "namesrv").increment(1);
+            return Answer::Now(
+                RemotingCommand::response_to(
+                    &req,
+                    rocketgate_remoting::code::response::NO_PERMISSION,
+                )
+                .with_remark(remark),
+            );
+        }
         let resp = handler::handle(
             &mut lock(&self.state),
             &req,
@@ -102,7 +117,43 @@ impl Routes {
     }
 }
 
+/// Ok unless auth is on and `req` is a write not signed with the internal credential
+/// (an anonymous UNREGISTER_BROKER would empty the cluster view).
+fn internal_only(auth: &rocketgate_auth::Auth, req: &RemotingCommand) -> Result<(), String> {
+    use rocketgate_remoting::code::request as r;
+    if !auth.enabled()
+        || !matches!(
+            req.code,
+            r::REGISTER_BROKER
+                | r::UNREGISTER_BROKER
+                | r::BROKER_HEARTBEAT
+                | r::PUT_KV_CONFIG
+                | r::DELETE_KV_CONFIG
+                | r::DELETE_TOPIC_IN_NAMESRV
+        )
+    {
+        return Ok(());
+    }
+    let fields: Vec<(&str, &str)> = req.ext_fields.iter().collect();
+    match auth.verify_signed(fields.iter().copied(), &req.body) {
+        Ok(who) if who.internal => Ok(()),
+        Ok(who) => Err(format!(
+            "user {:?} may not change the NameServer: only the internal credential (auth.internal_access_key) may",
+            who.user
+        )),
+        Err(e) => Err(format!(
+            "NameServer writes need the internal credential: {e}"
+        )),
+    }
+}
+
 impl NameServer {
+    /// Checks NameServer writes against the internal credential of `auth` (when on).
+    pub fn with_auth(mut self, auth: Arc<rocketgate_auth::Auth>) -> Self {
+        self.auth = auth;
+        self
+    }
+
     /// Binds `addr` (port 0 = any free port) and returns the address actually bound.
     pub async fn bind(
         addr: SocketAddr,
@@ -120,6 +171,7 @@ impl NameServer {
                 listener,
                 settings,
                 state,
+                auth: rocketgate_auth::Auth::disabled(),
             },
             local,
         ))
@@ -140,12 +192,14 @@ impl NameServer {
             listener,
             settings,
             state,
+            auth,
         } = self;
         let local = listener.local_addr().ok();
         info!(addr = ?local, ?settings, "NameServer listening");
         let routes = Arc::new(Routes {
             state,
             conns: Mutex::new(HashMap::new()),
+            auth,
         });
         let limits = Limits {
             max_frame_len: settings.max_frame_len,

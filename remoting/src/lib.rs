@@ -33,4 +33,4 @@ pub mod server;
 
 pub use codec::{CodecError, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
 pub use error::Error;
-pub use registrar::{BrokerIdentity, Registrar, RegistrarHandle, TopicSource};
+pub use registrar::{BrokerIdentity, Registrar, RegistrarHandle, Signer, TopicSource};

@@ -69,7 +69,12 @@ struct Shared {
     /// Last topic table sent and its version; bumped when the table changes. One short
     /// std lock shared by the per-NameServer tasks, never held across an await.
     version: Mutex<(Vec<WireTopicConfig>, DataVersion)>,
+    /// Signs each request (the internal credential, when the NameServers check it).
+    signer: Option<Signer>,
 }
+
+/// Adds a signature to an outgoing request (see [`Registrar::with_signer`]).
+pub type Signer = Arc<dyn Fn(&mut RemotingCommand) + Send + Sync>;
 
 /// Where a registrar is in its life; watched by every per-NameServer task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,9 +150,19 @@ impl Registrar {
                 interval,
                 topics,
                 version: Mutex::new((Vec::new(), DataVersion::default())),
+                signer: None,
             }),
             namesrv_addrs,
         }
+    }
+
+    /// Signs every registration and unregistration with `signer` (the binary passes
+    /// one that adds the internal credential's RocketMQ signature).
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.signer = Some(signer);
+        }
+        self
     }
 
     /// Registers until `shutdown` completes, then unregisters and returns.
@@ -191,6 +206,13 @@ impl Registrar {
 }
 
 impl Shared {
+    fn signed(&self, mut cmd: RemotingCommand) -> RemotingCommand {
+        if let Some(sign) = &self.signer {
+            sign(&mut cmd);
+        }
+        cmd
+    }
+
     fn register_request(&self) -> RemotingCommand {
         let topics = {
             let mut t = self.topics.topics();
@@ -270,7 +292,10 @@ async fn keep_registered(
         };
         match connected {
             Ok(link) => loop {
-                match link.call(shared.register_request(), REQUEST_TIMEOUT).await {
+                match link
+                    .call(shared.signed(shared.register_request()), REQUEST_TIMEOUT)
+                    .await
+                {
                     Ok(r) if r.code == response::SUCCESS => {
                         debug!(namesrv = %addr, "registered");
                         backoff = FIRST_BACKOFF;
@@ -300,7 +325,7 @@ async fn keep_registered(
                     }
                     Wake::Stop => {
                         match link
-                            .call(shared.unregister_request(), REQUEST_TIMEOUT)
+                            .call(shared.signed(shared.unregister_request()), REQUEST_TIMEOUT)
                             .await
                         {
                             Ok(_) => info!(namesrv = %addr, "unregistered"),
@@ -335,6 +360,7 @@ mod tests {
                 ha_addr: "127.0.0.1:10912".into(),
             },
             interval: Duration::from_secs(30),
+            signer: None,
             topics: Arc::new(source),
             version: Mutex::new((Vec::new(), DataVersion::default())),
         }

@@ -47,6 +47,14 @@ pub enum Error {
     #[error(transparent)]
     Core(#[from] CoreError),
 
+    /// No valid credentials (401).
+    #[error("{reason}")]
+    Unauthorized { reason: String },
+
+    /// Authenticated, but the ACL does not allow this (403).
+    #[error("{reason}")]
+    Forbidden { reason: String },
+
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -81,6 +89,8 @@ impl Error {
             Error::ShuttingDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
             Error::NameServer { .. } => (S::BAD_GATEWAY, "namesrv_unavailable"),
             Error::Bind { .. } => (S::INTERNAL_SERVER_ERROR, "internal"),
+            Error::Unauthorized { .. } => (S::UNAUTHORIZED, "unauthorized"),
+            Error::Forbidden { .. } => (S::FORBIDDEN, "forbidden"),
             Error::Core(e) => core_status(e),
         }
     }

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 mod cluster;
 pub mod consume;
@@ -23,6 +24,7 @@ pub mod ops;
 mod origin;
 pub mod publish;
 pub mod routes;
+pub mod users;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -61,6 +63,8 @@ pub struct Settings {
     pub allowed_origins: Vec<String>,
     /// HTTPS: every connection is TLS with this acceptor's current certificate.
     pub tls: Option<rocketgate_tls::Acceptor>,
+    /// Who may call which endpoint (off: everyone, everything).
+    pub auth: Arc<rocketgate_auth::Auth>,
 }
 
 impl Default for Settings {
@@ -76,6 +80,7 @@ impl Default for Settings {
             cluster: "DefaultCluster".into(),
             allowed_origins: Vec::new(),
             tls: None,
+            auth: rocketgate_auth::Auth::disabled(),
         }
     }
 }
@@ -159,6 +164,8 @@ pub struct Ctx<B> {
     pub(crate) openapi: std::sync::OnceLock<serde_json::Value>,
     /// Cached metric handles of the per-request and publish metrics.
     pub(crate) meters: ops::Meters,
+    /// Compiled grants per user (see [`access`]).
+    pub(crate) grants: access::Grants,
 }
 
 impl<B> Ctx<B> {
@@ -201,6 +208,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             started: std::time::Instant::now(),
             openapi: std::sync::OnceLock::new(),
             meters: ops::Meters::default(),
+            grants: access::Grants::default(),
         });
         let mode = match &ctx.settings.tls {
             Some(acceptor) => rocketgate_tls::Mode::Tls(acceptor.clone()),

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
-use axum::routing::{MethodRouter, delete, get, patch, post};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 use axum::{Extension, Router};
 use rocketgate_core::broker::MessagingApi;
 use serde_json::{Map, Value, json};
 
 use crate::wire::BodyLimit;
-use crate::{Ctx, admin, consume, ops, publish};
+use crate::{Ctx, access, admin, consume, ops, publish, users};
 
 /// A parameter of an endpoint, for the document.
 pub struct Param {
@@ -344,6 +344,42 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         .body(JSON),
         ep(
             M::GET,
+            "/v1/users",
+            "admin",
+            "List users (no secrets)",
+            get(users::list::<B>),
+        ),
+        ep(
+            M::PUT,
+            "/v1/users/{name}",
+            "admin",
+            "Create or change a user: password, roles, rules, access keys",
+            put(users::put::<B>),
+        )
+        .body(JSON),
+        ep(
+            M::DELETE,
+            "/v1/users/{name}",
+            "admin",
+            "Delete a user",
+            delete(users::delete::<B>),
+        ),
+        ep(
+            M::POST,
+            "/v1/users/{name}/api_keys",
+            "admin",
+            "Make an API key for a user (shown once)",
+            post(users::new_api_key::<B>),
+        ),
+        ep(
+            M::POST,
+            "/v1/users/reload",
+            "admin",
+            "Read the user store file again",
+            post(users::reload::<B>),
+        ),
+        ep(
+            M::GET,
             "/v1/broker",
             "admin",
             "This broker: name, cluster, store positions, disk",
@@ -392,8 +428,18 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
 pub fn router<B: MessagingApi + 'static>(ctx: Arc<Ctx<B>>) -> Router {
     let max_body = ctx.settings.max_body;
     let mut router: Router<Arc<Ctx<B>>> = Router::new();
+    let auth_on = ctx.settings.auth.enabled();
     for e in endpoints::<B>() {
-        router = router.route(e.path, e.handler);
+        let handler = if auth_on {
+            let need = access::Need::of(e.tag);
+            e.handler.route_layer(axum::middleware::from_fn_with_state(
+                (ctx.clone(), need),
+                access::check::<B>,
+            ))
+        } else {
+            e.handler
+        };
+        router = router.route(e.path, handler);
     }
     router
         .fallback(ops::no_route)

@@ -211,6 +211,18 @@ where
             // The keep-alive is checked here too (to the second: one timer per
             // connection instead of a new one each turn of the loop).
             _ = tick.tick() => {
+                if conn
+                    .session
+                    .access
+                    .as_ref()
+                    .and_then(|a| a.expires_at)
+                    .is_some_and(|t| std::time::SystemTime::now() >= t)
+                {
+                    break End::Server(
+                        DisconnectReasonCode::NotAuthorized,
+                        "the credentials (token) expired".into(),
+                    );
+                }
                 if keep_alive.is_some_and(|k| last_seen.elapsed() >= k) {
                     break End::Server(
                         DisconnectReasonCode::KeepAliveTimeout,

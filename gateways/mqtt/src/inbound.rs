@@ -160,6 +160,39 @@ impl Inbound {
                 e.to_string(),
             ));
         }
+        if !cx.session.may_publish(&p.topic) {
+            tracing::info!(
+                client = %cx.session.client_id,
+                topic = %p.topic.chars().take(200).collect::<String>(),
+                "publish denied by the ACL"
+            );
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "mqtt", "action" => "publish")
+                .increment(1);
+            if cx.shared.settings.auth.deny_disconnects() {
+                return Some(End::Server(
+                    DisconnectReasonCode::NotAuthorized,
+                    format!("not authorized to publish to {}", p.topic),
+                ));
+            }
+            // Acknowledged per its QoS (0x87 on v5) and dropped: 3.1.1 has no
+            // negative acknowledgement ([MQTT-3.3.5-2], Mosquitto's behaviour).
+            return self
+                .push_pub(
+                    cx,
+                    PendingPub {
+                        message: None,
+                        stored: false,
+                        qos: p.qos,
+                        pkid: p.pkid,
+                        retain: None,
+                        refused: Some(Refused {
+                            code: 0x87,
+                            reason: "not authorized".into(),
+                        }),
+                    },
+                )
+                .await;
+        }
         if p.qos == QoS::ExactlyOnce {
             if cx.session.qos2_in.contains(&p.pkid) {
                 // A retransmission of a message already stored: acknowledge only.

@@ -114,6 +114,36 @@ pub struct Session {
     pub will: Option<WillRecord>,
     /// The id after the last one handed out (see [`Session::alloc_pkid`]).
     next_pkid: u16,
+    /// What the connection holding the session may do: set at each CONNECT,
+    /// cleared when the connection ends, never saved (`None`: not connected).
+    pub access: Option<Box<Access>>,
+}
+
+/// A connection's identity and ACL decisions, and its place in the limit of
+/// connections per address.
+#[derive(Debug)]
+pub struct Access {
+    pub user: String,
+    pub grant: rocketgate_auth::Grant,
+    /// A JWT's expiry: the connection ends then.
+    pub expires_at: Option<std::time::SystemTime>,
+    pub _slot: rocketgate_auth::ConnectionSlot,
+}
+
+impl Session {
+    /// May the connection publish to `name`? (Not connected: no.)
+    pub fn may_publish(&self, name: &str) -> bool {
+        self.access
+            .as_ref()
+            .is_some_and(|a| a.grant.may_publish(name))
+    }
+
+    /// May the connection subscribe to `filter` (as share group `group`)?
+    pub fn may_subscribe(&self, filter: &str, group: Option<&str>) -> bool {
+        self.access
+            .as_ref()
+            .is_some_and(|a| a.grant.may_subscribe(filter, group))
+    }
 }
 
 impl Session {
@@ -130,6 +160,7 @@ impl Session {
             qos2_in: HashSet::new(),
             will: None,
             next_pkid: 1,
+            access: None,
         }
     }
 

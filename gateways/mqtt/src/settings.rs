@@ -2,6 +2,7 @@
 //! of the door; it imports nothing of the crate.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Gateway settings (the `[mqtt]` config section).
@@ -30,6 +31,8 @@ pub struct Settings {
     pub topic_poll: Duration,
     /// How long a CONNECT may take to arrive after the socket opens.
     pub connect_timeout: Duration,
+    /// Who may connect and what they may do (off: everyone, everything).
+    pub auth: Arc<rocketgate_auth::Auth>,
 }
 
 impl Settings {
@@ -45,6 +48,7 @@ impl Settings {
             topic_alias_maximum: 64,
             topic_poll: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(10),
+            auth: rocketgate_auth::Auth::disabled(),
         }
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Shared<B> {
     /// Held while the retained file is written (see [`Shared::persist_retained`]).
     retained_write: tokio::sync::Mutex<()>,
     pub shutdown: watch::Receiver<bool>,
+    /// Connections per client address (`auth.max_connections_per_address`).
+    pub conn_limit: rocketgate_auth::ConnectionLimit,
     next_id: AtomicU64,
     active: AtomicUsize,
     idle: Notify,
@@ -93,6 +95,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
             "MQTT state loaded"
         );
         Ok(Shared {
+            conn_limit: settings.auth.connection_limit(),
             shares: Arc::new(Registry::new(api.clone(), router.clone())),
             api,
             settings,

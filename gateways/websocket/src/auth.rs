@@ -1,11 +1,14 @@
-//! The authentication seam. The security issue plugs a real check in here; the
-//! default lets everyone in.
+//! The authentication seam. The binary plugs `rocketgate-auth`'s user store in
+//! here (API keys and JWTs as tokens, the user's ACL as the connection's grant);
+//! the default lets everyone in.
 //!
 //! A client presents a token in the query string (`/v1/ws?token=…`, also for
 //! `/mqtt`) or, on `/v1/ws`, in its first frame (`{"op":"auth","token":"…"}`),
 //! for browsers that would rather not put it in a URL. The [`Authenticator`] is
 //! asked at the upgrade with the query token (or `None`):
 //! - [`AuthDecision::Allow`]: the connection is open for business;
+//! - [`AuthDecision::AllowWith`]: open, with what it may publish and subscribe to
+//!   (a denied publish or subscribe is answered with an error frame `forbidden`);
 //! - [`AuthDecision::Deny`]: the upgrade is refused with `401` and a JSON body;
 //! - [`AuthDecision::TokenRequired`]: on `/v1/ws` the socket opens but the first
 //!   frame must be `auth` (asked again with that token; anything else closes with
@@ -37,9 +40,11 @@ pub struct AuthAttempt<'a> {
 }
 
 /// What an [`Authenticator`] decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum AuthDecision {
     Allow,
+    /// Allowed, limited to what the grant allows.
+    AllowWith(std::sync::Arc<rocketgate_auth::Grant>),
     /// Refused, with a reason the client sees.
     Deny(String),
     /// No (valid) token yet: ask for one in the first frame.

@@ -71,6 +71,8 @@ struct Conn<B> {
     /// authentication layer takes it from here (a certificate can stand for a user).
     #[allow(dead_code)]
     tls_identity: Option<String>,
+    /// What this connection may publish and subscribe to (`None`: everything).
+    grant: Option<Arc<rocketgate_auth::Grant>>,
     subs: HashMap<String, Sub>,
     outbox: Outbox,
 }
@@ -89,6 +91,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     peer: SocketAddr,
     tls_identity: Option<String>,
     token_required: bool,
+    grant: Option<Arc<rocketgate_auth::Grant>>,
     mut closing: watch::Receiver<bool>,
 ) {
     let settings = ctx.settings.clone();
@@ -100,6 +103,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
         ctx,
         peer,
         tls_identity,
+        grant,
         subs: HashMap::new(),
         outbox,
     };
@@ -146,8 +150,9 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                 };
                 if !authed {
                     match conn.authenticate(&text) {
-                        Ok(reply) => {
+                        Ok((reply, grant)) => {
                             authed = true;
+                            conn.grant = grant;
                             if ws.send(Message::text(reply)).await.is_err() { break None; }
                             continue;
                         }
@@ -198,7 +203,11 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
 
 impl<B: MessagingApi + 'static> Conn<B> {
     /// The first frame when the authenticator asked for a token.
-    fn authenticate(&self, text: &str) -> Result<String, String> {
+    #[allow(clippy::type_complexity)]
+    fn authenticate(
+        &self,
+        text: &str,
+    ) -> Result<(String, Option<Arc<rocketgate_auth::Grant>>), String> {
         let Ok(Envelope {
             req,
             request: Request::Auth { token },
@@ -215,7 +224,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             token: Some(&token),
             first_frame: true,
         }) {
-            AuthDecision::Allow => Ok(protocol::authenticated_frame(&req)),
+            AuthDecision::Allow => Ok((protocol::authenticated_frame(&req), None)),
+            AuthDecision::AllowWith(g) => Ok((protocol::authenticated_frame(&req), Some(g))),
             AuthDecision::Deny(reason) => Err(reason),
             AuthDecision::TokenRequired => Err("the token was not accepted".into()),
         }
@@ -270,6 +280,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// or delivered at once.
     async fn publish(&self, p: protocol::Publish, req: &Option<Value>) -> Result<String, Failure> {
         let mut message = p.message;
+        if let Some(g) = &self.grant {
+            let name = match message.tags() {
+                Some(t) if !t.is_empty() => format!("{}/{t}", message.topic),
+                _ => message.topic.clone(),
+            };
+            if !g.may_publish(&name) {
+                metrics::counter!("rocketgate_acl_denied_total", "door" => "ws", "action" => "publish")
+                    .increment(1);
+                return Err(("forbidden", format!("not allowed to publish to {name}")));
+            }
+        }
         if let Some(delay) = p.delay {
             let limits = self.ctx.broker.delay_limits();
             if let Some((name, value)) = limits
@@ -305,6 +326,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if let Some(old) = self.subs.remove(&s.id) {
                 old.end().await;
             }
+        }
+        if let Some(g) = &self.grant
+            && !g.may_subscribe(&s.topic, Some(&s.group))
+        {
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "ws", "action" => "subscribe")
+                .increment(1);
+            return Err((
+                "forbidden",
+                format!("not allowed to read {} as group {}", s.topic, s.group),
+            ));
         }
         if self.subs.len() >= self.ctx.settings.max_subscriptions {
             return Err((

@@ -27,6 +27,8 @@ pub(crate) struct Upgrade {
     pub rest: Vec<u8>,
     /// On `/v1/ws`: the first frame must be `auth`.
     pub token_required: bool,
+    /// What the connection may do (`None`: everything).
+    pub grant: Option<std::sync::Arc<rocketgate_auth::Grant>>,
 }
 
 /// A refusal: status line, JSON error code and message.
@@ -209,8 +211,13 @@ pub(crate) fn accept(
         token: token.as_deref(),
         first_frame: false,
     });
+    let mut grant = None;
     let token_required = match decision {
         AuthDecision::Allow => false,
+        AuthDecision::AllowWith(g) => {
+            grant = Some(g);
+            false
+        }
         AuthDecision::Deny(reason) => {
             return Err(Refusal::new("401 Unauthorized", "unauthorized", reason));
         }
@@ -231,6 +238,7 @@ pub(crate) fn accept(
             protocol,
             rest: head[len..].to_vec(),
             token_required,
+            grant,
         },
         answer.into_bytes(),
     ))

@@ -178,7 +178,16 @@ async fn accept<B: MessagingApi + 'static>(
     debug!(%peer, door = ?upgrade.door, protocol = ?upgrade.protocol, "upgraded");
     match upgrade.door {
         Door::Json => {
-            connection::serve(ws, ctx, peer, tls_identity, upgrade.token_required, closing).await
+            connection::serve(
+                ws,
+                ctx,
+                peer,
+                tls_identity,
+                upgrade.token_required,
+                upgrade.grant,
+                closing,
+            )
+            .await
         }
         Door::Mqtt => {
             if let Some(handler) = mqtt {

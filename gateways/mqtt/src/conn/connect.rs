@@ -10,6 +10,7 @@ use mqttbytes::v5::{
     ConnAck, ConnAckProperties, Connect, ConnectReturnCode, Disconnect, DisconnectProperties,
     DisconnectReasonCode, Packet,
 };
+use rocketgate_auth::{Credentials, Denied};
 use rocketgate_core::broker::MessagingApi;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::oneshot;
@@ -17,7 +18,7 @@ use tokio::sync::oneshot;
 use super::Conn;
 use crate::codec::{self, CodecError, Version};
 use crate::end::End;
-use crate::session::Session;
+use crate::session::{Access, Session};
 use crate::shared::{Slot, Takeover};
 use crate::state::WillRecord;
 use crate::topic;
@@ -36,6 +37,20 @@ fn granted_keep_alive(v5: bool, asked: u16, s: &crate::settings::Settings) -> u1
         s.max_keep_alive
     } else {
         asked
+    }
+}
+
+/// The credentials a CONNECT presents: a verified client certificate's name when
+/// the TLS listener has one, else user name and password (a JWT may be the
+/// password), else none.
+fn credentials<'a>(c: &'a Connect, certificate: Option<&'a str>) -> Credentials<'a> {
+    match (certificate, &c.login) {
+        (Some(name), None) => Credentials::Certificate(name),
+        (_, Some(l)) => Credentials::Password {
+            username: &l.username,
+            password: l.password.as_bytes(),
+        },
+        (None, None) => Credentials::None,
     }
 }
 
@@ -110,8 +125,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// deadline span, or `None` when the connection is refused.
     ///
     /// `tls_identity`: the verified client certificate's name (mTLS), `None` for a
-    /// connection without one; logged here, and the authentication layer takes it
-    /// from here (a certificate can stand for a user).
+    /// connection without one; logged, and offered to the authentication layer as
+    /// `Credentials::Certificate` (it counts when `auth.certificate_identity` is on).
     pub(super) async fn accept(
         &mut self,
         c: Connect,
@@ -169,6 +184,52 @@ impl<B: MessagingApi + 'static> Conn<B> {
             self.window.limit(p, s.max_inflight);
             self.out.set_problem_info(p.request_problem_info != Some(0));
         }
+        // Who is connecting, and what it may do.
+        let auth = s.auth.clone();
+        // mTLS: the TLS listener's verified client-certificate name for this
+        // connection (`auth.certificate_identity` decides whether it counts).
+        let certificate: Option<&str> = tls_identity.as_deref();
+        let login = match auth
+            .login(credentials(&c, certificate), self.peer.ip(), "mqtt")
+            .await
+        {
+            Ok(l) => l,
+            Err(Denied::Missing) => {
+                return refuse(
+                    self,
+                    ConnectReturnCode::NotAuthorized,
+                    "credentials required",
+                );
+            }
+            Err(e) => {
+                return refuse(self, ConnectReturnCode::BadUserNamePassword, &e.to_string());
+            }
+        };
+        let Some(slot) = self.shared.conn_limit.admit(self.peer.ip()) else {
+            return refuse(
+                self,
+                ConnectReturnCode::QuotaExceeded,
+                "too many connections from this address",
+            );
+        };
+        let grant = auth.grant(&login.identity, &client_id);
+        if let Some(w) = &c.last_will
+            && !grant.may_publish(&w.topic)
+        {
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "mqtt", "action" => "will")
+                .increment(1);
+            return refuse(
+                self,
+                ConnectReturnCode::NotAuthorized,
+                "not authorized to publish to the will topic",
+            );
+        }
+        let access = Box::new(Access {
+            user: login.identity.user,
+            grant,
+            expires_at: login.expires_at,
+            _slot: slot,
+        });
         let will = match &c.last_will {
             Some(w) => {
                 if let Err(e) = topic::check_name(&w.topic) {
@@ -230,6 +291,13 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let mut session = old.unwrap_or_else(|| Box::new(Session::new(&client_id, expiry)));
         session.expiry = expiry;
         session.will = will;
+        // A resumed session keeps only the subscriptions this login may hold.
+        session.subs.retain(|sub| {
+            access
+                .grant
+                .may_subscribe(&sub.filter.filter, sub.filter.share.as_deref())
+        });
+        session.access = Some(access);
         self.session = session;
         self.shared.save_if_kept(&self.session);
 
@@ -252,7 +320,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
         self.out.send(&Packet::ConnAck(ack));
         let version = self.out.version();
-        tracing::debug!(client = %client_id, peer = %self.peer, ?version, session_present, "connected");
+        let user = self.session.access.as_ref().map_or("", |a| a.user.as_str());
+        tracing::debug!(client = %client_id, user, peer = %self.peer, ?version, session_present, "connected");
         // Boxed: its futures (catch-up reads of the log) would otherwise make every
         // connection's task that much larger for all its life.
         Box::pin(self.resume()).await;
@@ -267,6 +336,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
         tk_rx: &mut Option<oneshot::Receiver<Takeover>>,
     ) {
         let client_id = self.session.client_id.clone();
+        // The login ends with the connection (and frees its place in the limit).
+        self.session.access = None;
         let disconnect = match &end {
             End::Server(code, why) => Some((*code, why.clone())),
             End::Takeover(_) => Some((

@@ -251,6 +251,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if filter.share.is_some() && f.nolocal {
                 return Some(End::protocol("no-local on a shared subscription"));
             }
+            if !self
+                .session
+                .may_subscribe(&filter.filter, filter.share.as_deref())
+            {
+                tracing::info!(client = %self.session.client_id, filter = %filter.raw, "subscription denied by the ACL");
+                metrics::counter!("rocketgate_acl_denied_total", "door" => "mqtt", "action" => "subscribe")
+                    .increment(1);
+                if self.shared.settings.auth.deny_disconnects() {
+                    return Some(End::Server(
+                        DisconnectReasonCode::NotAuthorized,
+                        format!("not authorized to subscribe to {}", filter.raw),
+                    ));
+                }
+                // 0x87 on v5; the codec writes 3.1.1's 0x80 (failure).
+                codes.push(SubscribeReasonCode::NotAuthorized);
+                reasons.push(format!("not authorized: {}", filter.raw));
+                continue;
+            }
             let retain_handling = match f.retain_forward_rule {
                 RetainForwardRule::OnEverySubscribe => 0,
                 RetainForwardRule::OnNewSubscribe => 1,

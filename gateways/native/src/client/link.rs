@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rocketgate_auth::{AccessKey, sign};
 use rocketgate_remoting::client::Link;
 pub(crate) use rocketgate_remoting::client::Pushed;
 use rocketgate_remoting::code::version;
@@ -24,13 +25,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Marks a request as ours. The compact binary header: cheaper to write and to parse
-/// than JSON, and the peer answers in the same form.
-fn stamp(mut cmd: RemotingCommand) -> RemotingCommand {
+/// Marks a request as ours and signs it when the client has credentials. The compact
+/// binary header: cheaper to write and to parse than JSON, and the peer answers in the
+/// same form.
+fn stamp(mut cmd: RemotingCommand, credentials: Option<&AccessKey>) -> RemotingCommand {
     cmd.language = LanguageCode::Rust;
     cmd.version = version::CURRENT;
     cmd.serialize_type = SerializeType::RocketMq;
+    if let Some(c) = credentials {
+        sign(&mut cmd, c);
+    }
     cmd
+}
+
+/// Adds `AccessKey` and `Signature` (RocketMQ's `AclClientRPCHook`).
+pub fn sign(cmd: &mut RemotingCommand, c: &AccessKey) {
+    cmd.ext_fields
+        .insert(sign::ACCESS_KEY, c.access_key.clone());
+    let signature = sign::signature(c.secret_key.as_bytes(), cmd.ext_fields.iter(), &cmd.body);
+    cmd.ext_fields.insert(sign::SIGNATURE, signature);
 }
 
 struct Backoff {
@@ -46,15 +59,17 @@ pub(crate) struct Links {
     pushes: mpsc::UnboundedSender<Pushed>,
     /// TLS for every address but the NameServers'.
     tls: Option<(TlsConnector, Vec<String>)>,
+    credentials: Option<AccessKey>,
 }
 
 impl Links {
-    pub fn new(pushes: mpsc::UnboundedSender<Pushed>) -> Links {
+    pub fn new(pushes: mpsc::UnboundedSender<Pushed>, credentials: Option<AccessKey>) -> Links {
         Links {
             links: Mutex::default(),
             backoff: Mutex::default(),
             pushes,
             tls: None,
+            credentials,
         }
     }
 
@@ -143,7 +158,11 @@ impl Links {
         cmd: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, Error> {
-        Ok(self.get(addr).await?.call(stamp(cmd), timeout).await?)
+        Ok(self
+            .get(addr)
+            .await?
+            .call(stamp(cmd, self.credentials.as_ref()), timeout)
+            .await?)
     }
 
     /// [`Links::request`], with any code but `SUCCESS` turned into [`Error::Refused`].
@@ -161,7 +180,11 @@ impl Links {
     }
 
     pub async fn oneway(&self, addr: &str, cmd: RemotingCommand) -> Result<(), Error> {
-        Ok(self.get(addr).await?.oneway(stamp(cmd)).await?)
+        Ok(self
+            .get(addr)
+            .await?
+            .oneway(stamp(cmd, self.credentials.as_ref()))
+            .await?)
     }
 
     /// Drops every link (their tasks end once in-flight users let go).
@@ -186,7 +209,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_connect_backs_off() {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let links = Links::new(tx);
+        let links = Links::new(tx, None);
         // Bind then drop: a port nobody listens on.
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

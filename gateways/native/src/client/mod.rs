@@ -76,6 +76,9 @@ pub struct ClientSettings {
     /// the CA given to [`ClientSettings::with_tls_ca`]. The broker's address (IP or
     /// host name) must be in its certificate.
     pub tls: Option<Arc<rocketgate_tls::rustls::ClientConfig>>,
+    /// AccessKey/SecretKey every request is signed with (RocketMQ's ACL
+    /// signature), for a broker with authentication on.
+    pub credentials: Option<rocketgate_auth::AccessKey>,
 }
 
 impl ClientSettings {
@@ -92,6 +95,7 @@ impl ClientSettings {
             heartbeat_interval: Duration::from_secs(30),
             request_timeout: Duration::from_secs(3),
             tls: None,
+            credentials: None,
         }
     }
 
@@ -119,6 +123,15 @@ impl ClientSettings {
 
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Signs every request with this AccessKey/SecretKey pair.
+    pub fn with_credentials(mut self, access_key: &str, secret_key: &str) -> Self {
+        self.credentials = Some(rocketgate_auth::AccessKey {
+            access_key: access_key.to_owned(),
+            secret_key: secret_key.to_owned(),
+        });
         self
     }
 

@@ -90,7 +90,8 @@ impl Session {
             ..Default::default()
         };
         let session = Arc::new(Session {
-            links: Links::new(tx).with_tls(config.tls.clone(), config.namesrv_addrs.clone()),
+            links: Links::new(tx, config.credentials.clone())
+                .with_tls(config.tls.clone(), config.namesrv_addrs.clone()),
             routes: Mutex::default(),
             heartbeat: Mutex::new(heartbeat),
             namesrv_cursor: AtomicUsize::new(0),

@@ -14,7 +14,9 @@ pub(crate) use rocketgate_remoting::server::Peer;
 use rocketgate_remoting::server::{Answer, Handler, Outbound};
 
 use super::Ctx;
+use super::access::ConnAccess;
 use super::handle;
+use super::reply::Fail;
 
 /// What the door keeps per connection.
 pub(super) struct Session {
@@ -24,6 +26,8 @@ pub(super) struct Session {
     /// an access key).
     #[allow(dead_code)]
     pub tls_identity: Option<String>,
+    /// The connection's last grant (see `access.rs`).
+    access: ConnAccess,
 }
 
 /// The native door's [`Handler`]: every connection shares the server's context.
@@ -48,10 +52,19 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
             tracing::info!(peer = %peer.addr, tls_identity = %id, "native connection with a client certificate");
         }
         self.ctx.clients.connected(peer.id, outbound);
-        Session { peer, tls_identity }
+        Session {
+            peer,
+            tls_identity,
+            access: ConnAccess::default(),
+        }
     }
 
     fn handle(&self, session: &mut Session, req: RemotingCommand) -> Answer {
+        if let Err(Fail { code, remark }) = session.access.authorize(&self.ctx.settings.auth, &req)
+        {
+            tracing::debug!(peer = %session.peer.addr, code = req.code, %remark, "request refused");
+            return Answer::Now(RemotingCommand::response_to(&req, code).with_remark(remark));
+        }
         // Most requests (a send under async flush, admin requests) complete without
         // waiting; the loop then answers them inline on its first poll.
         let ctx = self.ctx.clone();

@@ -12,6 +12,7 @@
 //! Every business failure becomes a RocketMQ response code with a remark; only a frame
 //! that cannot be decoded closes a connection.
 
+mod access;
 mod admin;
 mod clients;
 mod conn;
@@ -61,6 +62,8 @@ pub struct ServerSettings {
     pub max_inflight_sends: usize,
     /// A peer that does not take its responses within this long is dropped.
     pub write_timeout: Duration,
+    /// Signatures and the ACL (off: every request is served).
+    pub auth: Arc<rocketgate_auth::Auth>,
 }
 
 impl Default for ServerSettings {
@@ -72,6 +75,7 @@ impl Default for ServerSettings {
             max_suspend: Duration::from_secs(30),
             max_inflight_sends: 10_000,
             write_timeout: Duration::from_secs(10),
+            auth: rocketgate_auth::Auth::disabled(),
         }
     }
 }

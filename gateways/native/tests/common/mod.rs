@@ -205,6 +205,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
+        Cluster::start_with_auth(rocketgate_auth::Auth::disabled()).await
+    }
+
+    /// A cluster whose broker checks signatures and the ACL with `auth`.
+    pub async fn start_with_auth(auth: Arc<rocketgate_auth::Auth>) -> Cluster {
         use rocketgate_namesrv::{NameServer, NamesrvSettings};
         use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
         use rocketgate_remoting::{BrokerIdentity, Registrar};
@@ -265,6 +270,7 @@ impl Cluster {
         .spawn();
         let settings = ServerSettings {
             store_host: broker_addr,
+            auth,
             ..ServerSettings::default()
         };
         let (server, _) = Server::from_listener(listener, broker.clone(), settings).unwrap();

@@ -1,0 +1,265 @@
+//! Authentication and the ACL at the HTTP door: every endpoint of the table in
+//! `routes.rs` says what it needs ([`Need`], from its tag and path),
+//! and with auth on a layer in front of it asks for `Authorization: Bearer <API
+//! key or JWT>` or `Basic <user:password>` (401 JSON without valid credentials)
+//! and checks the grant (403 JSON when not allowed).
+//!
+//! - publish: publish on `topic/tag` (`tag` from the query; a batch: on `topic`);
+//! - consume with a group: subscribe on `topic` as that group, or consuming as the
+//!   group when the path names no topic (acks, nacks); replay: subscribe on `topic`;
+//! - admin endpoints and lookups by id or key: the admin permission;
+//! - transactions: any authenticated user; `/health*`, `/metrics` and the OpenAPI
+//!   document: open (probes and scrapers).
+//!
+//! Grants are compiled once per user and store generation ([`Grants`]); a password
+//! given with Basic is verified through the credential cache of `rocketgate-auth`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{ConnectInfo, RawPathParams, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use rocketgate_auth::{Credentials, Denied, Grant, Identity};
+use rocketgate_core::broker::MessagingApi;
+use rocketgate_core::sync::lock;
+
+use crate::error::Error;
+use crate::{Ctx, Peer};
+
+/// What an endpoint needs of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: health, metrics, the OpenAPI document.
+    Open,
+    /// Any authenticated user.
+    User,
+    /// Publish on the path's topic (and the query's tag).
+    Publish,
+    /// Subscribe on the path's topic, as the path's group if it names one.
+    Subscribe,
+    /// The admin permission.
+    Admin,
+}
+
+impl Need {
+    /// What an endpoint tagged `tag` in the table needs (`admin`, `lookup`: admin).
+    pub fn of(tag: &str) -> Need {
+        match tag {
+            "ops" => Need::Open,
+            "messages" => Need::Publish,
+            "consume" => Need::Subscribe,
+            "transactions" => Need::User,
+            _ => Need::Admin,
+        }
+    }
+}
+
+/// Compiled grants per user, valid for one generation of the user store. A std
+/// lock held for one map operation.
+#[derive(Debug, Default)]
+pub struct Grants(Mutex<HashMap<String, (u64, Arc<Grant>)>>);
+
+impl Grants {
+    fn of(&self, auth: &rocketgate_auth::Auth, who: &Identity) -> Arc<Grant> {
+        let generation = auth.generation();
+        if let Some((g, grant)) = lock(&self.0).get(&who.user)
+            && *g == generation
+        {
+            return grant.clone();
+        }
+        let grant = Arc::new(auth.grant(who, ""));
+        let mut map = lock(&self.0);
+        if map.len() > 10_000 {
+            map.clear();
+        }
+        map.insert(who.user.clone(), (generation, grant.clone()));
+        grant
+    }
+}
+
+/// What an `Authorization` header presents.
+enum Presented {
+    Nothing,
+    Basic(String, Vec<u8>),
+    Bearer(String),
+}
+
+/// The credentials of an `Authorization` header.
+fn credentials(req: &Request) -> Result<Presented, Error> {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Ok(Presented::Nothing);
+    };
+    let bad = |why: &str| Error::Unauthorized {
+        reason: format!("Authorization header: {why}"),
+    };
+    let value = value.to_str().map_err(|_| bad("not text"))?;
+    let (scheme, rest) = value
+        .split_once(' ')
+        .ok_or_else(|| bad("expected `Bearer <token>` or `Basic <base64>`"))?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        Ok(Presented::Bearer(rest.trim().to_owned()))
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .map_err(|_| bad("Basic credentials are not base64"))?;
+        let colon = raw
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or_else(|| bad("Basic credentials without `:`"))?;
+        let user =
+            String::from_utf8(raw[..colon].to_vec()).map_err(|_| bad("user name is not UTF-8"))?;
+        Ok(Presented::Basic(user, raw[colon + 1..].to_vec()))
+    } else {
+        Err(bad("expected `Bearer <token>` or `Basic <base64>`"))
+    }
+}
+
+fn unauthorized(e: Error) -> Response {
+    let mut resp = e.into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer, Basic realm=\"rocketgate\""),
+    );
+    resp
+}
+
+fn query_tag(req: &Request) -> Option<String> {
+    let q = req.uri().query()?;
+    q.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == "tag").then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                match (
+                    bytes.get(i + 1).copied().and_then(hex),
+                    bytes.get(i + 2).copied().and_then(hex),
+                ) {
+                    (Some(h), Some(l)) => {
+                        out.push(h << 4 | l);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The layer in front of an endpoint needing `need` (installed only with auth on).
+pub async fn check<B: MessagingApi + 'static>(
+    State((ctx, need)): State<(Arc<Ctx<B>>, Need)>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    params: RawPathParams,
+    req: Request,
+    next: Next,
+) -> Response {
+    if need == Need::Open {
+        return next.run(req).await;
+    }
+    let auth = &ctx.settings.auth;
+    let presented = match credentials(&req) {
+        Ok(c) => c,
+        Err(e) => return unauthorized(e),
+    };
+    let creds = match &presented {
+        Presented::Bearer(t) => Credentials::Bearer(t),
+        Presented::Basic(u, p) => Credentials::Password {
+            username: u,
+            password: p,
+        },
+        // mTLS: a verified client certificate stands for its user when nothing else
+        // is presented (and `auth.certificate_identity` is on).
+        Presented::Nothing => match peer.tls_identity.as_deref() {
+            Some(name) if auth.settings().certificate_identity => Credentials::Certificate(name),
+            _ => Credentials::None,
+        },
+    };
+    let login = match auth.login(creds, peer.addr.ip(), "http").await {
+        Ok(l) => l,
+        Err(e) => {
+            let reason = match e {
+                Denied::Missing => {
+                    "credentials required: `Authorization: Bearer <token>` or Basic".to_owned()
+                }
+                other => other.to_string(),
+            };
+            return unauthorized(Error::Unauthorized { reason });
+        }
+    };
+    let grant = ctx.grants.of(auth, &login.identity);
+    let mut topic = None;
+    let mut group = None;
+    for (k, v) in &params {
+        match k {
+            "topic" => topic = Some(v.to_owned()),
+            "group" => group = Some(v.to_owned()),
+            _ => {}
+        }
+    }
+    let (allowed, what) = match need {
+        Need::Open | Need::User => (true, String::new()),
+        Need::Admin => (grant.may_admin(), "the admin API".to_owned()),
+        Need::Publish => {
+            let topic = topic.unwrap_or_default();
+            let name = match query_tag(&req) {
+                Some(tag) if !req.uri().path().ends_with("/batch") => format!("{topic}/{tag}"),
+                _ => topic,
+            };
+            (grant.may_publish(&name), format!("publishing to {name}"))
+        }
+        Need::Subscribe => match (&topic, &group) {
+            (Some(t), g) => (
+                grant.may_subscribe(t, g.as_deref()),
+                format!(
+                    "reading {t}{}",
+                    g.as_ref()
+                        .map(|g| format!(" as group {g}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            (None, Some(g)) => (grant.may_consume_as(g), format!("consuming as group {g}")),
+            (None, None) => (false, "this endpoint".to_owned()),
+        },
+    };
+    if !allowed {
+        metrics::counter!("rocketgate_acl_denied_total", "door" => "http", "action" => format!("{need:?}").to_lowercase())
+            .increment(1);
+        tracing::info!(user = %login.identity.user, %what, "HTTP request denied by the ACL");
+        return Error::Forbidden {
+            reason: format!("user {:?} is not allowed {what}", login.identity.user),
+        }
+        .into_response();
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_percent_decoded() {
+        assert_eq!(percent_decode("room%2F1+x"), "room/1 x");
+        assert_eq!(percent_decode("a%zz"), "a%zz");
+        assert_eq!(percent_decode("%"), "%");
+    }
+}

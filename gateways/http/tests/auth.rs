@@ -1,0 +1,213 @@
+//! Authentication and the ACL at the HTTP door, with the real `curl`: 401 JSON
+//! without (valid) credentials, Bearer API keys and Basic, 403 JSON when the ACL
+//! says no (issue #26's matrix: a user allowed on `a/#` only), the admin API only
+//! for admins, and users managed over the admin API taking effect at once.
+
+mod support;
+
+use std::sync::Arc;
+
+use rocketgate_auth::{Action, Auth, Rule, UserEntry, store};
+use serde_json::Value;
+use support::*;
+
+fn auth(dir: &std::path::Path) -> Arc<Auth> {
+    let mut s = rocketgate_auth::Settings::disabled();
+    s.enabled = true;
+    s.users_file = dir.join("users.toml");
+    let auth = Auth::open(s).unwrap();
+    auth.update(|f| {
+        f.upsert(UserEntry {
+            name: "alice".into(),
+            password: store::hash_password(b"alice-pw"),
+            api_keys: vec![store::hash_api_key("alice-key")],
+            rules: vec![Rule {
+                groups: vec!["g1".into()],
+                ..Rule::allow(&[Action::Publish, Action::Subscribe], &["a/#"])
+            }],
+            ..UserEntry::default()
+        });
+        f.upsert(UserEntry {
+            name: "root".into(),
+            api_keys: vec![store::hash_api_key("root-key")],
+            roles: vec!["admin".into()],
+            ..UserEntry::default()
+        });
+    })
+    .unwrap();
+    auth
+}
+
+async fn curl_json(args: Vec<String>) -> (u16, Value) {
+    let (status, body) = curl_async(args).await;
+    let v = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&body)))
+    };
+    (status, v)
+}
+
+fn bearer(key: &str) -> Vec<String> {
+    vec!["-H".into(), format!("Authorization: Bearer {key}")]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_with_and_without_credentials_and_the_acl_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings();
+    settings.auth = auth(dir.path());
+    let node = start_with(settings, broker_options()).await;
+    let base = format!("http://{}", node.addr);
+    let publish = |topic: &str, tag: &str| format!("{base}/v1/topics/{topic}/messages?tag={tag}");
+
+    // No credentials: 401 with a JSON body; a wrong key or password: 401 too.
+    let (status, body) =
+        curl_json(vec!["--data-binary".into(), "x".into(), publish("a", "x")]).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let mut wrong = bearer("nope");
+    wrong.extend(["--data-binary".into(), "x".into(), publish("a", "x")]);
+    assert_eq!(curl_json(wrong).await.0, 401);
+    let (status, _) = curl_json(vec![
+        "-u".into(),
+        "alice:wrong".into(),
+        "--data-binary".into(),
+        "x".into(),
+        publish("a", "x"),
+    ])
+    .await;
+    assert_eq!(status, 401);
+    // Health stays open for probes.
+    assert_eq!(curl_json(vec![format!("{base}/health")]).await.0, 200);
+
+    // The matrix, with a Bearer key and with Basic.
+    for auth in [
+        bearer("alice-key"),
+        vec!["-u".into(), "alice:alice-pw".into()],
+    ] {
+        let with = |mut rest: Vec<String>| {
+            let mut a = auth.clone();
+            a.append(&mut rest);
+            a
+        };
+        let (s, _) = curl_json(with(vec![
+            "--data-binary".into(),
+            "m".into(),
+            publish("a", "x"),
+        ]))
+        .await;
+        assert_eq!(s, 201, "publish a/x");
+        let (s, body) = curl_json(with(vec![
+            "--data-binary".into(),
+            "m".into(),
+            publish("b", "x"),
+        ]))
+        .await;
+        assert_eq!(s, 403, "publish b/x");
+        assert_eq!(body["error"]["code"], "forbidden");
+        let (s, _) = curl_json(with(vec![
+            "--data-binary".into(),
+            "m".into(),
+            format!("{base}/v1/topics/%25DLQ%25g1/messages"),
+        ]))
+        .await;
+        assert_eq!(s, 403, "publish to an internal topic");
+        // Subscribe (receive as group g1).
+        let (s, _) = curl_json(with(vec![format!("{base}/v1/groups/g1/topics/a/messages")])).await;
+        assert_eq!(s, 200, "receive a as g1");
+        let (s, _) = curl_json(with(vec![format!("{base}/v1/groups/g1/topics/b/messages")])).await;
+        assert_eq!(s, 403, "receive b");
+        let (s, _) = curl_json(with(vec![format!(
+            "{base}/v1/groups/other/topics/a/messages"
+        )]))
+        .await;
+        assert_eq!(s, 403, "receive as a group not granted");
+        let (s, _) = curl_json(with(vec![format!(
+            "{base}/v1/groups/g1/topics/SCHEDULE_TOPIC_XXXX/messages"
+        )]))
+        .await;
+        assert_eq!(s, 403, "receive an internal topic");
+        // Admin API: not for alice.
+        let (s, body) = curl_json(with(vec![format!("{base}/v1/topics")])).await;
+        assert_eq!(s, 403, "{body}");
+    }
+    let (s, _) = curl_json({
+        let mut a = bearer("root-key");
+        a.push(format!("{base}/v1/topics"));
+        a
+    })
+    .await;
+    assert_eq!(s, 200, "admins use the admin API");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_managed_over_the_admin_api_take_effect_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings();
+    settings.auth = auth(dir.path());
+    let node = start_with(settings, broker_options()).await;
+    let base = format!("http://{}", node.addr);
+    let root = |mut rest: Vec<String>| {
+        let mut a = bearer("root-key");
+        a.append(&mut rest);
+        a
+    };
+    let (s, body) = curl_json(root(vec![
+        "-X".into(),
+        "PUT".into(),
+        "-H".into(),
+        "content-type: application/json".into(),
+        "-d".into(),
+        r#"{"password":"bob-pw","rules":[{"effect":"allow","actions":["publish"],"topics":["bob/#"]}]}"#.into(),
+        format!("{base}/v1/users/bob"),
+    ]))
+    .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["created"], true);
+    let (s, _) = curl_json(vec![
+        "-u".into(),
+        "bob:bob-pw".into(),
+        "--data-binary".into(),
+        "hi".into(),
+        format!("{base}/v1/topics/bob/messages?tag=x"),
+    ])
+    .await;
+    assert_eq!(s, 201);
+    let (s, body) = curl_json(root(vec![
+        "-X".into(),
+        "POST".into(),
+        format!("{base}/v1/users/bob/api_keys"),
+    ]))
+    .await;
+    assert_eq!(s, 200);
+    let key = body["api_key"].as_str().unwrap().to_owned();
+    let mut with_key = bearer(&key);
+    with_key.extend([
+        "--data-binary".into(),
+        "hi".into(),
+        format!("{base}/v1/topics/bob/messages"),
+    ]);
+    assert_eq!(curl_json(with_key.clone()).await.0, 201);
+    let (s, body) = curl_json(root(vec![format!("{base}/v1/users")])).await;
+    assert_eq!(s, 200);
+    assert!(
+        !body.to_string().contains("argon2"),
+        "no secrets listed: {body}"
+    );
+    let (s, _) = curl_json(root(vec![
+        "-X".into(),
+        "DELETE".into(),
+        format!("{base}/v1/users/bob"),
+    ]))
+    .await;
+    assert_eq!(s, 204);
+    assert_eq!(
+        curl_json(with_key).await.0,
+        401,
+        "a deleted user's key is void at once"
+    );
+    node.stop().await;
+}
