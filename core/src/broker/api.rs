@@ -230,6 +230,19 @@ pub trait MessagingApi: Send + Sync {
         group: &str,
         max: Option<u32>,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// Makes `group` an ordered (FIFO) group, or a concurrent one again: in a
+    /// FIFO group a POP hands out the next message of a queue only when nothing
+    /// earlier of that queue is in flight for the group, and a nacked or timed-out
+    /// message comes back before anything after it. Persisted. The default
+    /// implementation refuses (a broker that cannot order POPs says so).
+    fn set_fifo(&self, group: &str, fifo: bool) -> impl Future<Output = Result<()>> + Send {
+        let _ = (group, fifo);
+        async {
+            Err(crate::Error::InvalidArgument(
+                "this broker has no ordered (FIFO) POP".into(),
+            ))
+        }
+    }
     /// Every consumer group with a live member, committed offsets or
     /// remembered settings, sorted.
     fn groups(&self) -> impl Future<Output = Result<Vec<String>>> + Send;

@@ -209,6 +209,8 @@ pub struct GroupInfo {
     /// Retries before a message of the group is dead-lettered (its own
     /// setting, else the broker's).
     pub max_reconsume_times: u32,
+    /// An ordered (FIFO) group ([`MessagingApi::set_fifo`](super::MessagingApi::set_fifo)).
+    pub fifo: bool,
     pub members: Vec<MemberInfo>,
     pub progress: Vec<QueueProgress>,
 }
