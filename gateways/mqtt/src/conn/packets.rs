@@ -233,6 +233,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
             return Some(End::protocol("SUBSCRIBE without a topic filter"));
         }
         let id = s.properties.as_ref().and_then(|p| p.id);
+        // The opt-in to an ordered (FIFO) shared group: user property `order` = `fifo`.
+        let fifo = s.properties.as_ref().is_some_and(|p| {
+            p.user_properties
+                .iter()
+                .any(|(k, v)| k == "order" && v.eq_ignore_ascii_case("fifo"))
+        });
         if id == Some(0) {
             return Some(End::protocol("subscription identifier 0"));
         }
@@ -295,6 +301,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     reason_string: Some(r),
                     user_properties: Vec::new(),
                 });
+        }
+        if fifo {
+            for (sub, _) in &added {
+                if let Some(share) = &sub.filter.share {
+                    let group = crate::state::share_group(share, &sub.filter.filter);
+                    if let Err(e) = self.shared.api.set_fifo(&group, true).await {
+                        tracing::warn!(group = %group, error = %e, "making a shared group ordered failed");
+                    }
+                }
+            }
         }
         self.out.send(&Packet::SubAck(ack));
         if !added.is_empty() {

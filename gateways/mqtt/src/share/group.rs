@@ -81,6 +81,10 @@ pub(super) struct Group<B> {
     committed: HashMap<u32, u64>,
     /// The queue the next catch-up pull starts looking from.
     pull_from: u32,
+    /// An ordered (FIFO) group: a queue's messages go to one member at a time,
+    /// the next member only once everything it was given is settled (read from
+    /// the core group's setting at start and at every join).
+    fifo: bool,
 }
 
 impl<B: MessagingApi + 'static> Group<B> {
@@ -111,7 +115,9 @@ impl<B: MessagingApi + 'static> Group<B> {
             waiting: VecDeque::new(),
             committed: HashMap::new(),
             pull_from: 0,
+            fifo: false,
         };
+        g.read_fifo().await;
         g.add_queues(true).await;
         // Every message of the topic: the group matches its own filter (wildcards).
         g.registry
@@ -227,7 +233,21 @@ impl<B: MessagingApi + 'static> Group<B> {
         }
     }
 
+    /// Whether the core group is an ordered (FIFO) one.
+    async fn read_fifo(&mut self) {
+        self.fifo = self
+            .registry
+            .api
+            .group_info(&self.key.0)
+            .await
+            .is_ok_and(|g| g.fifo);
+    }
+
     async fn on_cmd(&mut self, cmd: Cmd) {
+        if matches!(cmd, Cmd::Join { .. }) {
+            // A member may have opted in (or an operator changed it) since.
+            self.read_fifo().await;
+        }
         match cmd {
             Cmd::Join {
                 member,
@@ -311,7 +331,12 @@ impl<B: MessagingApi + 'static> Group<B> {
         }
         let n = self.members.len();
         let mut batches: Vec<Vec<Offered>> = (0..n).map(|_| Vec::new()).collect();
-        'messages: while let Some(msg) = self.waiting.pop_front() {
+        if self.fifo {
+            self.assign_in_order(&mut batches);
+        }
+        'messages: while !self.fifo
+            && let Some(msg) = self.waiting.pop_front()
+        {
             for step in 0..n {
                 let i = (self.turn + step) % n;
                 let m = &mut self.members[i];
@@ -331,6 +356,68 @@ impl<B: MessagingApi + 'static> Group<B> {
             self.waiting.push_front(msg);
             break;
         }
+        self.offer(batches);
+    }
+
+    /// [`Self::assign`] for an ordered (FIFO) group: a queue's waiting messages,
+    /// in queue order, go to the member that holds unsettled messages of that
+    /// queue (MQTT delivers a session's messages in order), or to the next member
+    /// with credit when none does; a message that cannot go out holds back the
+    /// rest of its queue, never another queue.
+    fn assign_in_order(&mut self, batches: &mut [Vec<Offered>]) {
+        let n = self.members.len();
+        let mut holder: HashMap<u32, u64> = HashMap::new();
+        for (q, qs) in &self.queues {
+            if let Some(m) = qs.out.values().find_map(|o| o.member) {
+                holder.insert(*q, m);
+            }
+        }
+        let mut stuck: std::collections::HashSet<u32> = Default::default();
+        let mut kept = VecDeque::new();
+        while let Some(msg) = self.waiting.pop_front() {
+            if stuck.contains(&msg.queue) {
+                kept.push_back(msg);
+                continue;
+            }
+            let free = |m: &Member| !m.blocked && m.holding < m.credit;
+            let pick = match holder.get(&msg.queue) {
+                Some(id) => self
+                    .members
+                    .iter()
+                    .position(|m| m.id == *id)
+                    .filter(|&i| free(&self.members[i])),
+                None => {
+                    // A queue nobody holds goes to the next member in turn.
+                    let i = (0..n)
+                        .map(|s| (self.turn + s) % n)
+                        .find(|&i| free(&self.members[i]));
+                    if let Some(i) = i {
+                        self.turn = (i + 1) % n;
+                    }
+                    i
+                }
+            };
+            let Some(i) = pick else {
+                stuck.insert(msg.queue);
+                kept.push_back(msg);
+                continue;
+            };
+            let m = &mut self.members[i];
+            m.holding += 1;
+            holder.insert(msg.queue, m.id);
+            if let Some(qs) = self.queues.get_mut(&msg.queue)
+                && let Some(o) = qs.out.get_mut(&msg.offset)
+            {
+                o.member = Some(m.id);
+            }
+            batches[i].push(msg);
+        }
+        self.waiting = kept;
+    }
+
+    /// Sends each member its offer; what a member's connection does not take
+    /// waits for a member again.
+    fn offer(&mut self, batches: Vec<Vec<Offered>>) {
         let mut gone = Vec::new();
         for (i, messages) in batches.into_iter().enumerate() {
             if messages.is_empty() {

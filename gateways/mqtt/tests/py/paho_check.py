@@ -299,7 +299,77 @@ def refusals_v5():
     pub.stop()
 
 
+def fifo_shared(opt_in=True):
+    """Three members of an ordered shared group ($share with user property
+    order=fifo on SUBSCRIBE): every publisher's messages (one queue each) are
+    acknowledged in publish order across the members, even though each member
+    takes a while per message and one member drops its connection holding an
+    unacknowledged message (it comes back to another member, first)."""
+    keys, per_key = 4, 25
+    lock = threading.Lock()
+    acked = {k: [] for k in range(keys)}
+    state = {"dropped": False, "seen": 0}
+
+    def member(i):
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"fifo-sub-{i}-{time.time_ns()}",
+                        protocol=mqtt.MQTTv5, manual_ack=True)
+        subacked = threading.Event()
+        c.on_subscribe = lambda *a: subacked.set()
+        dead = {"v": False}
+
+        def on_message(cl, u, msg):
+            if dead["v"]:
+                return
+            key, n = (int(x) for x in msg.payload.decode().split(":"))
+            with lock:
+                state["seen"] += 1
+                drop = i == 0 and not state["dropped"] and state["seen"] >= 12
+                if drop:
+                    state["dropped"] = True
+            if drop:
+                # Holds this one unacknowledged and goes away: a "timeout".
+                dead["v"] = True
+                threading.Thread(target=lambda: (cl.disconnect(), cl.loop_stop())).start()
+                return
+            time.sleep(0.003 * ((n + i) % 3))  # "processing": members differ in pace
+            with lock:
+                acked[key].append(n)
+            cl.ack(msg.mid, msg.qos)
+
+        c.on_message = on_message
+        c.connect(HOST, PORT, keepalive=30, clean_start=True)
+        c.loop_start()
+        props = Properties(PacketTypes.SUBSCRIBE)
+        if opt_in:
+            props.UserProperty = ("order", "fifo")
+        c.subscribe("$share/ordered/fifo/#", 1, properties=props)
+        if not subacked.wait(WAIT):
+            fail(f"member {i}: no SUBACK")
+        return c
+
+    members = [member(i) for i in range(3)]
+    pubs = [Client(f"fifo-pub-{k}", True).connect() for k in range(keys)]
+    for n in range(per_key):
+        for k, p in enumerate(pubs):
+            p.publish(f"fifo/k{k}", f"{k}:{n}".encode(), 1)
+    deadline = time.time() + WAIT
+    while time.time() < deadline:
+        with lock:
+            if all(len(a) >= per_key for a in acked.values()):
+                break
+        time.sleep(0.05)
+    if not state["dropped"]:
+        fail("the member that drops never got its 12th message")
+    for k, a in acked.items():
+        if a != list(range(per_key)):
+            fail(f"key {k} acknowledged in the order {a}")
+    for c in members[1:] + pubs:
+        (c.stop() if isinstance(c, Client) else (c.disconnect(), c.loop_stop()))
+
+
 SCENARIOS = {
+    "fifo-shared": fifo_shared,
+    "concurrent-shared": lambda: fifo_shared(False),
     "qos-v311": lambda: every_qos(False),
     "qos-v5": lambda: every_qos(True),
     "request-response": request_response,
