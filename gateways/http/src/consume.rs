@@ -59,6 +59,9 @@ pub struct ReceiveQuery {
     pub invisible_ms: Option<u64>,
     #[serde(default)]
     pub encoding: Encoding,
+    /// `fifo`: the group is an ordered (FIFO) group from now on (remembered; see
+    /// `PATCH /v1/groups/{group}`); `concurrent` (or absent): the group as it is.
+    pub order: Option<String>,
 }
 
 /// Received messages.
@@ -69,6 +72,19 @@ pub struct Messages {
 
 /// Longest invisibility a request may ask for.
 const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
+
+/// A receive's `order`: `fifo` makes the group an ordered one (idempotent: the
+/// group's setting is written only when it changes).
+async fn declare_order<B: MessagingApi>(ctx: &Ctx<B>, group: &str, q: &ReceiveQuery) -> Result<()> {
+    match q.order.as_deref() {
+        None | Some("concurrent") => Ok(()),
+        Some("fifo") => Ok(ctx.api.set_fifo(group, true).await?),
+        Some(other) => Err(Error::bad(
+            "order",
+            format!("{other:?} is not `fifo` or `concurrent`"),
+        )),
+    }
+}
 
 fn pop_request<B>(
     ctx: &Ctx<B>,
@@ -128,6 +144,7 @@ pub async fn receive<B: MessagingApi + 'static>(
     Query(q): Query<ReceiveQuery>,
 ) -> Result<axum::Json<Messages>> {
     let started = Instant::now();
+    declare_order(&ctx, &group, &q).await?;
     let req = pop_request(&ctx, group, topic.clone(), &q)?;
     let popped = tokio::select! {
         r = ctx.api.pop(req) => r?,
@@ -151,6 +168,7 @@ pub async fn stream<B: MessagingApi + 'static>(
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    declare_order(&ctx, &group, &q).await?;
     let mut req = pop_request(&ctx, group, topic.clone(), &q)?;
     // The first POP answers bad topics and filters with a status, before the stream starts.
     req.wait = Duration::ZERO;

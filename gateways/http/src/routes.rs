@@ -99,6 +99,10 @@ fn receive_params() -> Vec<Param> {
             "encoding",
             "`auto` (default: text when UTF-8, else base64) or `base64`",
         ),
+        q(
+            "order",
+            "`fifo`: make the group an ordered (FIFO) group (remembered); `concurrent` or absent: as the group is",
+        ),
     ]
 }
 
@@ -314,7 +318,7 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
             M::PATCH,
             "/v1/groups/{group}",
             "admin",
-            "Change a group's settings (max_reconsume_times before the DLQ)",
+            "Change a group's settings (max_reconsume_times before the DLQ, fifo ordering)",
             patch(admin::update_group::<B>),
         )
         .body(JSON),
