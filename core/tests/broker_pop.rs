@@ -500,6 +500,28 @@ async fn a_fifo_group_hands_out_a_queue_in_order_through_nacks_and_timeouts() {
     env.clock.advance(Duration::from_secs(3600));
     assert!(pop(b, "g", "t", 10).await.is_empty());
 
+    // A nack gives back the later messages of its queue the group has out too.
+    for i in 4..7 {
+        b.send(msg("t", &format!("a{i}")), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+    }
+    env.dispatched();
+    let held = pop(b, "g", "t", 3).await;
+    assert_eq!(seen(&held), ["a4", "a5", "a6"]);
+    b.nack(&held[0].receipt.to_string(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(matches!(
+        b.ack(&held[1].receipt.to_string()).await,
+        Err(Error::StaleReceiptHandle { .. })
+    ));
+    let again = pop(b, "g", "t", 10).await;
+    assert_eq!(seen(&again), ["a4", "a5", "a6"]);
+    for p in &again {
+        b.ack(&p.receipt.to_string()).await.unwrap();
+    }
+
     // Back to a concurrent group: the setting is remembered per group.
     b.set_fifo("g", false).await.unwrap();
     assert!(!b.group_info("g").await.unwrap().fifo);

@@ -123,6 +123,15 @@ pub trait MessagingApi: Send + Sync {
         receipt: &str,
         invisible: Duration,
     ) -> impl Future<Output = Result<ReceiptHandle>> + Send;
+    /// Gives back the delivery a receipt handle names: it is due again after
+    /// `delay`. In an ordered (FIFO) group the later messages of its queue the
+    /// group has out are given back with it (their handles go stale), so nothing
+    /// after it is acked before it comes again. The default implementation is a
+    /// change of invisibility.
+    fn nack(&self, receipt: &str, delay: Duration) -> impl Future<Output = Result<()>> + Send {
+        let changed = self.change_invisibility(receipt, delay);
+        async move { changed.await.map(|_| ()) }
+    }
 
     /// Registers or refreshes a consumer; rejects malformed filters.
     fn heartbeat(&self, heartbeat: Heartbeat) -> impl Future<Output = Result<()>> + Send;

@@ -555,6 +555,10 @@ impl MessagingApi for Broker {
         self.renew_receipt(&receipt.parse()?, invisible)
     }
 
+    async fn nack(&self, receipt: &str, delay: Duration) -> Result<()> {
+        self.nack_receipt(&receipt.parse()?, delay)
+    }
+
     async fn heartbeat(&self, heartbeat: Heartbeat) -> Result<()> {
         let changed = lock(&self.groups).heartbeat(&heartbeat, self.clock.now_ms())?;
         if changed {

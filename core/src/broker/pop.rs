@@ -397,6 +397,26 @@ impl Broker {
     pub(super) fn ack_receipt(&self, handle: &ReceiptHandle) -> Result<()> {
         self.pop.table().ack(handle)?;
         self.sync_consume_offset(&handle.group, &handle.topic, handle.queue_id);
+        if self.is_fifo(&handle.group) {
+            // The queue may be open again: a POP waiting on it looks now, not at
+            // the end of its long poll.
+            self.pop.lease_sooner();
+        }
+        Ok(())
+    }
+
+    /// A nack: the delivery is due again after `delay`; in a FIFO group the
+    /// later in-flight messages of its queue go back with it.
+    pub(super) fn nack_receipt(&self, handle: &ReceiptHandle, delay: Duration) -> Result<()> {
+        let until = self.clock.now_ms().saturating_add(millis(delay));
+        {
+            let mut table = self.pop.table();
+            table.change(handle, until)?;
+            if self.is_fifo(&handle.group) {
+                table.release_after(handle, until);
+            }
+        }
+        self.pop.lease_sooner();
         Ok(())
     }
 

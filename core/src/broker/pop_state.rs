@@ -349,6 +349,20 @@ impl PopTable {
         Ok(renewed)
     }
 
+    /// A FIFO nack's tail: every in-flight message of the handle's queue after
+    /// it is due by `deadline_ms` at the latest, its revision raised (whoever
+    /// holds it can no longer ack it ahead of the nacked one).
+    pub fn release_after(&mut self, handle: &ReceiptHandle, deadline_ms: i64) {
+        let Some(q) = self.queue_mut(&handle.group, &handle.topic, handle.queue_id) else {
+            return;
+        };
+        for (_, lease) in q.in_flight.range_mut(handle.queue_offset + 1..) {
+            lease.deadline_ms = lease.deadline_ms.min(deadline_ms);
+            lease.revision = lease.revision.wrapping_add(1);
+        }
+        self.version += 1;
+    }
+
     fn lease_holder(&mut self, handle: &ReceiptHandle) -> Result<&mut PopQueue> {
         let q = self
             .queue_mut(&handle.group, &handle.topic, handle.queue_id)

@@ -342,9 +342,11 @@ pub async fn nack<B: MessagingApi + 'static>(
     }
     let handles = body.handles(&group)?;
     let api = &ctx.api;
-    Ok(each_handle(handles, "nacked", |h| async move {
-        api.change_invisibility(&h, delay).await.map(|_| ())
-    })
+    Ok(each_handle(
+        handles,
+        "nacked",
+        |h| async move { api.nack(&h, delay).await },
+    )
     .await)
 }
 

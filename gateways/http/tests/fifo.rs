@@ -52,10 +52,10 @@ async fn receiver(addr: std::net::SocketAddr, me: usize, log: Log, redelivered: 
                 *redelivered.lock().unwrap() += 1;
             }
             let handle = m["receipt_handle"].as_str().unwrap().to_owned();
-            if count % 11 == 0 {
+            if count.is_multiple_of(11) {
                 break; // dropped: it comes back when its invisibility runs out
             }
-            if count % 7 == 0 {
+            if count.is_multiple_of(7) {
                 let r = post_json(
                     addr,
                     "/v1/groups/billing/nacks",

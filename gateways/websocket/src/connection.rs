@@ -309,6 +309,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .map_err(|e| ("invalid_filter", e.to_string()))?;
         let broker = &self.ctx.broker;
         let queues = broker.topic(&s.topic).await.map_err(core)?.read_queues;
+        if s.fifo {
+            broker.set_fifo(&s.group, true).await.map_err(core)?;
+        }
         let member = match s.mode {
             ConsumeMode::Clustering => String::new(),
             ConsumeMode::Broadcasting => {
@@ -433,7 +436,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     .map_err(|e: rocketgate_core::Error| error_code(&e))?;
                 let result = match nack {
                     None => broker.ack(&r).await,
-                    Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                    Some(d) => broker.nack(&r, d).await,
                 };
                 for sub in self.subs.values() {
                     let s = &sub.spec;
@@ -493,7 +496,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                             // A stale one was redelivered elsewhere: not ours to settle.
                             let _ = match nack {
                                 None => broker.ack(&r).await,
-                                Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                                Some(d) => broker.nack(&r, d).await,
                             };
                         }
                     }

@@ -67,6 +67,8 @@ pub(crate) struct Subscribe {
     pub start: Start,
     pub credit: u64,
     pub invisible_ms: Option<u64>,
+    /// `"order": "fifo"`: the (clustering) group is an ordered (FIFO) group.
+    pub fifo: bool,
 }
 
 /// What an `ack` or `nack` names.
@@ -107,6 +109,8 @@ struct RawSubscribe {
     credit: Option<u64>,
     #[serde(default)]
     invisible_ms: Option<u64>,
+    #[serde(default)]
+    order: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -310,6 +314,17 @@ fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
             ));
         }
     };
+    let fifo = match r.order.as_deref() {
+        None | Some("concurrent") => false,
+        Some("fifo") if mode == ConsumeMode::Clustering => true,
+        Some("fifo") => {
+            return Err(
+                "order \"fifo\" is for clustering groups (a broadcasting member gets each queue in order)"
+                    .into(),
+            );
+        }
+        Some(o) => return Err(format!("order {o:?}: use \"fifo\" or \"concurrent\"")),
+    };
     Ok(Subscribe {
         id: r.id,
         topic: r.topic,
@@ -320,6 +335,7 @@ fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
         start,
         credit: r.credit.unwrap_or(0),
         invisible_ms: r.invisible_ms,
+        fifo,
     })
 }
 
