@@ -19,6 +19,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod consume;
+pub mod fifo;
 pub mod mqtt;
 pub mod native;
 mod native_sink;
@@ -47,6 +48,8 @@ pub enum Command {
     Ws(ws::WsBenchArgs),
     /// Time of first writes into a fresh file mapping, with and without MADV_RANDOM.
     Prefault(prefault::PrefaultArgs),
+    /// POP receive of an ordered (FIFO) group against a concurrent one, same run.
+    Fifo(fifo::FifoBenchArgs),
 }
 
 /// Runs one `rocketgate bench` subcommand.
@@ -59,5 +62,6 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Native(args) => native::run(args),
         Command::Ws(args) => ws::run(args),
         Command::Prefault(args) => prefault::run(args),
+        Command::Fifo(args) => fifo::run(args),
     }
 }
