@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::{
-    MessagingApi, PopRequest, Popped, PullRequest, PullStatus, ReceiptHandle,
+    MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullStatus, ReceiptHandle,
 };
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,9 @@ pub struct ReceiveQuery {
     /// `fifo`: the group is an ordered (FIFO) group from now on (remembered; see
     /// `PATCH /v1/groups/{group}`); `concurrent` (or absent): the group as it is.
     pub order: Option<String>,
+    /// Where the group starts if it has no position on the topic yet: `earliest`
+    /// (the default for a new group), `latest`, or a time in ms since the epoch.
+    pub start: Option<String>,
 }
 
 /// Received messages.
@@ -84,6 +87,33 @@ async fn declare_order<B: MessagingApi>(ctx: &Ctx<B>, group: &str, q: &ReceiveQu
             format!("{other:?} is not `fifo` or `concurrent`"),
         )),
     }
+}
+
+/// A receive's `start`: a group with no position on the topic yet starts there
+/// (docs/broker.md, "Where a new group starts"); a group that has one ignores it.
+async fn apply_start<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    group: &str,
+    topic: &str,
+    q: &ReceiveQuery,
+) -> Result<()> {
+    let Some(start) = q.start.as_deref() else {
+        return Ok(());
+    };
+    let to: OffsetReset = start.parse().map_err(|e: String| Error::bad("start", e))?;
+    let queues = ctx.api.topic(topic).await?.read_queues;
+    for queue in 0..queues {
+        if ctx
+            .api
+            .query_offset(group, "", topic, queue)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    ctx.api.reset_offset(group, "", topic, to).await?;
+    Ok(())
 }
 
 fn pop_request<B>(
@@ -145,6 +175,7 @@ pub async fn receive<B: MessagingApi + 'static>(
 ) -> Result<axum::Json<Messages>> {
     let started = Instant::now();
     declare_order(&ctx, &group, &q).await?;
+    apply_start(&ctx, &group, &topic, &q).await?;
     let req = pop_request(&ctx, group, topic.clone(), &q)?;
     let popped = tokio::select! {
         r = ctx.api.pop(req) => r?,
@@ -169,6 +200,7 @@ pub async fn stream<B: MessagingApi + 'static>(
     Query(q): Query<ReceiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     declare_order(&ctx, &group, &q).await?;
+    apply_start(&ctx, &group, &topic, &q).await?;
     let mut req = pop_request(&ctx, group, topic.clone(), &q)?;
     // The first POP answers bad topics and filters with a status, before the stream starts.
     req.wait = Duration::ZERO;

@@ -100,6 +100,10 @@ fn receive_params() -> Vec<Param> {
             "`auto` (default: text when UTF-8, else base64) or `base64`",
         ),
         q(
+            "start",
+            "where a group with no position on the topic starts: `earliest` (default), `latest` or a time in ms",
+        ),
+        q(
             "order",
             "`fifo`: make the group an ordered (FIFO) group (remembered); `concurrent` or absent: as the group is",
         ),

@@ -12,7 +12,7 @@ use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered, Registry};
-use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, queue_end, read_log};
+use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, read_log};
 use crate::topic::TopicFilter;
 use rocketgate_core::sync::lock;
 
@@ -118,7 +118,7 @@ impl<B: MessagingApi + 'static> Group<B> {
             fifo: false,
         };
         g.read_fifo().await;
-        g.add_queues(true).await;
+        g.add_queues().await;
         // Every message of the topic: the group matches its own filter (wildcards).
         g.registry
             .router
@@ -180,10 +180,11 @@ impl<B: MessagingApi + 'static> Group<B> {
     }
 
     /// Starts following queues it does not know yet: at the group's committed
-    /// offset, else at the end of the queue when the group starts (a new group
-    /// takes new messages only), else at 0 (the topic or queue appeared after the
-    /// group started: all its messages are new to it).
-    async fn add_queues(&mut self, starting: bool) {
+    /// offset, else at the oldest stored message (a new group starts at
+    /// `earliest`, as on every door — docs/broker.md "Where a new group starts";
+    /// a subscriber's `start` user property moved the committed offsets before it
+    /// joined), and a queue that appeared after the group started is all new to it.
+    async fn add_queues(&mut self) {
         let (group, topic) = (&self.key.0, &*self.key.1);
         let Ok(config) = self.registry.api.topic(topic).await else {
             return; // not created yet: its queues appear in router batches
@@ -202,11 +203,6 @@ impl<B: MessagingApi + 'static> Group<B> {
                 .flatten();
             offsets.push((q, committed));
         }
-        // A group that committed any queue of the topic existed before (a restart, or
-        // its members all left and came back): a queue without an offset got its
-        // first messages while the group was away, and they are the group's. Only a
-        // group with no offsets at all is new and starts at the end.
-        let existed = offsets.iter().any(|(_, c)| c.is_some()) || !self.committed.is_empty();
         for (q, committed) in offsets {
             if let Some(at) = committed {
                 // Known as the core has it, so a later change is seen as a reset.
@@ -214,10 +210,6 @@ impl<B: MessagingApi + 'static> Group<B> {
             }
             let (cursor, catching_up) = match committed {
                 Some(at) => (at, true),
-                None if starting && !existed => (
-                    queue_end(&*self.registry.api, topic, q).await.unwrap_or(0),
-                    false,
-                ),
                 None => (0, true),
             };
             // Not marked committed: the first commit writes it, so a new group's
@@ -521,7 +513,7 @@ impl<B: MessagingApi + 'static> Group<B> {
     async fn recheck(&mut self) {
         let overflowed = self.inbox.overflowed.swap(false, Ordering::AcqRel);
         let skip = overflowed && at_most_once(&self.members);
-        self.add_queues(false).await;
+        self.add_queues().await;
         for qs in self.queues.values_mut() {
             qs.catching_up = !skip;
             qs.skipping = skip;
