@@ -643,3 +643,104 @@ fn every_subcommand_takes_a_flag_per_listener() {
     }
     sigterm(&mut node);
 }
+
+/// `/metrics` counts every door: after real traffic through MQTT (mosquitto_pub),
+/// HTTP (curl), WebSocket and native, each shows its messages in and its open
+/// connections, with the topic as a label.
+#[test]
+fn metrics_count_every_door() {
+    use rocketgate_remoting::RemotingCommand;
+    use rocketgate_remoting::code::request;
+    use tokio_tungstenite::tungstenite::{self, Message};
+
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, doors) = listeners_of(&[
+        "standalone",
+        "--data-dir",
+        data,
+        "--namesrv",
+        "0",
+        "--native",
+        "0",
+        "--mqtt",
+        "0",
+        "--http",
+        "0",
+        "--ws",
+        "0",
+    ]);
+    let (http, mqtt_port) = (&doors["http"], doors["mqtt"].rsplit(':').next().unwrap());
+    // MQTT: a subscriber stays connected while the scrape runs.
+    let mut sub = Command::new("mosquitto_sub")
+        .args(["-p", mqtt_port, "-t", "metered/#", "-q", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Command::new("mosquitto_pub")
+        .args([
+            "-p",
+            mqtt_port,
+            "-t",
+            "metered/m",
+            "-q",
+            "1",
+            "-m",
+            "from mqtt",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // HTTP.
+    let (code, _) = curl(&[
+        "--data-binary",
+        "from http",
+        &format!("http://{http}/v1/topics/metered/messages"),
+    ]);
+    assert_eq!(code, 201);
+    // WebSocket: publish, and stay connected.
+    let (mut ws, _) = tungstenite::connect(format!("ws://{}/v1/ws", doors["ws"])).unwrap();
+    ws.send(Message::text(
+        r#"{"op":"publish","req":"p","topic":"metered","body":"from ws"}"#,
+    ))
+    .unwrap();
+    loop {
+        if let Message::Text(t) = ws.read().unwrap() {
+            assert!(t.contains("send_result"), "{t}");
+            break;
+        }
+    }
+    // Native: one send over a connection that stays open.
+    let native = std::net::TcpStream::connect(&doors["native"]).unwrap();
+    let resp = ask(
+        &doors["native"],
+        RemotingCommand::request(request::SEND_MESSAGE, 1)
+            .with_field("producerGroup", "cli")
+            .with_field("topic", "metered")
+            .with_field("queueId", 0)
+            .with_field("properties", "TAGS\u{1}t\u{2}")
+            .with_body(&b"from native"[..]),
+    );
+    assert_eq!(resp.code, 0, "{resp:?}");
+
+    let mut text = String::new();
+    wait_for("every door in /metrics", || {
+        let (code, body) = curl(&[&format!("http://{http}/metrics")]);
+        assert_eq!(code, 200);
+        text = body;
+        ["mqtt", "http", "ws", "native"].iter().all(|door| {
+            text.contains(&format!(
+                "rocketgate_messages_in_total{{protocol=\"{door}\",topic=\"metered\"}} 1"
+            ))
+        }) && ["mqtt", "ws", "native"].iter().all(|door| {
+            text.lines().any(|l| {
+                l.starts_with(&format!("rocketgate_connections{{protocol=\"{door}\"}}"))
+                    && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+            })
+        })
+    });
+    drop(native);
+    let _ = sub.kill();
+    let _ = sub.wait();
+    sigterm(&mut node);
+}

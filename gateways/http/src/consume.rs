@@ -162,7 +162,10 @@ fn count_out(topic: &str, popped: &[Popped]) {
         return;
     }
     let bytes: usize = popped.iter().map(|p| p.message.record.len()).sum();
-    let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
+    let labels = [
+        ("protocol", "http".to_owned()),
+        ("topic", rocketgate_core::labels::topic(topic)),
+    ];
     metrics::counter!("rocketgate_messages_out_total", &labels).increment(popped.len() as u64);
     metrics::counter!("rocketgate_bytes_out_total", &labels).increment(bytes as u64);
 }

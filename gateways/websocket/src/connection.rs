@@ -85,6 +85,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     mut closing: watch::Receiver<bool>,
 ) {
     let settings = ctx.settings.clone();
+    let _open = OpenConnection::new();
     let (outbox, mut outbound, budget) = Outbox::new(settings.outbound_buffer, OUTBOUND_FRAMES);
     let mut conn = Conn {
         ctx,
@@ -271,12 +272,19 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let choice = p
             .sharding_key
             .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
+        let labels = [
+            ("protocol", "ws".to_owned()),
+            ("topic", rocketgate_core::labels::topic(&message.topic)),
+        ];
+        let bytes = message.body.len() as u64;
         let sent = self
             .ctx
             .broker
             .send(message, choice)
             .await
             .map_err(|e| error_code(&e))?;
+        metrics::counter!("rocketgate_messages_in_total", &labels).increment(1);
+        metrics::counter!("rocketgate_bytes_in_total", &labels).increment(bytes);
         Ok(protocol::send_result_frame(req, &sent))
     }
 
@@ -525,4 +533,21 @@ fn unknown(id: &str) -> Failure {
         "unknown_subscription",
         format!("no subscription {id:?} on this connection"),
     )
+}
+
+/// `rocketgate_connections{protocol="ws"}` while a `/v1/ws` connection runs (also
+/// when its task ends by a panic).
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> OpenConnection {
+        metrics::gauge!("rocketgate_connections", "protocol" => "ws").increment(1.0);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!("rocketgate_connections", "protocol" => "ws").decrement(1.0);
+    }
 }

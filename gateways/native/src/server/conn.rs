@@ -26,6 +26,7 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
 
     fn open(&self, peer: Peer, outbound: Outbound) -> Peer {
         self.ctx.clients.connected(peer.id, outbound);
+        metrics::gauge!("rocketgate_connections", "protocol" => "native").increment(1.0);
         peer
     }
 
@@ -40,6 +41,7 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
     }
 
     async fn close(&self, peer: Peer, _why: &str) {
+        metrics::gauge!("rocketgate_connections", "protocol" => "native").decrement(1.0);
         let departed = self.ctx.clients.disconnected(peer.id);
         if let Some(client_id) = departed.client_id {
             for group in departed.consumer_groups {
