@@ -84,8 +84,9 @@ pub struct StandaloneArgs {
 pub struct NamesrvArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Listen address (PORT or HOST:PORT; 0 = any free port).
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    /// Listen address (PORT or HOST:PORT; 0 = any free port). `--namesrv` is the same
+    /// flag under the name `standalone` gives its embedded NameServer's listener.
+    #[arg(long, visible_alias = "namesrv", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
 }
 
@@ -105,6 +106,12 @@ pub struct BrokerArgs {
     /// WebSocket listen address.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub ws: Option<std::net::SocketAddr>,
+    /// MQTT listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub mqtt: Option<std::net::SocketAddr>,
+    /// HTTP listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 impl CommonArgs {

@@ -19,6 +19,8 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             let mut flags = Vec::new();
             listen_flag(&mut flags, "native", "native", args.native);
             listen_flag(&mut flags, "ws", "ws", args.ws);
+            listen_flag(&mut flags, "mqtt", "mqtt", args.mqtt);
+            listen_flag(&mut flags, "http", "http", args.http);
             if let Some(list) = &args.namesrv {
                 flags.push(Override::new(
                     "broker.namesrv_addrs",

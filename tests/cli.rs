@@ -14,7 +14,7 @@ fn node() -> Command {
     let mut c = bin();
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
-        // Broker mode has no --http/--ws/--mqtt flags; never take default ports in tests.
+        // Never take default ports in tests (the flags beat these where a test gives them).
         .env("ROCKETGATE_LISTEN__HTTP", "127.0.0.1:0")
         .env("ROCKETGATE_LISTEN__WS", "127.0.0.1:0")
         .env("ROCKETGATE_LISTEN__MQTT", "127.0.0.1:0")
@@ -196,13 +196,13 @@ fn brokers_register_with_every_namesrv_and_leave_on_stop() {
             "0",
             "--ws",
             "0",
+            "--mqtt",
+            "0",
             "--namesrv",
             &list,
             "--data-dir",
             data,
         ])
-        // Broker mode has no --mqtt flag; any free port keeps the test off 1883.
-        .env("ROCKETGATE_LISTEN__MQTT", "127.0.0.1:0")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -518,5 +518,229 @@ fn standalone_serves_mqtt_over_websocket() {
     };
     assert_eq!(got.topic, "wsdemo/room1");
     assert_eq!(&got.payload[..], b"over ws");
+    sigterm(&mut node);
+}
+
+/// A port free right now (bound and released), for the "chosen port" flag tests.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `args` without any `ROCKETGATE_LISTEN__*` variable (so a flag that were
+/// ignored would show as a default port) and returns each door's announced address.
+fn listeners_of(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::collections::BTreeMap<String, String>,
+) {
+    let mut child = bin()
+        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+        .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut doors = std::collections::BTreeMap::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.contains(" ready") {
+            break;
+        }
+        if let Some((door, addr)) = line
+            .strip_prefix("rocketgate: ")
+            .and_then(|l| l.split_once(" listening on "))
+        {
+            doors.insert(door.to_string(), addr.to_string());
+        }
+    }
+    (child, doors)
+}
+
+#[test]
+fn every_subcommand_takes_a_flag_per_listener() {
+    // namesrv: `--namesrv` (the name standalone uses) and `--listen` are one flag.
+    let p = free_port();
+    let (mut ns, doors) = listeners_of(&["namesrv", "--namesrv", &p.to_string()]);
+    assert_eq!(
+        doors.get("namesrv"),
+        Some(&format!("127.0.0.1:{p}")),
+        "{doors:?}"
+    );
+    let ns_addr = doors["namesrv"].clone();
+
+    // broker: every door it opens, on chosen ports (mqtt, http) and on port 0 (native, ws).
+    let d = tempfile::tempdir().unwrap();
+    let (mqtt, http) = (free_port(), free_port());
+    let (mut broker, doors) = listeners_of(&[
+        "broker",
+        "--namesrv",
+        &ns_addr,
+        "--data-dir",
+        d.path().to_str().unwrap(),
+        "--native",
+        "0",
+        "--mqtt",
+        &mqtt.to_string(),
+        "--http",
+        &format!("127.0.0.1:{http}"),
+        "--ws",
+        "0",
+    ]);
+    assert_eq!(
+        doors.get("mqtt"),
+        Some(&format!("127.0.0.1:{mqtt}")),
+        "{doors:?}"
+    );
+    assert_eq!(
+        doors.get("http"),
+        Some(&format!("127.0.0.1:{http}")),
+        "{doors:?}"
+    );
+    for door in ["native", "ws"] {
+        let port = doors[door].rsplit(':').next().unwrap();
+        assert!(!["0", "10911", "8083"].contains(&port), "{door}: {doors:?}");
+    }
+    // The HTTP door on the chosen port answers.
+    let (code, _) = curl(&[&format!("http://127.0.0.1:{http}/health")]);
+    assert_eq!(code, 200);
+    sigterm(&mut broker);
+    sigterm(&mut ns);
+
+    // standalone: every flag on a chosen port.
+    let d = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..5).map(|_| free_port()).collect();
+    let ps: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let (mut node, doors) = listeners_of(&[
+        "standalone",
+        "--data-dir",
+        d.path().to_str().unwrap(),
+        "--namesrv",
+        &ps[0],
+        "--native",
+        &ps[1],
+        "--mqtt",
+        &ps[2],
+        "--http",
+        &ps[3],
+        "--ws",
+        &ps[4],
+    ]);
+    for (door, port) in ["namesrv", "native", "mqtt", "http", "ws"]
+        .iter()
+        .zip(&ports)
+    {
+        assert_eq!(
+            doors.get(*door),
+            Some(&format!("127.0.0.1:{port}")),
+            "{doors:?}"
+        );
+    }
+    sigterm(&mut node);
+}
+
+/// `/metrics` counts every door: after real traffic through MQTT (mosquitto_pub),
+/// HTTP (curl), WebSocket and native, each shows its messages in and its open
+/// connections, with the topic as a label.
+#[test]
+fn metrics_count_every_door() {
+    use rocketgate_remoting::RemotingCommand;
+    use rocketgate_remoting::code::request;
+    use tokio_tungstenite::tungstenite::{self, Message};
+
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().to_str().unwrap();
+    let (mut node, doors) = listeners_of(&[
+        "standalone",
+        "--data-dir",
+        data,
+        "--namesrv",
+        "0",
+        "--native",
+        "0",
+        "--mqtt",
+        "0",
+        "--http",
+        "0",
+        "--ws",
+        "0",
+    ]);
+    let (http, mqtt_port) = (&doors["http"], doors["mqtt"].rsplit(':').next().unwrap());
+    // MQTT: a subscriber stays connected while the scrape runs.
+    let mut sub = Command::new("mosquitto_sub")
+        .args(["-p", mqtt_port, "-t", "metered/#", "-q", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Command::new("mosquitto_pub")
+        .args([
+            "-p",
+            mqtt_port,
+            "-t",
+            "metered/m",
+            "-q",
+            "1",
+            "-m",
+            "from mqtt",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // HTTP.
+    let (code, _) = curl(&[
+        "--data-binary",
+        "from http",
+        &format!("http://{http}/v1/topics/metered/messages"),
+    ]);
+    assert_eq!(code, 201);
+    // WebSocket: publish, and stay connected.
+    let (mut ws, _) = tungstenite::connect(format!("ws://{}/v1/ws", doors["ws"])).unwrap();
+    ws.send(Message::text(
+        r#"{"op":"publish","req":"p","topic":"metered","body":"from ws"}"#,
+    ))
+    .unwrap();
+    loop {
+        if let Message::Text(t) = ws.read().unwrap() {
+            assert!(t.contains("send_result"), "{t}");
+            break;
+        }
+    }
+    // Native: one send over a connection that stays open.
+    let native = std::net::TcpStream::connect(&doors["native"]).unwrap();
+    let resp = ask(
+        &doors["native"],
+        RemotingCommand::request(request::SEND_MESSAGE, 1)
+            .with_field("producerGroup", "cli")
+            .with_field("topic", "metered")
+            .with_field("queueId", 0)
+            .with_field("properties", "TAGS\u{1}t\u{2}")
+            .with_body(&b"from native"[..]),
+    );
+    assert_eq!(resp.code, 0, "{resp:?}");
+
+    let mut text = String::new();
+    wait_for("every door in /metrics", || {
+        let (code, body) = curl(&[&format!("http://{http}/metrics")]);
+        assert_eq!(code, 200);
+        text = body;
+        ["mqtt", "http", "ws", "native"].iter().all(|door| {
+            text.contains(&format!(
+                "rocketgate_messages_in_total{{protocol=\"{door}\",topic=\"metered\"}} 1"
+            ))
+        }) && ["mqtt", "ws", "native"].iter().all(|door| {
+            text.lines().any(|l| {
+                l.starts_with(&format!("rocketgate_connections{{protocol=\"{door}\"}}"))
+                    && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+            })
+        })
+    });
+    drop(native);
+    let _ = sub.kill();
+    let _ = sub.wait();
     sigterm(&mut node);
 }

@@ -20,6 +20,7 @@
 
 pub mod auth;
 pub mod consume;
+pub mod fifo;
 pub mod mqtt;
 pub mod native;
 mod native_sink;
@@ -50,6 +51,8 @@ pub enum Command {
     Prefault(prefault::PrefaultArgs),
     /// What authentication and a large ACL cost at the MQTT door (issue #26).
     Auth(auth::AuthBenchArgs),
+    /// POP receive of an ordered (FIFO) group against a concurrent one, same run.
+    Fifo(fifo::FifoBenchArgs),
 }
 
 /// Runs one `rocketgate bench` subcommand.
@@ -63,5 +66,6 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Ws(args) => ws::run(args),
         Command::Prefault(args) => prefault::run(args),
         Command::Auth(args) => auth::run(args),
+        Command::Fifo(args) => fifo::run(args),
     }
 }

@@ -444,3 +444,85 @@ async fn pop_refuses_bad_requests() {
     let err = b.pop(pop_req("bad group", "t", 1)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidName(_)), "{err:?}");
 }
+
+/// A FIFO group: while a queue's message is in flight nothing after it goes out;
+/// a nack or timeout brings the same message back (attempt raised) before the
+/// rest; handles of a redelivered batch's tail go stale; the DLQ takes a message
+/// after its last attempt and the queue moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_group_hands_out_a_queue_in_order_through_nacks_and_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    let b = &env.broker;
+    b.create_topic(TopicConfig::new("t", 2)).await.unwrap();
+    b.set_fifo("g", true).await.unwrap();
+    b.set_max_reconsume_times("g", Some(1)).await.unwrap();
+    assert!(b.group_info("g").await.unwrap().fifo);
+    for i in 0..4 {
+        b.send(msg("t", &format!("a{i}")), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+    }
+    env.dispatched();
+    let seen = |p: &[Popped]| p.iter().map(|p| body(&p.message)).collect::<Vec<_>>();
+
+    // One POP takes a batch of queue 0; the next gets nothing until it is done.
+    let first = pop(b, "g", "t", 2).await;
+    assert_eq!(seen(&first), ["a0", "a1"]);
+    assert!(pop(b, "g", "t", 10).await.is_empty(), "queue 0 is held");
+    // a1 acked out of turn, a0 nacked: a0 comes back first, alone.
+    b.ack(&first[1].receipt.to_string()).await.unwrap();
+    b.change_invisibility(&first[0].receipt.to_string(), Duration::ZERO)
+        .await
+        .unwrap();
+    let again = pop(b, "g", "t", 10).await;
+    assert_eq!(seen(&again), ["a0"]);
+    assert_eq!(again[0].attempt(), 2);
+    b.ack(&again[0].receipt.to_string()).await.unwrap();
+
+    // a2, a3 out; a2 times out: both come back, in order, a3's old handle stale.
+    let batch = pop(b, "g", "t", 10).await;
+    assert_eq!(seen(&batch), ["a2", "a3"]);
+    env.clock.advance(INVISIBLE);
+    let back = pop(b, "g", "t", 1).await;
+    assert_eq!(seen(&back), ["a2"]);
+    assert!(matches!(
+        b.ack(&batch[1].receipt.to_string()).await,
+        Err(Error::StaleReceiptHandle { .. })
+    ));
+    // a2 times out once more: past its last attempt it goes to the DLQ and a3 follows.
+    env.clock.advance(INVISIBLE);
+    let after = pop(b, "g", "t", 10).await;
+    assert_eq!(seen(&after), ["a3"]);
+    let dlq = pop(b, "dlq-reader", "%DLQ%g", 10).await;
+    assert_eq!(seen(&dlq), ["a2"]);
+    b.ack(&after[0].receipt.to_string()).await.unwrap();
+    env.clock.advance(Duration::from_secs(3600));
+    assert!(pop(b, "g", "t", 10).await.is_empty());
+
+    // A nack gives back the later messages of its queue the group has out too.
+    for i in 4..7 {
+        b.send(msg("t", &format!("a{i}")), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+    }
+    env.dispatched();
+    let held = pop(b, "g", "t", 3).await;
+    assert_eq!(seen(&held), ["a4", "a5", "a6"]);
+    b.nack(&held[0].receipt.to_string(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(matches!(
+        b.ack(&held[1].receipt.to_string()).await,
+        Err(Error::StaleReceiptHandle { .. })
+    ));
+    let again = pop(b, "g", "t", 10).await;
+    assert_eq!(seen(&again), ["a4", "a5", "a6"]);
+    for p in &again {
+        b.ack(&p.receipt.to_string()).await.unwrap();
+    }
+
+    // Back to a concurrent group: the setting is remembered per group.
+    b.set_fifo("g", false).await.unwrap();
+    assert!(!b.group_info("g").await.unwrap().fifo);
+}

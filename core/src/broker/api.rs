@@ -123,6 +123,15 @@ pub trait MessagingApi: Send + Sync {
         receipt: &str,
         invisible: Duration,
     ) -> impl Future<Output = Result<ReceiptHandle>> + Send;
+    /// Gives back the delivery a receipt handle names: it is due again after
+    /// `delay`. In an ordered (FIFO) group the later messages of its queue the
+    /// group has out are given back with it (their handles go stale), so nothing
+    /// after it is acked before it comes again. The default implementation is a
+    /// change of invisibility.
+    fn nack(&self, receipt: &str, delay: Duration) -> impl Future<Output = Result<()>> + Send {
+        let changed = self.change_invisibility(receipt, delay);
+        async move { changed.await.map(|_| ()) }
+    }
 
     /// Registers or refreshes a consumer; rejects malformed filters.
     fn heartbeat(&self, heartbeat: Heartbeat) -> impl Future<Output = Result<()>> + Send;
@@ -230,6 +239,19 @@ pub trait MessagingApi: Send + Sync {
         group: &str,
         max: Option<u32>,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// Makes `group` an ordered (FIFO) group, or a concurrent one again: in a
+    /// FIFO group a POP hands out the next message of a queue only when nothing
+    /// earlier of that queue is in flight for the group, and a nacked or timed-out
+    /// message comes back before anything after it. Persisted. The default
+    /// implementation refuses (a broker that cannot order POPs says so).
+    fn set_fifo(&self, group: &str, fifo: bool) -> impl Future<Output = Result<()>> + Send {
+        let _ = (group, fifo);
+        async {
+            Err(crate::Error::InvalidArgument(
+                "this broker has no ordered (FIFO) POP".into(),
+            ))
+        }
+    }
     /// Every consumer group with a live member, committed offsets or
     /// remembered settings, sorted.
     fn groups(&self) -> impl Future<Output = Result<Vec<String>>> + Send;

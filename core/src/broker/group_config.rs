@@ -25,6 +25,11 @@ pub struct GroupConfig {
     /// Overrides `BrokerSettings::max_reconsume_times` for this group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_reconsume_times: Option<u32>,
+    /// An ordered (FIFO) group: POP hands out a queue's next message only when
+    /// nothing earlier of that queue is in flight for the group (docs/broker.md,
+    /// "Ordered (FIFO) POP").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fifo: bool,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -53,6 +58,11 @@ impl GroupConfigs {
     /// Every remembered group, sorted.
     pub(super) fn names(&self) -> Vec<String> {
         lock(&self.groups).keys().cloned().collect()
+    }
+
+    /// Whether `group` is an ordered (FIFO) group (no clone: asked on every POP).
+    pub(super) fn fifo(&self, group: &str) -> bool {
+        lock(&self.groups).get(group).is_some_and(|c| c.fifo)
     }
 
     pub(super) fn get(&self, group: &str) -> GroupConfig {

@@ -86,6 +86,11 @@ impl Broker {
             .update(group, |c| c.max_reconsume_times = max)
     }
 
+    pub(super) fn set_group_fifo(&self, group: &str, fifo: bool) -> Result<()> {
+        schedule::validate_group(group)?;
+        self.group_configs.update(group, |c| c.fifo = fifo)
+    }
+
     pub(super) fn offset_at_time(&self, topic: &str, queue_id: u32, ts_ms: i64) -> Result<u64> {
         self.readable_queue(topic, queue_id)?;
         let (min, max) = self.store.queue_bounds(topic, queue_id);
@@ -168,6 +173,7 @@ impl Broker {
             max_reconsume_times: config
                 .max_reconsume_times
                 .unwrap_or(self.opts.max_reconsume_times),
+            fifo: config.fifo,
             members: members
                 .into_iter()
                 .map(|(member, subscriptions, last_seen_ms)| MemberInfo {

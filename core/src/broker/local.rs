@@ -358,6 +358,11 @@ impl Broker {
         live.or_else(|| self.group_configs.get(group).mode)
     }
 
+    /// Whether `group` is an ordered (FIFO) group.
+    pub(super) fn is_fifo(&self, group: &str) -> bool {
+        self.group_configs.fifo(group)
+    }
+
     /// How often a message of `group` is retried before it is dead-lettered:
     /// the group's own setting, else `BrokerSettings::max_reconsume_times`.
     pub(super) fn max_reconsume_times(&self, group: &str) -> u32 {
@@ -550,6 +555,10 @@ impl MessagingApi for Broker {
         self.renew_receipt(&receipt.parse()?, invisible)
     }
 
+    async fn nack(&self, receipt: &str, delay: Duration) -> Result<()> {
+        self.nack_receipt(&receipt.parse()?, delay)
+    }
+
     async fn heartbeat(&self, heartbeat: Heartbeat) -> Result<()> {
         let changed = lock(&self.groups).heartbeat(&heartbeat, self.clock.now_ms())?;
         if changed {
@@ -739,6 +748,10 @@ impl MessagingApi for Broker {
 
     async fn set_max_reconsume_times(&self, group: &str, max: Option<u32>) -> Result<()> {
         self.set_group_max_reconsume_times(group, max)
+    }
+
+    async fn set_fifo(&self, group: &str, fifo: bool) -> Result<()> {
+        self.set_group_fifo(group, fifo)
     }
 
     async fn groups(&self) -> Result<Vec<String>> {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::local::Broker;
-use super::pop_state::{Lease, Scanned};
+use super::pop_state::{FifoGate, Lease, Scanned};
 use super::pull::read_if_matches;
 use super::receipt::ReceiptHandle;
 use super::schedule;
@@ -70,6 +70,7 @@ impl Broker {
             let now = self.clock.now_ms();
             let until = now.saturating_add(millis(req.invisible));
             let first = self.pop.table().rotate(&req.group, &req.topic, queues);
+            let fifo = self.is_fifo(&req.group);
             let mut out = Vec::new();
             let mut dead = Vec::new();
             let mut behind = false;
@@ -78,7 +79,16 @@ impl Broker {
                     break;
                 }
                 let queue_id = (first + i) % queues;
-                behind |= self.pop_queue(&req, queue_id, now, until, &mut out, &mut dead)?;
+                let at = At {
+                    queue_id,
+                    now,
+                    until,
+                };
+                behind |= if fifo {
+                    self.pop_queue_fifo(&req, at, &mut out, &mut dead)?
+                } else {
+                    self.pop_queue(&req, queue_id, now, until, &mut out, &mut dead)?
+                };
             }
             self.dead_letter_expired(&req, dead).await;
             if !out.is_empty() || Instant::now() >= deadline {
@@ -139,19 +149,7 @@ impl Broker {
             .table()
             .claim_expired(group, topic, queue_id, now, until, want);
         for (offset, lease) in expired {
-            match self.read_at(topic, queue_id, offset)? {
-                Some(record) if lease.attempt > self.max_pop_deliveries(group) => {
-                    dead.push(OutOfAttempts {
-                        queue_id,
-                        offset,
-                        record,
-                        attempt: lease.attempt - 1,
-                    });
-                }
-                Some(record) => out.push(popped(req, queue_id, offset, record, lease)),
-                // Retention removed it: nothing left to deliver.
-                None => self.pop.table().forget(group, topic, queue_id, offset),
-            }
+            self.redeliver(req, queue_id, offset, lease, out, dead)?;
         }
 
         let (min, max) = self.store.queue_bounds(topic, queue_id);
@@ -191,6 +189,107 @@ impl Broker {
         }
         self.sync_consume_offset(group, topic, queue_id);
         Ok(behind)
+    }
+
+    /// [`Self::pop_queue`] for an ordered (FIFO) group: while a message of the
+    /// queue is in flight nothing after it goes out; once the first in-flight
+    /// one is due again (timed out, nacked) the in-flight ones go out again, in
+    /// queue order, before anything new; only with nothing in flight does a scan
+    /// hand out new messages (a batch of them, in order, to this one POP).
+    fn pop_queue_fifo(
+        &self,
+        req: &PopRequest,
+        at: At,
+        out: &mut Vec<Popped>,
+        dead: &mut Vec<OutOfAttempts>,
+    ) -> Result<bool> {
+        let (group, topic, queue_id) = (req.group.as_str(), req.topic.as_str(), at.queue_id);
+        let want = req.max_messages - out.len();
+        let gate = self
+            .pop
+            .table()
+            .fifo_gate(group, topic, queue_id, at.now, at.until, want);
+        match gate {
+            FifoGate::Blocked => return Ok(false),
+            FifoGate::Redeliver(again) => {
+                for (offset, lease) in again {
+                    self.redeliver(req, queue_id, offset, lease, out, dead)?;
+                }
+                self.sync_consume_offset(group, topic, queue_id);
+                return Ok(false);
+            }
+            FifoGate::Open => {}
+        }
+        let (min, max) = self.store.queue_bounds(topic, queue_id);
+        let start = self
+            .offsets
+            .table()
+            .get(group, topic, queue_id)
+            .unwrap_or(min);
+        let mut behind = false;
+        loop {
+            let want = req.max_messages - out.len();
+            let cursor = self.pop.table().cursor(group, topic, queue_id, start);
+            let from = cursor.max(min);
+            if want == 0 || from >= max {
+                break;
+            }
+            let (scan, found) = self.scan_new(req, queue_id, cursor, from, want)?;
+            let lease = Lease {
+                deadline_ms: at.until,
+                attempt: 1,
+                revision: 0,
+            };
+            let claimed = self
+                .pop
+                .table()
+                .claim_new_idle(group, topic, queue_id, start, &scan, at.until);
+            match claimed {
+                // Another POP took a batch of this queue meanwhile: it waits for that.
+                None => break,
+                Some(true) => {
+                    behind = scan.next < max && found.is_empty();
+                    out.extend(
+                        found
+                            .into_iter()
+                            .map(|(offset, record)| popped(req, queue_id, offset, record, lease)),
+                    );
+                    break;
+                }
+                // The cursor moved (a scan that matched nothing): look again.
+                Some(false) => {}
+            }
+        }
+        self.sync_consume_offset(group, topic, queue_id);
+        Ok(behind)
+    }
+
+    /// Hands out one message leased again, or dead-letters it when its last
+    /// allowed delivery ran out.
+    fn redeliver(
+        &self,
+        req: &PopRequest,
+        queue_id: u32,
+        offset: u64,
+        lease: Lease,
+        out: &mut Vec<Popped>,
+        dead: &mut Vec<OutOfAttempts>,
+    ) -> Result<()> {
+        let (group, topic) = (req.group.as_str(), req.topic.as_str());
+        match self.read_at(topic, queue_id, offset)? {
+            Some(record) if lease.attempt > self.max_pop_deliveries(group) => {
+                dead.push(OutOfAttempts {
+                    queue_id,
+                    offset,
+                    record,
+                    attempt: lease.attempt - 1,
+                });
+            }
+            Some(record) => out.push(popped(req, queue_id, offset, record, lease)),
+            // Retention removed it: nothing left to deliver.
+            None => self.pop.table().forget(group, topic, queue_id, offset),
+        }
+        Ok(())
     }
 
     /// How often a POP message is delivered before an expiry dead-letters it:
@@ -298,6 +397,26 @@ impl Broker {
     pub(super) fn ack_receipt(&self, handle: &ReceiptHandle) -> Result<()> {
         self.pop.table().ack(handle)?;
         self.sync_consume_offset(&handle.group, &handle.topic, handle.queue_id);
+        if self.is_fifo(&handle.group) {
+            // The queue may be open again: a POP waiting on it looks now, not at
+            // the end of its long poll.
+            self.pop.lease_sooner();
+        }
+        Ok(())
+    }
+
+    /// A nack: the delivery is due again after `delay`; in a FIFO group the
+    /// later in-flight messages of its queue go back with it.
+    pub(super) fn nack_receipt(&self, handle: &ReceiptHandle, delay: Duration) -> Result<()> {
+        let until = self.clock.now_ms().saturating_add(millis(delay));
+        {
+            let mut table = self.pop.table();
+            table.change(handle, until)?;
+            if self.is_fifo(&handle.group) {
+                table.release_after(handle, until);
+            }
+        }
+        self.pop.lease_sooner();
         Ok(())
     }
 
@@ -313,6 +432,14 @@ impl Broker {
         self.pop.lease_sooner();
         Ok(renewed)
     }
+}
+
+/// Which queue a POP looks at, and its clock: now, and the deadline it leases to.
+#[derive(Clone, Copy)]
+struct At {
+    queue_id: u32,
+    now: i64,
+    until: i64,
 }
 
 /// A POP message whose invisibility expired after its last allowed delivery.

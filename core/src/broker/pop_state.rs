@@ -77,6 +77,18 @@ pub struct Scanned {
     pub matched: Vec<u64>,
 }
 
+/// What a POP of an ordered (FIFO) group may take from one queue
+/// ([`PopTable::fifo_gate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FifoGate {
+    /// Nothing in flight: new messages may go out.
+    Open,
+    /// An earlier message is in flight and invisible: nothing goes out.
+    Blocked,
+    /// The in-flight messages, leased again in queue order: `(offset, lease)`.
+    Redeliver(Vec<(u64, Lease)>),
+}
+
 type Queues = BTreeMap<u32, PopQueue>;
 
 #[derive(Serialize, Deserialize, Default)]
@@ -192,6 +204,69 @@ impl PopTable {
         claimed
     }
 
+    /// The ordered (FIFO) gate of one queue: what a POP of a FIFO group may take
+    /// from it before anything new. Nothing in flight: [`FifoGate::Open`]. The
+    /// lowest in-flight message still invisible: [`FifoGate::Blocked`] (nothing
+    /// after it goes out while it is held). The lowest one due again (timed out or
+    /// nacked): the in-flight messages are leased again in queue order, up to
+    /// `max`, each with its attempt raised; the ones past `max` are made due now
+    /// with their revision raised, so whoever held them can no longer ack them
+    /// ahead of the redelivered ones, and they follow once those are acked.
+    pub fn fifo_gate(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        now_ms: i64,
+        deadline_ms: i64,
+        max: usize,
+    ) -> FifoGate {
+        let Some(q) = self.queue_mut(group, topic, queue_id) else {
+            return FifoGate::Open;
+        };
+        match q.in_flight.values().next() {
+            None => return FifoGate::Open,
+            Some(head) if head.deadline_ms > now_ms => return FifoGate::Blocked,
+            Some(_) => {}
+        }
+        let mut again = Vec::new();
+        for (offset, lease) in q.in_flight.iter_mut() {
+            if again.len() < max {
+                *lease = Lease {
+                    deadline_ms,
+                    attempt: lease.attempt.saturating_add(1),
+                    revision: 0,
+                };
+                again.push((*offset, *lease));
+            } else {
+                lease.deadline_ms = lease.deadline_ms.min(now_ms);
+                lease.revision = lease.revision.wrapping_add(1);
+            }
+        }
+        self.version += 1;
+        FifoGate::Redeliver(again)
+    }
+
+    /// [`PopTable::claim_new`] for a FIFO group: claims only while nothing of
+    /// the queue is in flight (`None`: something is, take nothing new).
+    pub fn claim_new_idle(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        start: u64,
+        scan: &Scanned,
+        deadline_ms: i64,
+    ) -> Option<bool> {
+        if self
+            .queue(group, topic, queue_id)
+            .is_some_and(|q| !q.in_flight.is_empty())
+        {
+            return None;
+        }
+        Some(self.claim_new(group, topic, queue_id, start, scan, deadline_ms))
+    }
+
     /// Hands out `scan.matched` and marks the rest of `[scan.cursor, scan.next)`
     /// done, if the cursor is still `scan.cursor`; `false` if another POP moved
     /// it meanwhile (the caller scans again). `start` is the cursor of a queue
@@ -272,6 +347,20 @@ impl PopTable {
         };
         self.version += 1;
         Ok(renewed)
+    }
+
+    /// A FIFO nack's tail: every in-flight message of the handle's queue after
+    /// it is due by `deadline_ms` at the latest, its revision raised (whoever
+    /// holds it can no longer ack it ahead of the nacked one).
+    pub fn release_after(&mut self, handle: &ReceiptHandle, deadline_ms: i64) {
+        let Some(q) = self.queue_mut(&handle.group, &handle.topic, handle.queue_id) else {
+            return;
+        };
+        for (_, lease) in q.in_flight.range_mut(handle.queue_offset + 1..) {
+            lease.deadline_ms = lease.deadline_ms.min(deadline_ms);
+            lease.revision = lease.revision.wrapping_add(1);
+        }
+        self.version += 1;
     }
 
     fn lease_holder(&mut self, handle: &ReceiptHandle) -> Result<&mut PopQueue> {

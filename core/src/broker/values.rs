@@ -163,6 +163,23 @@ pub enum OffsetReset {
     Timestamp(i64),
 }
 
+/// Where a new group starts, in the words every door takes (docs/broker.md,
+/// "Where a new group starts"): `earliest`, `latest`, or a time in milliseconds
+/// since the epoch.
+impl std::str::FromStr for OffsetReset {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<OffsetReset, String> {
+        match s {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            t => t.parse::<i64>().map(OffsetReset::Timestamp).map_err(|_| {
+                format!("{s:?} is not `earliest`, `latest` or a time in ms since the epoch")
+            }),
+        }
+    }
+}
+
 /// The state of one queue of a topic ([`MessagingApi::queue_stats`](super::MessagingApi::queue_stats)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueStats {
@@ -209,6 +226,8 @@ pub struct GroupInfo {
     /// Retries before a message of the group is dead-lettered (its own
     /// setting, else the broker's).
     pub max_reconsume_times: u32,
+    /// An ordered (FIFO) group ([`MessagingApi::set_fifo`](super::MessagingApi::set_fifo)).
+    pub fifo: bool,
     pub members: Vec<MemberInfo>,
     pub progress: Vec<QueueProgress>,
 }

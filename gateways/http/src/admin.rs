@@ -407,6 +407,7 @@ fn group_json(g: &GroupInfo) -> serde_json::Value {
         "group": g.group,
         "mode": g.mode.map(|m| m.as_str()),
         "max_reconsume_times": g.max_reconsume_times,
+        "fifo": g.fifo,
         "members": members,
         "progress": progress,
         "lag": g.progress.iter().map(|p| p.lag).sum::<u64>(),
@@ -427,8 +428,20 @@ pub async fn describe_group<B: MessagingApi + 'static>(
 #[serde(deny_unknown_fields)]
 pub struct GroupSettings {
     /// Failed deliveries retried before a message goes to `%DLQ%<group>`; `null`
-    /// returns to the broker's `broker.max_reconsume_times`.
-    pub max_reconsume_times: Option<u32>,
+    /// returns to the broker's `broker.max_reconsume_times`; absent: unchanged.
+    #[serde(default, deserialize_with = "present")]
+    pub max_reconsume_times: Option<Option<u32>>,
+    /// An ordered (FIFO) group (`true`) or a concurrent one (`false`); absent:
+    /// unchanged.
+    pub fifo: Option<bool>,
+}
+
+/// A field that may be `null`: `Some(None)` when it is, `None` (by
+/// `#[serde(default)]`) when it is absent.
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<u32>>, D::Error> {
+    Ok(Some(Option::deserialize(d)?))
 }
 
 /// `PATCH /v1/groups/{group}`: change the group's own settings (kept across
@@ -440,6 +453,7 @@ pub async fn update_group<B: MessagingApi + 'static>(
 ) -> Result<axum::Json<serde_json::Value>> {
     if body
         .max_reconsume_times
+        .flatten()
         .is_some_and(|n| n > MAX_RECONSUME_TIMES_LIMIT)
     {
         return Err(Error::bad(
@@ -447,9 +461,12 @@ pub async fn update_group<B: MessagingApi + 'static>(
             format!("at most {MAX_RECONSUME_TIMES_LIMIT}"),
         ));
     }
-    ctx.api
-        .set_max_reconsume_times(&group, body.max_reconsume_times)
-        .await?;
+    if let Some(max) = body.max_reconsume_times {
+        ctx.api.set_max_reconsume_times(&group, max).await?;
+    }
+    if let Some(fifo) = body.fifo {
+        ctx.api.set_fifo(&group, fifo).await?;
+    }
     let info = ctx.api.group_info(&group).await?;
     Ok(axum::Json(group_json(&info)))
 }

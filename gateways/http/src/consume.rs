@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::{
-    MessagingApi, PopRequest, Popped, PullRequest, PullStatus, ReceiptHandle,
+    MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullStatus, ReceiptHandle,
 };
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +59,12 @@ pub struct ReceiveQuery {
     pub invisible_ms: Option<u64>,
     #[serde(default)]
     pub encoding: Encoding,
+    /// `fifo`: the group is an ordered (FIFO) group from now on (remembered; see
+    /// `PATCH /v1/groups/{group}`); `concurrent` (or absent): the group as it is.
+    pub order: Option<String>,
+    /// Where the group starts if it has no position on the topic yet: `earliest`
+    /// (the default for a new group), `latest`, or a time in ms since the epoch.
+    pub start: Option<String>,
 }
 
 /// Received messages.
@@ -69,6 +75,46 @@ pub struct Messages {
 
 /// Longest invisibility a request may ask for.
 const MAX_INVISIBLE: Duration = Duration::from_secs(12 * 3600);
+
+/// A receive's `order`: `fifo` makes the group an ordered one (idempotent: the
+/// group's setting is written only when it changes).
+async fn declare_order<B: MessagingApi>(ctx: &Ctx<B>, group: &str, q: &ReceiveQuery) -> Result<()> {
+    match q.order.as_deref() {
+        None | Some("concurrent") => Ok(()),
+        Some("fifo") => Ok(ctx.api.set_fifo(group, true).await?),
+        Some(other) => Err(Error::bad(
+            "order",
+            format!("{other:?} is not `fifo` or `concurrent`"),
+        )),
+    }
+}
+
+/// A receive's `start`: a group with no position on the topic yet starts there
+/// (docs/broker.md, "Where a new group starts"); a group that has one ignores it.
+async fn apply_start<B: MessagingApi>(
+    ctx: &Ctx<B>,
+    group: &str,
+    topic: &str,
+    q: &ReceiveQuery,
+) -> Result<()> {
+    let Some(start) = q.start.as_deref() else {
+        return Ok(());
+    };
+    let to: OffsetReset = start.parse().map_err(|e: String| Error::bad("start", e))?;
+    let queues = ctx.api.topic(topic).await?.read_queues;
+    for queue in 0..queues {
+        if ctx
+            .api
+            .query_offset(group, "", topic, queue)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    ctx.api.reset_offset(group, "", topic, to).await?;
+    Ok(())
+}
 
 fn pop_request<B>(
     ctx: &Ctx<B>,
@@ -116,7 +162,10 @@ fn count_out(topic: &str, popped: &[Popped]) {
         return;
     }
     let bytes: usize = popped.iter().map(|p| p.message.record.len()).sum();
-    let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
+    let labels = [
+        ("protocol", "http".to_owned()),
+        ("topic", rocketgate_core::labels::topic(topic)),
+    ];
     metrics::counter!("rocketgate_messages_out_total", &labels).increment(popped.len() as u64);
     metrics::counter!("rocketgate_bytes_out_total", &labels).increment(bytes as u64);
 }
@@ -128,6 +177,8 @@ pub async fn receive<B: MessagingApi + 'static>(
     Query(q): Query<ReceiveQuery>,
 ) -> Result<axum::Json<Messages>> {
     let started = Instant::now();
+    declare_order(&ctx, &group, &q).await?;
+    apply_start(&ctx, &group, &topic, &q).await?;
     let req = pop_request(&ctx, group, topic.clone(), &q)?;
     let popped = tokio::select! {
         r = ctx.api.pop(req) => r?,
@@ -151,6 +202,8 @@ pub async fn stream<B: MessagingApi + 'static>(
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    declare_order(&ctx, &group, &q).await?;
+    apply_start(&ctx, &group, &topic, &q).await?;
     let mut req = pop_request(&ctx, group, topic.clone(), &q)?;
     // The first POP answers bad topics and filters with a status, before the stream starts.
     req.wait = Duration::ZERO;
@@ -324,9 +377,11 @@ pub async fn nack<B: MessagingApi + 'static>(
     }
     let handles = body.handles(&group)?;
     let api = &ctx.api;
-    Ok(each_handle(handles, "nacked", |h| async move {
-        api.change_invisibility(&h, delay).await.map(|_| ())
-    })
+    Ok(each_handle(
+        handles,
+        "nacked",
+        |h| async move { api.nack(&h, delay).await },
+    )
     .await)
 }
 

@@ -241,7 +241,10 @@ impl Meters {
             .get(topic)
             .cloned();
         let (msgs, size) = cached.unwrap_or_else(|| {
-            let labels = [("protocol", "http".to_owned()), ("topic", topic.to_owned())];
+            let labels = [
+                ("protocol", "http".to_owned()),
+                ("topic", rocketgate_core::labels::topic(topic)),
+            ];
             let pair = (
                 metrics::counter!("rocketgate_messages_in_total", &labels),
                 metrics::counter!("rocketgate_bytes_in_total", &labels),

@@ -99,6 +99,14 @@ fn receive_params() -> Vec<Param> {
             "encoding",
             "`auto` (default: text when UTF-8, else base64) or `base64`",
         ),
+        q(
+            "start",
+            "where a group with no position on the topic starts: `earliest` (default), `latest` or a time in ms",
+        ),
+        q(
+            "order",
+            "`fifo`: make the group an ordered (FIFO) group (remembered); `concurrent` or absent: as the group is",
+        ),
     ]
 }
 
@@ -314,7 +322,7 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
             M::PATCH,
             "/v1/groups/{group}",
             "admin",
-            "Change a group's settings (max_reconsume_times before the DLQ)",
+            "Change a group's settings (max_reconsume_times before the DLQ, fifo ordering)",
             patch(admin::update_group::<B>),
         )
         .body(JSON),

@@ -474,6 +474,14 @@ impl Inbound {
             ));
         }
         if let Some(topic) = topic {
+            if !results.is_empty() {
+                let labels = [
+                    ("protocol", "mqtt".to_owned()),
+                    ("topic", rocketgate_core::labels::topic(&topic)),
+                ];
+                metrics::counter!("rocketgate_messages_in_total", &labels)
+                    .increment(results.len() as u64);
+            }
             Self::throttle(cx, &topic, &results).await;
         }
         for p in pubs {

@@ -178,6 +178,7 @@ struct Active<B: MessagingApi + 'static>(Arc<Shared<B>>);
 impl<B: MessagingApi + 'static> Active<B> {
     fn new(shared: Arc<Shared<B>>) -> Self {
         shared.connection_opened();
+        metrics::gauge!("rocketgate_connections", "protocol" => "mqtt").increment(1.0);
         Active(shared)
     }
 }
@@ -185,6 +186,7 @@ impl<B: MessagingApi + 'static> Active<B> {
 impl<B: MessagingApi + 'static> Drop for Active<B> {
     fn drop(&mut self) {
         self.0.connection_closed();
+        metrics::gauge!("rocketgate_connections", "protocol" => "mqtt").decrement(1.0);
     }
 }
 

@@ -78,3 +78,18 @@ async fn paho_v311_refused_publish_is_acked_and_dropped_not_disconnected() {
 async fn paho_v5_refused_publish_gets_0x90_and_a_reason_string() {
     scenario("refusals-v5").await;
 }
+
+/// Three paho members of an ordered shared group (`order` = `fifo` on SUBSCRIBE):
+/// each publisher's messages are acknowledged in order across the members, with
+/// members of different pace and one dropping its connection holding a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v5_ordered_shared_subscription_keeps_each_publishers_order() {
+    scenario("fifo-shared").await;
+}
+
+/// Where a new shared group starts: earliest by default, `start` = `latest` or a
+/// time in ms as a SUBSCRIBE user property, a bad value refused with 0x83.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paho_v5_new_shared_group_start_position() {
+    scenario("shared-start").await;
+}

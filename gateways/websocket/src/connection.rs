@@ -95,6 +95,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     mut closing: watch::Receiver<bool>,
 ) {
     let settings = ctx.settings.clone();
+    let _open = OpenConnection::new();
     let (outbox, mut outbound, budget) = Outbox::new(settings.outbound_buffer, OUTBOUND_FRAMES);
     if let Some(id) = &tls_identity {
         tracing::info!(%peer, tls_identity = %id, "WebSocket connection with a client certificate");
@@ -303,12 +304,19 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let choice = p
             .sharding_key
             .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
+        let labels = [
+            ("protocol", "ws".to_owned()),
+            ("topic", rocketgate_core::labels::topic(&message.topic)),
+        ];
+        let bytes = message.body.len() as u64;
         let sent = self
             .ctx
             .broker
             .send(message, choice)
             .await
             .map_err(|e| error_code(&e))?;
+        metrics::counter!("rocketgate_messages_in_total", &labels).increment(1);
+        metrics::counter!("rocketgate_bytes_in_total", &labels).increment(bytes);
         Ok(protocol::send_result_frame(req, &sent))
     }
 
@@ -351,6 +359,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .map_err(|e| ("invalid_filter", e.to_string()))?;
         let broker = &self.ctx.broker;
         let queues = broker.topic(&s.topic).await.map_err(core)?.read_queues;
+        if s.fifo {
+            broker.set_fifo(&s.group, true).await.map_err(core)?;
+        }
         let member = match s.mode {
             ConsumeMode::Clustering => String::new(),
             ConsumeMode::Broadcasting => {
@@ -475,7 +486,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     .map_err(|e: rocketgate_core::Error| error_code(&e))?;
                 let result = match nack {
                     None => broker.ack(&r).await,
-                    Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                    Some(d) => broker.nack(&r, d).await,
                 };
                 for sub in self.subs.values() {
                     let s = &sub.spec;
@@ -535,7 +546,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                             // A stale one was redelivered elsewhere: not ours to settle.
                             let _ = match nack {
                                 None => broker.ack(&r).await,
-                                Some(d) => broker.change_invisibility(&r, d).await.map(|_| ()),
+                                Some(d) => broker.nack(&r, d).await,
                             };
                         }
                     }
@@ -564,4 +575,21 @@ fn unknown(id: &str) -> Failure {
         "unknown_subscription",
         format!("no subscription {id:?} on this connection"),
     )
+}
+
+/// `rocketgate_connections{protocol="ws"}` while a `/v1/ws` connection runs (also
+/// when its task ends by a panic).
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> OpenConnection {
+        metrics::gauge!("rocketgate_connections", "protocol" => "ws").increment(1.0);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!("rocketgate_connections", "protocol" => "ws").decrement(1.0);
+    }
 }

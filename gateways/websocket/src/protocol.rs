@@ -44,11 +44,13 @@ pub(crate) enum Request {
     Ping,
 }
 
-/// Where a subscription starts when its group has no committed progress.
+/// Where a subscription starts when its group has no committed progress: the
+/// oldest stored message unless it says otherwise, as on every door
+/// (docs/broker.md, "Where a new group starts").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Start {
-    #[default]
     Latest,
+    #[default]
     Earliest,
     /// This queue offset in every queue (clamped to what exists).
     Offset(u64),
@@ -67,6 +69,8 @@ pub(crate) struct Subscribe {
     pub start: Start,
     pub credit: u64,
     pub invisible_ms: Option<u64>,
+    /// `"order": "fifo"`: the (clustering) group is an ordered (FIFO) group.
+    pub fifo: bool,
 }
 
 /// What an `ack` or `nack` names.
@@ -107,6 +111,8 @@ struct RawSubscribe {
     credit: Option<u64>,
     #[serde(default)]
     invisible_ms: Option<u64>,
+    #[serde(default)]
+    order: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -291,8 +297,13 @@ fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
         Some(t) => return Err(format!("filter_type {t:?}: use \"tag\" or \"sql92\"")),
     };
     let start = match r.start {
-        None | Some(Value::Null) => Start::Latest,
+        None | Some(Value::Null) => Start::Earliest,
         Some(Value::String(s)) if s == "latest" => Start::Latest,
+        // A bare number is a time, as `start=<ms>` on HTTP and MQTT.
+        Some(Value::Number(n)) => Start::Timestamp(
+            n.as_i64()
+                .ok_or("start as a number is a time in ms since the epoch")?,
+        ),
         Some(Value::String(s)) if s == "earliest" => Start::Earliest,
         Some(Value::Object(o)) if o.len() == 1 && o.contains_key("offset") => Start::Offset(
             o["offset"]
@@ -306,9 +317,20 @@ fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
         ),
         Some(other) => {
             return Err(format!(
-                "start {other}: use \"latest\", \"earliest\", {{\"offset\": N}} or {{\"timestamp\": MS}}"
+                "start {other}: use \"earliest\", \"latest\", a time in ms, {{\"offset\": N}} or {{\"timestamp\": MS}}"
             ));
         }
+    };
+    let fifo = match r.order.as_deref() {
+        None | Some("concurrent") => false,
+        Some("fifo") if mode == ConsumeMode::Clustering => true,
+        Some("fifo") => {
+            return Err(
+                "order \"fifo\" is for clustering groups (a broadcasting member gets each queue in order)"
+                    .into(),
+            );
+        }
+        Some(o) => return Err(format!("order {o:?}: use \"fifo\" or \"concurrent\"")),
     };
     Ok(Subscribe {
         id: r.id,
@@ -320,6 +342,7 @@ fn subscribe(r: RawSubscribe) -> Result<Subscribe, String> {
         start,
         credit: r.credit.unwrap_or(0),
         invisible_ms: r.invisible_ms,
+        fifo,
     })
 }
 
@@ -589,12 +612,14 @@ mod tests {
                 ConsumeMode::Clustering,
                 FilterType::Tag,
                 "*",
-                Start::Latest,
+                Start::Earliest,
                 0
             )
         );
         for (start, want) in [
             (r#""earliest""#, Start::Earliest),
+            (r#""latest""#, Start::Latest),
+            ("1700000000000", Start::Timestamp(1_700_000_000_000)),
             (r#"{"offset":5}"#, Start::Offset(5)),
             (
                 r#"{"timestamp":1700000000000}"#,

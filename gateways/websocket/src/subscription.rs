@@ -261,7 +261,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                     .map(|l| l.receipt)
                     .collect();
                 for r in receipts {
-                    let _ = self.broker.change_invisibility(&r, Duration::ZERO).await;
+                    let _ = self.broker.nack(&r, Duration::ZERO).await;
                 }
             }
             ConsumeMode::Broadcasting => {

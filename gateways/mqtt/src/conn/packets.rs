@@ -227,15 +227,68 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .await;
     }
 
+    /// A shared group with no position on `topic` yet starts at `to`.
+    async fn start_group(
+        &self,
+        group: &str,
+        topic: &str,
+        to: rocketgate_core::broker::OffsetReset,
+    ) {
+        let api = &self.shared.api;
+        let Ok(config) = api.topic(topic).await else {
+            return; // not created yet: every message of it will be new to the group
+        };
+        for q in 0..config.read_queues {
+            if matches!(api.query_offset(group, "", topic, q).await, Ok(Some(_))) {
+                return;
+            }
+        }
+        if let Err(e) = api.reset_offset(group, "", topic, to).await {
+            tracing::warn!(group, topic, error = %e, "placing a new shared group failed");
+        }
+    }
+
     async fn on_subscribe(&mut self, s: Subscribe) -> Option<End> {
         let v5 = self.out.v5();
         if s.filters.is_empty() {
             return Some(End::protocol("SUBSCRIBE without a topic filter"));
         }
         let id = s.properties.as_ref().and_then(|p| p.id);
+        // The opt-in to an ordered (FIFO) shared group: user property `order` = `fifo`.
+        let fifo = s.properties.as_ref().is_some_and(|p| {
+            p.user_properties
+                .iter()
+                .any(|(k, v)| k == "order" && v.eq_ignore_ascii_case("fifo"))
+        });
         if id == Some(0) {
             return Some(End::protocol("subscription identifier 0"));
         }
+        // Where a new shared group starts (user property `start`: earliest, latest or
+        // a time in ms; docs/broker.md "Where a new group starts").
+        let start = match s.properties.as_ref().and_then(|p| {
+            p.user_properties
+                .iter()
+                .find(|(k, _)| k == "start")
+                .map(|(_, v)| v.parse::<rocketgate_core::broker::OffsetReset>())
+        }) {
+            Some(Err(why)) => {
+                let mut ack = SubAck::new(
+                    s.pkid,
+                    vec![SubscribeReasonCode::ImplementationSpecific; s.filters.len()],
+                );
+                ack.properties = self
+                    .out
+                    .reason(format!("user property start: {why}"))
+                    .map(|r| SubAckProperties {
+                        reason_string: Some(r),
+                        user_properties: Vec::new(),
+                    });
+                self.out.send(&Packet::SubAck(ack));
+                return None;
+            }
+            Some(Ok(to)) => Some(to),
+            None => None,
+        };
         let mut codes = Vec::with_capacity(s.filters.len());
         let mut reasons = Vec::new();
         let mut added = Vec::new();
@@ -313,6 +366,28 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     reason_string: Some(r),
                     user_properties: Vec::new(),
                 });
+        }
+        // Only for a filter naming its core topic, and only while the group has no
+        // position on it.
+        if let Some(to) = start {
+            for (sub, existed) in &added {
+                if let (Some(share), Some(topic), false) =
+                    (&sub.filter.share, sub.filter.core_topic(), *existed)
+                {
+                    let group = crate::state::share_group(share, &sub.filter.filter);
+                    self.start_group(&group, topic, to).await;
+                }
+            }
+        }
+        if fifo {
+            for (sub, _) in &added {
+                if let Some(share) = &sub.filter.share {
+                    let group = crate::state::share_group(share, &sub.filter.filter);
+                    if let Err(e) = self.shared.api.set_fifo(&group, true).await {
+                        tracing::warn!(group = %group, error = %e, "making a shared group ordered failed");
+                    }
+                }
+            }
         }
         self.out.send(&Packet::SubAck(ack));
         if !added.is_empty() {

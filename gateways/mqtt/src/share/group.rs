@@ -12,7 +12,7 @@ use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered, Registry};
-use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, queue_end, read_log};
+use crate::router::{Batch, Feed, Inbox, Interest, mqtt_name, mqtt_names, read_log};
 use crate::topic::TopicFilter;
 use rocketgate_core::sync::lock;
 
@@ -81,6 +81,10 @@ pub(super) struct Group<B> {
     committed: HashMap<u32, u64>,
     /// The queue the next catch-up pull starts looking from.
     pull_from: u32,
+    /// An ordered (FIFO) group: a queue's messages go to one member at a time,
+    /// the next member only once everything it was given is settled (read from
+    /// the core group's setting at start and at every join).
+    fifo: bool,
 }
 
 impl<B: MessagingApi + 'static> Group<B> {
@@ -111,8 +115,10 @@ impl<B: MessagingApi + 'static> Group<B> {
             waiting: VecDeque::new(),
             committed: HashMap::new(),
             pull_from: 0,
+            fifo: false,
         };
-        g.add_queues(true).await;
+        g.read_fifo().await;
+        g.add_queues().await;
         // Every message of the topic: the group matches its own filter (wildcards).
         g.registry
             .router
@@ -174,10 +180,11 @@ impl<B: MessagingApi + 'static> Group<B> {
     }
 
     /// Starts following queues it does not know yet: at the group's committed
-    /// offset, else at the end of the queue when the group starts (a new group
-    /// takes new messages only), else at 0 (the topic or queue appeared after the
-    /// group started: all its messages are new to it).
-    async fn add_queues(&mut self, starting: bool) {
+    /// offset, else at the oldest stored message (a new group starts at
+    /// `earliest`, as on every door — docs/broker.md "Where a new group starts";
+    /// a subscriber's `start` user property moved the committed offsets before it
+    /// joined), and a queue that appeared after the group started is all new to it.
+    async fn add_queues(&mut self) {
         let (group, topic) = (&self.key.0, &*self.key.1);
         let Ok(config) = self.registry.api.topic(topic).await else {
             return; // not created yet: its queues appear in router batches
@@ -196,11 +203,6 @@ impl<B: MessagingApi + 'static> Group<B> {
                 .flatten();
             offsets.push((q, committed));
         }
-        // A group that committed any queue of the topic existed before (a restart, or
-        // its members all left and came back): a queue without an offset got its
-        // first messages while the group was away, and they are the group's. Only a
-        // group with no offsets at all is new and starts at the end.
-        let existed = offsets.iter().any(|(_, c)| c.is_some()) || !self.committed.is_empty();
         for (q, committed) in offsets {
             if let Some(at) = committed {
                 // Known as the core has it, so a later change is seen as a reset.
@@ -208,10 +210,6 @@ impl<B: MessagingApi + 'static> Group<B> {
             }
             let (cursor, catching_up) = match committed {
                 Some(at) => (at, true),
-                None if starting && !existed => (
-                    queue_end(&*self.registry.api, topic, q).await.unwrap_or(0),
-                    false,
-                ),
                 None => (0, true),
             };
             // Not marked committed: the first commit writes it, so a new group's
@@ -227,7 +225,21 @@ impl<B: MessagingApi + 'static> Group<B> {
         }
     }
 
+    /// Whether the core group is an ordered (FIFO) one.
+    async fn read_fifo(&mut self) {
+        self.fifo = self
+            .registry
+            .api
+            .group_info(&self.key.0)
+            .await
+            .is_ok_and(|g| g.fifo);
+    }
+
     async fn on_cmd(&mut self, cmd: Cmd) {
+        if matches!(cmd, Cmd::Join { .. }) {
+            // A member may have opted in (or an operator changed it) since.
+            self.read_fifo().await;
+        }
         match cmd {
             Cmd::Join {
                 member,
@@ -311,7 +323,12 @@ impl<B: MessagingApi + 'static> Group<B> {
         }
         let n = self.members.len();
         let mut batches: Vec<Vec<Offered>> = (0..n).map(|_| Vec::new()).collect();
-        'messages: while let Some(msg) = self.waiting.pop_front() {
+        if self.fifo {
+            self.assign_in_order(&mut batches);
+        }
+        'messages: while !self.fifo
+            && let Some(msg) = self.waiting.pop_front()
+        {
             for step in 0..n {
                 let i = (self.turn + step) % n;
                 let m = &mut self.members[i];
@@ -331,6 +348,68 @@ impl<B: MessagingApi + 'static> Group<B> {
             self.waiting.push_front(msg);
             break;
         }
+        self.offer(batches);
+    }
+
+    /// [`Self::assign`] for an ordered (FIFO) group: a queue's waiting messages,
+    /// in queue order, go to the member that holds unsettled messages of that
+    /// queue (MQTT delivers a session's messages in order), or to the next member
+    /// with credit when none does; a message that cannot go out holds back the
+    /// rest of its queue, never another queue.
+    fn assign_in_order(&mut self, batches: &mut [Vec<Offered>]) {
+        let n = self.members.len();
+        let mut holder: HashMap<u32, u64> = HashMap::new();
+        for (q, qs) in &self.queues {
+            if let Some(m) = qs.out.values().find_map(|o| o.member) {
+                holder.insert(*q, m);
+            }
+        }
+        let mut stuck: std::collections::HashSet<u32> = Default::default();
+        let mut kept = VecDeque::new();
+        while let Some(msg) = self.waiting.pop_front() {
+            if stuck.contains(&msg.queue) {
+                kept.push_back(msg);
+                continue;
+            }
+            let free = |m: &Member| !m.blocked && m.holding < m.credit;
+            let pick = match holder.get(&msg.queue) {
+                Some(id) => self
+                    .members
+                    .iter()
+                    .position(|m| m.id == *id)
+                    .filter(|&i| free(&self.members[i])),
+                None => {
+                    // A queue nobody holds goes to the next member in turn.
+                    let i = (0..n)
+                        .map(|s| (self.turn + s) % n)
+                        .find(|&i| free(&self.members[i]));
+                    if let Some(i) = i {
+                        self.turn = (i + 1) % n;
+                    }
+                    i
+                }
+            };
+            let Some(i) = pick else {
+                stuck.insert(msg.queue);
+                kept.push_back(msg);
+                continue;
+            };
+            let m = &mut self.members[i];
+            m.holding += 1;
+            holder.insert(msg.queue, m.id);
+            if let Some(qs) = self.queues.get_mut(&msg.queue)
+                && let Some(o) = qs.out.get_mut(&msg.offset)
+            {
+                o.member = Some(m.id);
+            }
+            batches[i].push(msg);
+        }
+        self.waiting = kept;
+    }
+
+    /// Sends each member its offer; what a member's connection does not take
+    /// waits for a member again.
+    fn offer(&mut self, batches: Vec<Vec<Offered>>) {
         let mut gone = Vec::new();
         for (i, messages) in batches.into_iter().enumerate() {
             if messages.is_empty() {
@@ -434,7 +513,7 @@ impl<B: MessagingApi + 'static> Group<B> {
     async fn recheck(&mut self) {
         let overflowed = self.inbox.overflowed.swap(false, Ordering::AcqRel);
         let skip = overflowed && at_most_once(&self.members);
-        self.add_queues(false).await;
+        self.add_queues().await;
         for qs in self.queues.values_mut() {
             qs.catching_up = !skip;
             qs.skipping = skip;

@@ -299,7 +299,137 @@ def refusals_v5():
     pub.stop()
 
 
+def fifo_shared(opt_in=True):
+    """Three members of an ordered shared group ($share with user property
+    order=fifo on SUBSCRIBE): every publisher's messages (one queue each) are
+    acknowledged in publish order across the members, even though members take
+    different times per message and the first to get its 5th message drops its
+    connection holding it unacknowledged (it comes back to another member, first)."""
+    keys, per_key = 4, 25
+    lock = threading.Lock()
+    acked = {k: [] for k in range(keys)}
+    state = {"dropped": False}
+
+    def member(i):
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"fifo-sub-{i}-{time.time_ns()}",
+                        protocol=mqtt.MQTTv5, manual_ack=True)
+        subacked = threading.Event()
+        c.on_subscribe = lambda *a: subacked.set()
+        dead = {"v": False}
+        mine = {"n": 0}
+
+        def on_message(cl, u, msg):
+            if dead["v"]:
+                return
+            key, n = (int(x) for x in msg.payload.decode().split(":"))
+            mine["n"] += 1
+            with lock:
+                drop = not state["dropped"] and mine["n"] >= 5
+                if drop:
+                    state["dropped"] = True
+            if drop:
+                # Holds this one unacknowledged and goes away: a "timeout".
+                dead["v"] = True
+                threading.Thread(target=lambda: (cl.disconnect(), cl.loop_stop())).start()
+                return
+            time.sleep(0.003 * ((n + i) % 3))  # "processing": members differ in pace
+            with lock:
+                acked[key].append(n)
+            cl.ack(msg.mid, msg.qos)
+
+        c.on_message = on_message
+        c.connect(HOST, PORT, keepalive=30, clean_start=True)
+        c.loop_start()
+        props = Properties(PacketTypes.SUBSCRIBE)
+        if opt_in:
+            props.UserProperty = ("order", "fifo")
+        c.subscribe("$share/ordered/fifo/#", 1, properties=props)
+        if not subacked.wait(WAIT):
+            fail(f"member {i}: no SUBACK")
+        return c
+
+    members = [member(i) for i in range(3)]
+    pubs = [Client(f"fifo-pub-{k}", True).connect() for k in range(keys)]
+    for n in range(per_key):
+        for k, p in enumerate(pubs):
+            p.publish(f"fifo/k{k}", f"{k}:{n}".encode(), 1)
+    deadline = time.time() + WAIT
+    while time.time() < deadline:
+        with lock:
+            if all(len(a) >= per_key for a in acked.values()):
+                break
+        time.sleep(0.05)
+    if not state["dropped"]:
+        fail("no member got a 5th message")
+    for k, a in acked.items():
+        # QoS 1 is at-least-once: a message whose PUBACK was still on its way when
+        # its member dropped comes again; order means no step back past that.
+        once = [n for i, n in enumerate(a) if i == 0 or n != a[i - 1]]
+        if once != list(range(per_key)):
+            fail(f"key {k} acknowledged in the order {a}")
+    for p in pubs:
+        p.stop()
+    for c in members:
+        if c.is_connected():
+            c.disconnect()
+            c.loop_stop()
+
+
+def shared_start():
+    """Where a new shared group starts: at the oldest stored message by default;
+    SUBSCRIBE user property start = latest / a time in ms moves a new group; a bad
+    value is refused (SUBACK 0x83)."""
+    pub = Client("start-pub", True).connect()
+    for i in range(3):
+        pub.publish("starts/x", f"old-{i}".encode(), 1)
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    pub.publish("starts/x", b"mid", 1)
+
+    def member(group, start):
+        c = Client(f"start-{group}", True)
+        c.c.on_subscribe = lambda cl, u, mid, rcs, props: c.events.put(("suback", mid, rcs))
+        c.connect()
+        props = Properties(PacketTypes.SUBSCRIBE)
+        if start is not None:
+            props.UserProperty = ("start", start)
+        c.c.subscribe(f"$share/{group}/starts/#", 1, properties=props)
+        return c, c.wait("suback")[2]
+
+    def drain(c, n):
+        got = []
+        for _ in range(n):
+            got.append(c.message().payload.decode())
+        try:
+            extra = c.messages.get(timeout=0.5)
+            fail(f"unexpected {extra.payload!r}")
+        except queue.Empty:
+            pass
+        return got
+
+    plain, _ = member("plain", None)
+    got = drain(plain, 4)
+    if sorted(got) != ["mid", "old-0", "old-1", "old-2"]:
+        fail(f"default start got {got}")
+    tail, _ = member("tail", "latest")
+    since, _ = member("since", str(cut))
+    bad, rcs = member("bad", "yesterday")
+    if rcs[0].value != 0x83:
+        fail(f"start=yesterday: SUBACK {rcs}")
+    if drain(since, 1) != ["mid"]:
+        fail("start=<ms> did not start at the cut")
+    pub.publish("starts/x", b"new", 1)
+    if drain(tail, 1) != ["new"]:
+        fail("start=latest got old messages")
+    for c in (pub, plain, tail, since, bad):
+        c.stop()
+
+
 SCENARIOS = {
+    "shared-start": shared_start,
+    "fifo-shared": fifo_shared,
+    "concurrent-shared": lambda: fifo_shared(False),
     "qos-v311": lambda: every_qos(False),
     "qos-v5": lambda: every_qos(True),
     "request-response": request_response,

@@ -52,6 +52,7 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
             tracing::info!(peer = %peer.addr, tls_identity = %id, "native connection with a client certificate");
         }
         self.ctx.clients.connected(peer.id, outbound);
+        metrics::gauge!("rocketgate_connections", "protocol" => "native").increment(1.0);
         Session {
             peer,
             tls_identity,
@@ -75,6 +76,7 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
     }
 
     async fn close(&self, session: Session, _why: &str) {
+        metrics::gauge!("rocketgate_connections", "protocol" => "native").decrement(1.0);
         let departed = self.ctx.clients.disconnected(session.peer.id);
         if let Some(client_id) = departed.client_id {
             for group in departed.consumer_groups {

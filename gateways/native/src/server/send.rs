@@ -151,7 +151,8 @@ pub(crate) async fn send<B: MessagingApi>(
         ));
     };
     let header = SendHeader::parse(req)?;
-    let resp = if req.code == request::SEND_BATCH_MESSAGE || header.batch {
+    let batch = req.code == request::SEND_BATCH_MESSAGE || header.batch;
+    let resp = if batch {
         send_batch(ctx, peer, req, &header).await?
     } else if !is_plain_properties(&header.properties, &SEND_TIME_PROPERTIES) {
         // Delays, transactions, or properties not in the stored form: parsed.
@@ -183,6 +184,14 @@ pub(crate) async fn send<B: MessagingApi>(
         batch_response(req, &sent, msg_id)
     };
     ctx.note_topic(&header.topic);
+    if !batch {
+        let labels = [
+            ("protocol", "native".to_owned()),
+            ("topic", rocketgate_core::labels::topic(&header.topic)),
+        ];
+        metrics::counter!("rocketgate_messages_in_total", &labels).increment(1);
+        metrics::counter!("rocketgate_bytes_in_total", &labels).increment(req.body.len() as u64);
+    }
     Ok(resp)
 }
 
