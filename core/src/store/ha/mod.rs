@@ -192,6 +192,8 @@ pub struct Replicas {
     /// across an await.
     group: Mutex<Group>,
     clock: Arc<dyn Clock>,
+    /// Counts slaves that joined (what is written to the log for slaves waits for one).
+    joins: tokio::sync::watch::Sender<u64>,
 }
 
 impl Replicas {
@@ -203,7 +205,13 @@ impl Replicas {
             store,
             gate,
             clock,
+            joins: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// Changes every time a slave joins.
+    pub fn watch_joins(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.joins.subscribe()
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -232,6 +240,7 @@ impl Replicas {
             g.joined(conn, broker_id, peer, offset, now);
             g.refresh(end);
         });
+        self.joins.send_modify(|n| *n += 1);
     }
 
     /// A slave reports its log end; refused (and nothing changes) beyond the master's.
