@@ -604,3 +604,127 @@ async fn async_replication_goes_on_through_a_partition_and_shows_its_lag() {
         "{metrics}"
     );
 }
+
+/// One HTTP publish from a plain thread: `Some(true)` acknowledged (201), `Some(false)`
+/// answered otherwise (not acknowledged: 'maybe' if the master stored it), `None` no
+/// answer (the master died under it: 'maybe' too).
+fn send_from_thread(http: std::net::SocketAddr, body: &str) -> Option<bool> {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(["--data-binary", body])
+        .arg(format!("http://{http}/v1/topics/ledger/messages"))
+        .output()
+        .ok()?;
+    let code = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    match code.as_str() {
+        "201" => Some(true),
+        "000" | "" => None,
+        _ => Some(false),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_of_a_sync_master_loses_no_acknowledged_message() {
+    let cycles: usize = std::env::var("RG_HA_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut master = start_master().expect("master");
+    let slave = start_slave(&master).expect("slave");
+    tokio::task::block_in_place(|| wait_in_sync(&master)).expect("in sync");
+    let mut acked: Vec<String> = Vec::new();
+    let mut maybe = 0usize;
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for cycle in 0..cycles {
+        let http = master.addr("http");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let senders: Vec<_> = (0..4)
+            .map(|t| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let (mut ok, mut unknown) = (Vec::new(), 0usize);
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                        let id = format!("c{cycle}-t{t}-{n}");
+                        match send_from_thread(http, &id) {
+                            Some(true) => ok.push(id),
+                            _ => unknown += 1,
+                        }
+                        n += 1;
+                    }
+                    (ok, unknown)
+                })
+            })
+            .collect();
+        // A random moment: 300..1300 ms into the load.
+        let at = 300 + (rocketgate_base::clock::now_ms() as u64 * 7919 % 1000);
+        tokio::time::sleep(Duration::from_millis(at)).await;
+        master.kill9().expect("kill -9 the master");
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        for s in senders {
+            let (ok, unknown) = s.join().unwrap();
+            acked.extend(ok);
+            maybe += unknown;
+        }
+        // Every acknowledged message is on the slave: read them through its door.
+        let got = tokio::task::block_in_place(|| {
+            let base = format!("http://{}", slave.addr("http"));
+            let mut new = BTreeSet::new();
+            loop {
+                let url = format!(
+                    "{base}/v1/groups/ledger-check/topics/ledger/messages?max=32&wait_ms=1500"
+                );
+                let (status, text) = curl(&[&url])?;
+                if status == 404 && seen.is_empty() && new.is_empty() && acked.is_empty() {
+                    return anyhow::Ok(new);
+                }
+                if status != 200 {
+                    bail!("receive on the slave: HTTP {status}: {text}");
+                }
+                let v: Value = serde_json::from_str(&text)?;
+                let msgs = v["messages"].as_array().cloned().unwrap_or_default();
+                if msgs.is_empty() {
+                    return Ok(new);
+                }
+                let mut handles = Vec::new();
+                for m in &msgs {
+                    new.insert(m["body"].as_str().unwrap_or_default().to_string());
+                    handles.push(m["receipt_handle"].clone());
+                }
+                let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+                curl(&[
+                    "-H",
+                    "content-type: application/json",
+                    "--data-binary",
+                    &body,
+                    &format!("{base}/v1/groups/ledger-check/acks"),
+                ])?;
+            }
+        })
+        .expect("reading the slave");
+        seen.extend(got);
+        let missing: Vec<&String> = acked.iter().filter(|id| !seen.contains(*id)).collect();
+        assert!(
+            missing.is_empty(),
+            "cycle {cycle}: {} of {} acknowledged messages are not on the slave, e.g. {:?}",
+            missing.len(),
+            acked.len(),
+            &missing[..missing.len().min(5)]
+        );
+        eprintln!(
+            "cycle {cycle}: killed after {at} ms; {} acknowledged so far, all on the slave; {maybe} unacknowledged ('maybe')",
+            acked.len()
+        );
+        master.restart().expect("restart the master");
+        tokio::task::block_in_place(|| wait_in_sync(&master)).expect("in sync again");
+    }
+    assert!(!acked.is_empty(), "the load acknowledged nothing");
+}
