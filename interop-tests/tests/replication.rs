@@ -186,6 +186,22 @@ fn mqtt_publish_lines(node: &Node, topic: &str, bodies: &[String]) -> anyhow::Re
     Ok(())
 }
 
+/// One QoS 1 publish with `mosquitto_pub -d`: (exit success, stdout + stderr).
+fn mosquitto_pub_once(node: &Node, version: &str, topic: &str, body: &str) -> (bool, String) {
+    let addr = node.addr("mqtt");
+    let out = Command::new("mosquitto_pub")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(["-V", version, "-q", "1", "-d", "-t", topic, "-m", body])
+        .output()
+        .expect("mosquitto_pub");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// Sends `bodies` through the native door, 16 at a time.
 async fn native_send_all(node: &Node, topic: &str, bodies: Vec<String>) -> anyhow::Result<()> {
     let producer = Arc::new(Producer::start(native_config(node), "repl-producers").await?);
@@ -295,6 +311,14 @@ async fn ten_thousand_messages_through_three_doors_are_byte_identical_on_the_sla
     assert_eq!(body["error"]["code"], "read_only_replica", "{body}");
     let text = body["error"]["message"].as_str().unwrap_or_default();
     assert!(text.contains(&master.addr("ha").to_string()), "{text}");
+    // MQTT 5: PUBACK 0x80 with the reason; 3.1.1: no PUBACK, the connection closed.
+    let (_, out) = mosquitto_pub_once(&slave, "mqttv5", "replicated/x", "to-the-slave");
+    assert!(out.contains("RC:128"), "{out}");
+    assert!(out.contains("read-only slave"), "{out}");
+    let (ok, out) = mosquitto_pub_once(&slave, "mqttv311", "replicated/x", "to-the-slave");
+    assert!(!ok && !out.contains("received PUBACK"), "{out}");
+    // And nothing of it reached the slave's log (still the master's bytes).
+    wait_identical(&master, &slave).expect("identical logs after the refusals");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,6 +357,10 @@ async fn sync_sends_fail_without_the_slave_and_succeed_after_it_catches_up() {
         let (status, _) = http_send(&master, "orders", &format!("away-{i}")).unwrap();
         assert_eq!(status, 503);
     }
+    let (_, out) = mosquitto_pub_once(&master, "mqttv5", "orders/x", "mqtt-while-away");
+    assert!(out.contains("RC:128") && out.contains("in-sync"), "{out}");
+    let (ok, out) = mosquitto_pub_once(&master, "mqttv311", "orders/x", "mqtt-while-away");
+    assert!(!ok && !out.contains("received PUBACK"), "{out}");
 
     // Back: it catches up (also the 'maybe' messages in the master's log), and sync
     // sends are acknowledged again.
@@ -340,6 +368,8 @@ async fn sync_sends_fail_without_the_slave_and_succeed_after_it_catches_up() {
     wait_in_sync(&master).expect("in sync again");
     let (status, body) = http_send(&master, "orders", "after").unwrap();
     assert_eq!(status, 201, "{body}");
+    let (ok, out) = mosquitto_pub_once(&master, "mqttv5", "orders/x", "mqtt-after");
+    assert!(ok && out.contains("RC:0"), "{out}");
     producer
         .send(NativeMessage::new("orders", b"native-after".to_vec()))
         .await
