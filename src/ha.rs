@@ -167,9 +167,10 @@ pub fn start(
                     }
                 })
             };
-            // The topic table goes to slaves through the log: when a slave joins and
-            // whenever it changes while this master has had one (a node that never
-            // had a slave writes nothing of the kind).
+            // The topic table and group settings go to slaves through the log: when a
+            // slave joins and whenever they change (checked every second, at once on a
+            // topic change) once this master has had a slave (a node that never had
+            // one writes nothing of the kind).
             let snapshots = {
                 let broker = broker.clone();
                 let mut changes = broker.watch_topics();
@@ -178,15 +179,27 @@ pub fn start(
                     if joins.wait_for(|n| *n > 0).await.is_err() {
                         return;
                     }
+                    let mut last: Option<Vec<u8>> = None;
+                    let mut every = tokio::time::interval(Duration::from_secs(1));
                     loop {
                         changes.borrow_and_update();
+                        let joined = joins.has_changed().unwrap_or(false);
                         joins.borrow_and_update();
-                        if let Err(e) = broker.publish_topic_snapshot().await {
-                            tracing::warn!(error = %e, "writing the topic table to the log failed");
+                        // A joining slave gets a fresh snapshot even when nothing changed.
+                        let prev = if joined { None } else { last.as_deref() };
+                        match broker.publish_topic_snapshot(prev).await {
+                            Ok(body) => last = Some(body),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "writing the topic table to the log failed")
+                            }
                         }
                         tokio::select! {
                             r = changes.changed() => if r.is_err() { return },
-                            r = joins.changed() => if r.is_err() { return },
+                            r = joins.changed() => {
+                                if r.is_err() { return }
+                                last = None;
+                            }
+                            _ = every.tick() => {}
                         }
                         // Changes in a burst (auto-created topics) share one snapshot.
                         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -139,3 +139,63 @@ async fn a_slave_refuses_writes_and_dispatches_what_it_is_shipped() {
     }
     assert_eq!(readable(&slave, "t"), 300);
 }
+
+/// The topic table and group settings travel through the log: a master's snapshot,
+/// shipped like any record, is applied by the slave's broker.
+#[tokio::test]
+async fn topics_and_groups_reach_the_slave_through_the_log() {
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, ConsumeMode, Heartbeat, MessagingApi, Subscription, TopicConfig,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+
+    master
+        .create_topic(TopicConfig::new("orders", 6))
+        .await
+        .unwrap();
+    master
+        .heartbeat(Heartbeat {
+            group: "billing".into(),
+            member: "m1".into(),
+            mode: ConsumeMode::Broadcasting,
+            subscriptions: vec![Subscription::tag("orders", "*")],
+        })
+        .await
+        .unwrap();
+    let body = master.publish_topic_snapshot(None).await.unwrap();
+    // Unchanged: not written again.
+    let end = ms.positions().written;
+    master.publish_topic_snapshot(Some(&body)).await.unwrap();
+    assert_eq!(ms.positions().written, end);
+
+    let mut from = 0;
+    while let Some(run) = ms.ship(from, 1 << 20).unwrap() {
+        ss.append_replicated(run.offset, &run.bytes).await.unwrap();
+        from = run.next;
+    }
+    ss.wait_dispatched(Duration::from_secs(5));
+    let applied = slave.apply_replicated_topics(None).unwrap();
+    assert!(applied.is_some());
+    let topics = slave
+        .topics(rocketgate_core::broker::TopicKind::User)
+        .await
+        .unwrap();
+    let orders = topics
+        .iter()
+        .find(|t| t.name == "orders")
+        .expect("orders on the slave");
+    assert_eq!(orders.read_queues, 6);
+    let info = slave.group_info("billing").await.unwrap();
+    assert_eq!(info.mode, Some(ConsumeMode::Broadcasting));
+    // Applying the same snapshot again changes nothing.
+    assert_eq!(slave.apply_replicated_topics(applied).unwrap(), applied);
+}

@@ -55,6 +55,11 @@ impl GroupConfigs {
         lock(&self.groups).keys().cloned().collect()
     }
 
+    /// Every remembered group with its settings (what a master replicates).
+    pub(super) fn all(&self) -> BTreeMap<String, GroupConfig> {
+        lock(&self.groups).clone()
+    }
+
     pub(super) fn get(&self, group: &str) -> GroupConfig {
         lock(&self.groups).get(group).cloned().unwrap_or_default()
     }

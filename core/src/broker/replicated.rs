@@ -1,14 +1,16 @@
 //! Broker state that travels through the replicated log (docs/replication.md,
 //! "What a failover needs"): one replication path for the log and its metadata.
 //!
-//! So far the topic table: a master appends a snapshot of it (JSON) to the system
-//! topic [`TOPICS_TOPIC`] whenever it changes and at start; a slave applies the newest
-//! snapshot its log holds. A snapshot, not a change list, so a slave needs only the
-//! last record (retention may delete the older ones) and applying one twice is
-//! harmless.
+//! So far the topic table and the subscription groups' settings: a master appends a
+//! snapshot of both (JSON) to the system topic [`TOPICS_TOPIC`] when a slave joins and
+//! whenever they changed (checked every second, and at once on a topic change); a
+//! slave applies the newest snapshot its log holds. A snapshot, not a change list, so a
+//! slave needs only the last record (retention may delete the older ones) and applying
+//! one twice is harmless.
 
 use serde::{Deserialize, Serialize};
 
+use super::group_config::GroupConfig;
 use super::local::Broker;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind};
@@ -22,6 +24,9 @@ pub const TOPICS_TOPIC: &str = "rmq_sys_rg_topics";
 struct TopicSnapshot {
     version: u32,
     topics: Vec<TopicConfig>,
+    /// Subscription groups' remembered settings (mode, max reconsume times).
+    #[serde(default)]
+    groups: std::collections::BTreeMap<String, GroupConfig>,
 }
 
 impl Broker {
@@ -32,19 +37,28 @@ impl Broker {
             .into_iter()
             .filter(|t| t.name != TOPICS_TOPIC)
             .collect();
-        let body = serde_json::to_vec(&TopicSnapshot { version: 1, topics })
-            .map_err(|e| Error::InvalidArgument(format!("topic snapshot: {e}")))?;
+        let groups = self.group_configs.all();
+        let body = serde_json::to_vec(&TopicSnapshot {
+            version: 1,
+            topics,
+            groups,
+        })
+        .map_err(|e| Error::InvalidArgument(format!("topic snapshot: {e}")))?;
         Ok(Message::new(TOPICS_TOPIC, 0, body))
     }
 
-    /// On a master: appends the topic table's snapshot to the log. Under sync
-    /// replication the record does not wait for its copies: it reaches slaves with
-    /// the log whenever they follow.
-    pub async fn publish_topic_snapshot(&self) -> Result<()> {
+    /// On a master: appends the metadata snapshot to the log unless it equals
+    /// `last` (the body written before; `None` writes anyway). Returns the body now in
+    /// the log. Under sync replication the record does not wait for its copies: it
+    /// reaches slaves with the log whenever they follow.
+    pub async fn publish_topic_snapshot(&self, last: Option<&[u8]>) -> Result<Vec<u8>> {
         let msg = self.topic_snapshot_message()?;
+        if last == Some(&msg.body[..]) {
+            return Ok(msg.body.to_vec());
+        }
         match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
             Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
-                Ok(())
+                Ok(msg.body.to_vec())
             }
             Err(e) => Err(e),
         }
@@ -97,11 +111,33 @@ impl Broker {
                 }
             }
         }
+        let mine = self.group_configs.all();
+        for (group, config) in &snap.groups {
+            if mine.get(group) != Some(config) {
+                let c = config.clone();
+                match self.group_configs.update(group, |g| *g = c) {
+                    Ok(()) => changed += 1,
+                    Err(e) => tracing::warn!(group, error = %e, "cannot apply a replicated group"),
+                }
+            }
+        }
+        for group in mine.keys().filter(|g| !snap.groups.contains_key(*g)) {
+            match self
+                .group_configs
+                .update(group, |g| *g = GroupConfig::default())
+            {
+                Ok(()) => changed += 1,
+                Err(e) => {
+                    tracing::warn!(group, error = %e, "cannot drop a group the master forgot")
+                }
+            }
+        }
         if changed > 0 {
             tracing::info!(
                 changed,
                 topics = snap.topics.len(),
-                "applied the master's topic table"
+                groups = snap.groups.len(),
+                "applied the master's topic table and groups"
             );
             self.note_topics_changed();
         }
