@@ -78,6 +78,53 @@ pub struct StandaloneArgs {
     /// WebSocket listen address.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub ws: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub group: GroupArgs,
+}
+
+/// Broker-group flags (docs/replication.md), in `standalone` and `broker`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct GroupArgs {
+    /// Replication port a master serves its slaves on (PORT or HOST:PORT).
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub ha: Option<std::net::SocketAddr>,
+    /// 0 = master, > 0 = slave (`broker.id`).
+    #[arg(long, value_name = "N")]
+    pub broker_id: Option<u64>,
+    /// On a slave: the master's replication address, HOST:PORT (`ha.master`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub ha_master: Option<String>,
+    /// On a master: `sync` or `async` acknowledgement (`ha.mode`).
+    #[arg(long, value_name = "MODE")]
+    pub ha_mode: Option<String>,
+}
+
+impl GroupArgs {
+    /// The flags as config overrides.
+    pub fn overrides(&self, out: &mut Vec<Override>) {
+        listen_flag(out, "ha", "ha", self.ha);
+        if let Some(id) = self.broker_id {
+            out.push(Override::new(
+                "broker.id",
+                id.to_string(),
+                "flag --broker-id",
+            ));
+        }
+        if let Some(m) = &self.ha_master {
+            out.push(Override::new(
+                "ha.master",
+                format!("\"{m}\""),
+                "flag --ha-master",
+            ));
+        }
+        if let Some(m) = &self.ha_mode {
+            out.push(Override::new(
+                "ha.mode",
+                format!("\"{m}\""),
+                "flag --ha-mode",
+            ));
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -112,6 +159,8 @@ pub struct BrokerArgs {
     /// HTTP listen address.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub http: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub group: GroupArgs,
 }
 
 impl CommonArgs {

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod ha;
 mod node;
 mod run;
 mod users;

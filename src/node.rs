@@ -307,9 +307,13 @@ fn start_registrar(
         name: b.name.clone(),
         id: b.id,
         addr: config.listen.native.to_string(),
-        ha_addr: String::new(),
+        ha_addr: if config.is_slave() {
+            String::new()
+        } else {
+            config.listen.ha.to_string()
+        },
     };
-    tracing::info!(namesrvs = ?namesrvs, broker = %b.name, "registering with NameServers");
+    tracing::info!(namesrvs = ?namesrvs, broker = %b.name, broker_id = b.id, "registering with NameServers");
     let registrar = Registrar::new(
         identity,
         namesrvs,
@@ -337,10 +341,29 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
     let broker = Arc::new(broker);
     // Delivers delayed messages when due and checks back undecided transactions;
-    // both stop by themselves when the broker closes.
-    broker.spawn_delay_delivery();
-    broker.spawn_transaction_checks();
+    // both stop by themselves when the broker closes. A slave does neither: it
+    // writes nothing, its master does both.
+    if !config.is_slave() {
+        broker.spawn_delay_delivery();
+        broker.spawn_transaction_checks();
+    }
     Ok(broker)
+}
+
+/// The HTTP door's probe: the store's positions and the broker group's view.
+struct NodeProbe {
+    store: http::StoreProbe,
+    group: crate::ha::View,
+}
+
+impl http::Probe for NodeProbe {
+    fn status(&self) -> http::NodeStatus {
+        self.store.status()
+    }
+
+    fn replication(&self) -> Option<http::ReplicationStatus> {
+        Some(self.group.status())
+    }
 }
 
 /// The HTTP door on `listen.http`; `namesrvs` answer its cluster view.
@@ -350,6 +373,7 @@ async fn start_http(
     namesrvs: Vec<String>,
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
+    group: crate::ha::View,
 ) -> anyhow::Result<http::Handle> {
     let h = &config.http;
     let settings = http::Settings {
@@ -369,10 +393,10 @@ async fn start_http(
         tls,
         auth: auth.clone(),
     };
-    let probe = Arc::new(http::StoreProbe::new(
-        broker.store().clone(),
-        config.store.disk_hard_ratio,
-    ));
+    let probe = Arc::new(NodeProbe {
+        store: http::StoreProbe::new(broker.store().clone(), config.store.disk_hard_ratio),
+        group,
+    });
     let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
         .await
         .with_context(|| format!("starting the HTTP gateway on {}", config.listen.http))?;
@@ -466,7 +490,14 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     // Before any door announces itself: a harness may signal as soon as it reads one.
     let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
-    let broker = open_broker(&config, open_store(&config)?)?;
+    let ha_listener = crate::ha::bind(&mut config).await?;
+    let store = open_store(&config)?;
+    let gate = crate::ha::attach(&config, &store)?;
+    let broker = open_broker(&config, store)?;
+    let replication = crate::ha::start(&config, &broker, gate, ha_listener);
+    if let Some(addr) = (!config.is_slave()).then_some(config.listen.ha) {
+        announce("ha", addr);
+    }
     let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
@@ -480,6 +511,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
         namesrvs,
         tls_for(&tls, config.tls.http),
         &auth,
+        replication.view(&config),
     )
     .await?;
     let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
@@ -505,6 +537,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     registrar.stop().await;
     ns.stop().await;
     drop(tls);
+    replication.stop().await;
     close_broker(broker).await
 }
 
@@ -547,7 +580,14 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     let auth = open_auth(&config, false)?;
     let shutdown = shutdown_signal()?;
     let native = bind_native(&mut config).await?;
-    let broker = open_broker(&config, open_store(&config)?)?;
+    let ha_listener = crate::ha::bind(&mut config).await?;
+    let store = open_store(&config)?;
+    let gate = crate::ha::attach(&config, &store)?;
+    let broker = open_broker(&config, store)?;
+    let replication = crate::ha::start(&config, &broker, gate, ha_listener);
+    if let Some(addr) = (!config.is_slave()).then_some(config.listen.ha) {
+        announce("ha", addr);
+    }
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone(), &auth);
     let tls = start_tls(&config)?;
     let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
@@ -559,6 +599,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         namesrvs,
         tls_for(&tls, config.tls.http),
         &auth,
+        replication.view(&config),
     )
     .await?;
     let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
@@ -583,6 +624,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     topic_watch.abort();
     registrar.stop().await;
     drop(tls);
+    replication.stop().await;
     close_broker(broker).await
 }
 

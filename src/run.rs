@@ -21,6 +21,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             listen_flag(&mut flags, "ws", "ws", args.ws);
             listen_flag(&mut flags, "mqtt", "mqtt", args.mqtt);
             listen_flag(&mut flags, "http", "http", args.http);
+            args.group.overrides(&mut flags);
             if let Some(list) = &args.namesrv {
                 flags.push(Override::new(
                     "broker.namesrv_addrs",
@@ -56,6 +57,7 @@ fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
     listen_flag(&mut flags, "mqtt", "mqtt", args.mqtt);
     listen_flag(&mut flags, "http", "http", args.http);
     listen_flag(&mut flags, "ws", "ws", args.ws);
+    args.group.overrides(&mut flags);
     let config = args.common.load(flags)?;
     let rt = runtime()?;
     rt.block_on(crate::node::standalone(config))

@@ -65,6 +65,7 @@ pub struct Config {
     pub mqtt: MqttConfig,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
+    pub ha: HaConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -78,6 +79,9 @@ pub struct Listen {
     pub ws: SocketAddr,
     /// MQTT over TLS (with `tls.mqtt = true`; the plain `mqtt` port stays open).
     pub mqtts: SocketAddr,
+    /// The replication (HA) port a master serves its slaves on (RocketMQ's
+    /// `haListenPort`). A slave does not listen on it.
+    pub ha: SocketAddr,
 }
 
 /// Whether clients must present a certificate (`tls.client_auth`).
@@ -468,6 +472,66 @@ impl Default for AuthConfig {
     }
 }
 
+/// How a master acknowledges a send (`ha.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HaMode {
+    /// Acknowledged after the master's own store; slaves trail (lag in /metrics).
+    #[default]
+    Async,
+    /// Acknowledged only once `ha.min_in_sync_replicas` copies (master included) hold it.
+    Sync,
+}
+
+/// Replication of a broker group (`[ha]`, docs/replication.md). `broker.id` says the
+/// role: 0 = master, > 0 = slave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HaConfig {
+    /// On a slave: the master's replication address (`host:port`, its `listen.ha`).
+    pub master: String,
+    /// On a master: `sync` or `async` acknowledgement.
+    pub mode: HaMode,
+    /// Copies (master included) a sync send needs before it is acknowledged; 0 = the
+    /// mode's default (2 under `sync`, 1 under `async`).
+    pub min_in_sync_replicas: u32,
+    /// How long a sync send waits for its copies before it is answered "not replicated".
+    #[serde(with = "units::duration")]
+    pub sync_timeout: Duration,
+    /// A slave further behind than this leaves the in-sync set (rejoins when caught up).
+    pub max_lag_bytes: ByteSize,
+    /// Shared secret both ends of the replication channel must present.
+    pub secret: String,
+    /// Heartbeat period of the replication stream; a peer silent for 4 of them is dropped.
+    #[serde(with = "units::duration")]
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        HaConfig {
+            master: String::new(),
+            mode: HaMode::Async,
+            min_in_sync_replicas: 0,
+            sync_timeout: Duration::from_secs(3),
+            max_lag_bytes: ByteSize(256 << 20),
+            secret: String::new(),
+            heartbeat_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl HaConfig {
+    /// Copies a send needs: the configured value, or the mode's default.
+    pub fn required_copies(&self) -> u32 {
+        match (self.min_in_sync_replicas, self.mode) {
+            (0, HaMode::Sync) => 2,
+            (0, HaMode::Async) => 1,
+            (n, _) => n,
+        }
+    }
+}
+
 impl Config {
     /// The user store's path: `auth.users_file`, or `<data_dir>/users.toml`.
     pub fn users_file(&self) -> PathBuf {
@@ -476,6 +540,11 @@ impl Config {
         } else {
             self.auth.users_file.clone()
         }
+    }
+
+    /// A slave of a broker group (`broker.id > 0`).
+    pub fn is_slave(&self) -> bool {
+        self.broker.id > 0
     }
 }
 
@@ -497,6 +566,7 @@ impl Default for Config {
             mqtt: MqttConfig::default(),
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
+            ha: HaConfig::default(),
         }
     }
 }
@@ -510,6 +580,7 @@ impl Default for Listen {
             http: local(8080),
             ws: local(8083),
             mqtts: local(8883),
+            ha: local(10912),
         }
     }
 }
@@ -799,6 +870,25 @@ impl Config {
                 }
             }
         }
+        let ha = &self.ha;
+        if self.is_slave() && ha.master.trim().is_empty() {
+            bad.push(format!(
+                "broker.id is {} (a slave): ha.master must name the master's replication address",
+                self.broker.id
+            ));
+        }
+        if !ha.master.is_empty() && !ha.master.contains(':') {
+            bad.push(format!("ha.master `{}` must be host:port", ha.master));
+        }
+        if ha.sync_timeout.is_zero() || ha.heartbeat_interval.is_zero() {
+            bad.push("ha.sync_timeout and ha.heartbeat_interval must be greater than zero".into());
+        }
+        if ha.required_copies() > 16 {
+            bad.push("ha.min_in_sync_replicas must be at most 16".into());
+        }
+        if ha.max_lag_bytes.0 == 0 {
+            bad.push("ha.max_lag_bytes must be greater than zero".into());
+        }
         let l = &self.listen;
         let mut doors = vec![
             ("listen.namesrv", l.namesrv),
@@ -806,6 +896,7 @@ impl Config {
             ("listen.mqtt", l.mqtt),
             ("listen.http", l.http),
             ("listen.ws", l.ws),
+            ("listen.ha", l.ha),
         ];
         if t.mqtt {
             doors.push(("listen.mqtts", l.mqtts));

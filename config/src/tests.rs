@@ -211,3 +211,33 @@ fn tls_and_origins_from_the_environment_and_their_checks() {
     let e = bad(&[("ROCKETGATE_TLS__NATIVE", "sometimes")]);
     assert!(e.contains("ROCKETGATE_TLS__NATIVE"), "{e}");
 }
+
+#[test]
+fn ha_settings_from_env_and_their_checks() {
+    let env = env_overrides(vec![
+        ("ROCKETGATE_BROKER__ID".to_string(), "1".to_string()),
+        (
+            "ROCKETGATE_HA__MASTER".to_string(),
+            "127.0.0.1:10912".to_string(),
+        ),
+        ("ROCKETGATE_HA__MODE".to_string(), "sync".to_string()),
+        (
+            "ROCKETGATE_HA__SYNC_TIMEOUT".to_string(),
+            "750ms".to_string(),
+        ),
+    ]);
+    let c = Config::load(None, &env).unwrap();
+    assert!(c.is_slave());
+    assert_eq!(c.ha.master, "127.0.0.1:10912");
+    assert_eq!(c.ha.mode, HaMode::Sync);
+    assert_eq!(c.ha.required_copies(), 2, "sync defaults to two copies");
+    assert_eq!(c.ha.sync_timeout, Duration::from_millis(750));
+    assert_eq!(c.listen.ha.port(), 10912);
+    assert_eq!(Config::default().ha.required_copies(), 1);
+
+    // A slave without a master is refused at boot, saying what to set.
+    let err = Config::load(None, &[Override::new("broker.id", "2", "flag --broker-id")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ha.master"), "{err}");
+}

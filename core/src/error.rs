@@ -59,6 +59,27 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// A sync-replicated send whose copies did not arrive in time: it is in the
+    /// master's log, so its outcome is unknown (it may still be delivered).
+    #[error(
+        "not replicated after {waited:?}: waiting for offset {offset}, replicas confirmed up to {confirmed}"
+    )]
+    ReplicationTimeout {
+        offset: u64,
+        confirmed: u64,
+        waited: std::time::Duration,
+    },
+
+    /// A sync-replicated send on a master with fewer in-sync slaves than it needs.
+    #[error(
+        "no in-sync slave: {needed} copies are required and only {in_sync} slave(s) are in sync"
+    )]
+    NoInSyncReplica { needed: u32, in_sync: u32 },
+
+    /// A write to a slave of a broker group: slaves only take the master's log.
+    #[error("this broker is a read-only slave; send to the master ({master})")]
+    ReadOnlyReplica { master: String },
+
     #[error("malformed record: {0}")]
     Record(#[from] RecordError),
 

@@ -50,7 +50,7 @@ pub(crate) fn lines_of(out: impl Read + Send + 'static) -> mpsc::Receiver<String
 }
 
 /// The doors a standalone node announces (`rocketgate: <door> listening on <addr>`).
-pub const DOORS: [&str; 5] = ["namesrv", "native", "mqtt", "http", "ws"];
+pub const DOORS: [&str; 6] = ["namesrv", "native", "mqtt", "http", "ws", "ha"];
 
 /// How long a node may take to print its ready line (a cold, busy CI machine).
 const READY_TIMEOUT: Duration = Duration::from_secs(90);

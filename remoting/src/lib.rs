@@ -27,6 +27,7 @@ pub mod client;
 pub mod code;
 pub mod codec;
 mod error;
+pub mod ha;
 pub mod protocol;
 mod registrar;
 pub mod server;

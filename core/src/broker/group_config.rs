@@ -65,6 +65,11 @@ impl GroupConfigs {
         lock(&self.groups).get(group).is_some_and(|c| c.fifo)
     }
 
+    /// Every remembered group with its settings (what a master replicates).
+    pub(super) fn all(&self) -> BTreeMap<String, GroupConfig> {
+        lock(&self.groups).clone()
+    }
+
     pub(super) fn get(&self, group: &str) -> GroupConfig {
         lock(&self.groups).get(group).cloned().unwrap_or_default()
     }

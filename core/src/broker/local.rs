@@ -243,7 +243,7 @@ impl Broker {
         sync::read(&self.topics)
     }
 
-    fn topics_write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTable> {
+    pub(super) fn topics_write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTable> {
         sync::write(&self.topics)
     }
 
@@ -301,7 +301,7 @@ impl Broker {
         Ok(created)
     }
 
-    fn note_topics_changed(&self) {
+    pub(super) fn note_topics_changed(&self) {
         self.topics_changed.send_modify(|v| *v += 1);
     }
 

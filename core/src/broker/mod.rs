@@ -36,6 +36,7 @@ mod pop;
 pub mod pop_state;
 mod pull;
 pub mod receipt;
+mod replicated;
 pub mod retry;
 pub mod schedule;
 mod settings;

@@ -12,6 +12,7 @@
 //! `docs/storage-format.md`.
 
 mod recovery;
+mod replica;
 mod segment;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use recovery::{Recovery, RecoveryReport};
+pub use replica::Shipment;
 pub use segment::RecordRef;
 use segment::Segment;
 

@@ -39,6 +39,7 @@ use crate::{Error, Result};
 
 mod dispatch;
 mod integrity;
+mod replica;
 mod retention;
 
 pub use retention::{DiskFullPolicy, ReadProgress};
@@ -205,6 +206,10 @@ struct Inner {
     counters: Counters,
     /// Records verified recently (see `integrity`); lock-free.
     verdicts: integrity::Verdicts,
+    /// The broker group's gate (role, confirmed offset), attached once by
+    /// [`Store::attach_replication`]; none on a node without replication. A
+    /// `OnceLock` so the append and dispatch paths read it without a lock.
+    replication: std::sync::OnceLock<Arc<super::ha::Gate>>,
 }
 
 /// A "something happened" signal between std threads that costs producers one
@@ -329,6 +334,7 @@ impl Store {
             progress: RwLock::new(Arc::new(retention::NothingRead)),
             counters: Counters::default(),
             verdicts: integrity::Verdicts::new(),
+            replication: std::sync::OnceLock::new(),
         });
 
         // Re-dispatch everything the checkpoint does not vouch for, before anyone reads.
@@ -395,6 +401,10 @@ impl Store {
             let end = results.last().map(|r| r.end_offset).unwrap_or(0);
             self.inner.durability.wait_durable(end, timeout)?;
         }
+        if let Some(gate) = self.inner.replication.get() {
+            let end = results.last().map(|r| r.end_offset).unwrap_or(0);
+            gate.wait_replicated_blocking(end)?;
+        }
         Ok(results)
     }
 
@@ -449,6 +459,9 @@ impl Store {
                 }
             }
         }
+        if let Some(gate) = self.inner.replication.get() {
+            gate.wait_replicated(end).await?;
+        }
         Ok(())
     }
 
@@ -459,6 +472,9 @@ impl Store {
         let inner = &self.inner;
         if inner.closing.load(Ordering::Acquire) {
             return Err(Error::ShutDown);
+        }
+        if let Some(refusal) = inner.replication.get().and_then(|g| g.refuse_write()) {
+            return Err(refusal);
         }
         if inner.disk_full.load(Ordering::Acquire) {
             return Err(inner.disk_full_error());

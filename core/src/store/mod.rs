@@ -7,6 +7,7 @@ pub mod consume_queue;
 pub mod disk;
 mod engine;
 pub mod flush;
+pub mod ha;
 pub mod index;
 pub mod lock;
 pub(crate) mod mapped;

@@ -321,6 +321,7 @@ pub async fn broker_info<B: MessagingApi + 'static>(
         "user_topics": topics,
         "store": status,
         "max_message_size": ctx.settings.max_body,
+        "replication": ctx.probe.replication(),
     })))
 }
 
@@ -354,6 +355,8 @@ pub async fn cluster_info<B: MessagingApi + 'static>(
         "namesrv": addr,
         "clusters": clusters,
         "brokers": brokers,
+        // This node's broker group: role, in-sync set, per-slave offset and lag.
+        "replication": ctx.probe.replication(),
     })))
 }
 

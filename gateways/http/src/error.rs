@@ -106,6 +106,13 @@ fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
         CoreError::OffsetOutOfRange { .. } => (S::BAD_REQUEST, "offset_out_of_range"),
         CoreError::DiskFull { .. } => (S::SERVICE_UNAVAILABLE, "disk_full"),
         CoreError::FlushTimeout { .. } => (S::SERVICE_UNAVAILABLE, "flush_timeout"),
+        // Sync replication: stored on the master but not (yet) on enough copies; the
+        // outcome is unknown (it may still be delivered).
+        CoreError::ReplicationTimeout { .. } | CoreError::NoInSyncReplica { .. } => {
+            (S::SERVICE_UNAVAILABLE, "replication_timeout")
+        }
+        // A slave of a broker group: the message names the master to send to.
+        CoreError::ReadOnlyReplica { .. } => (S::SERVICE_UNAVAILABLE, "read_only_replica"),
         CoreError::ShutDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
         CoreError::InvalidArgument(_) => (S::BAD_REQUEST, "invalid_argument"),
         CoreError::InvalidTopicName { .. } | CoreError::InvalidName(_) => {

@@ -88,6 +88,54 @@ impl Default for Settings {
 /// The node's storage as health checks and metrics see it.
 pub trait Probe: Send + Sync + 'static {
     fn status(&self) -> NodeStatus;
+
+    /// This node's place in its broker group (`GET /v1/cluster`, `/v1/broker`,
+    /// `/metrics`); `None` when the node does not replicate.
+    fn replication(&self) -> Option<ReplicationStatus> {
+        None
+    }
+}
+
+/// A broker group as one node sees it (docs/replication.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicationStatus {
+    /// `master` or `slave`.
+    pub role: &'static str,
+    /// `broker.id`.
+    pub broker_id: u64,
+    /// On a master: `sync` or `async`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
+    /// On a master: copies (itself included) a send needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_in_sync_replicas: Option<u32>,
+    /// On a master: the offset enough copies hold (what consumers may read up to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmed_offset: Option<u64>,
+    /// On a master: its slaves.
+    pub slaves: Vec<SlaveLag>,
+    /// On a slave: the master's replication address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    /// On a slave: whether it follows the master right now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connected: Option<bool>,
+    /// On a slave: bytes the master had that it has not yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_bytes: Option<u64>,
+}
+
+/// One slave of a master.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlaveLag {
+    pub broker_id: u64,
+    pub addr: String,
+    /// The slave holds the log up to here.
+    pub offset: u64,
+    pub lag_bytes: u64,
+    /// How long it has been behind (0 when caught up).
+    pub lag_ms: u64,
+    pub in_sync: bool,
 }
 
 /// Positions of the commit log and the disk state.

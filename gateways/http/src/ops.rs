@@ -79,6 +79,25 @@ pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) 
     }
     metrics::gauge!("rocketgate_disk_usage_ratio").set(s.disk_usage);
     metrics::gauge!("rocketgate_disk_full").set(if s.disk_full() { 1.0 } else { 0.0 });
+    if let Some(r) = ctx.probe.replication() {
+        if let Some(c) = r.confirmed_offset {
+            metrics::gauge!("rocketgate_replication_confirmed_offset").set(c as f64);
+        }
+        let in_sync = r.slaves.iter().filter(|s| s.in_sync).count();
+        metrics::gauge!("rocketgate_replication_in_sync_slaves").set(in_sync as f64);
+        for s in &r.slaves {
+            let id = s.broker_id.to_string();
+            metrics::gauge!("rocketgate_replication_lag_bytes", "slave" => id.clone())
+                .set(s.lag_bytes as f64);
+            metrics::gauge!("rocketgate_replication_lag_ms", "slave" => id.clone())
+                .set(s.lag_ms as f64);
+            metrics::gauge!("rocketgate_replication_slave_offset", "slave" => id)
+                .set(s.offset as f64);
+        }
+        if let Some(lag) = r.lag_bytes {
+            metrics::gauge!("rocketgate_replication_lag_bytes", "slave" => "self").set(lag as f64);
+        }
+    }
     crate::admin::record_lag(&ctx).await;
     let text = match RECORDER.get() {
         Some(Some(h)) => {

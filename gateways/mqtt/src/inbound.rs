@@ -342,6 +342,20 @@ impl Inbound {
                 reason: format!("disk full: {e}"),
             };
         }
+        use rocketgate_core::Error as E;
+        if matches!(
+            e,
+            E::ReplicationTimeout { .. } | E::NoInSyncReplica { .. } | E::ReadOnlyReplica { .. }
+        ) {
+            // Sync replication without its copies (the outcome is unknown: it is in the
+            // master's log) or a read-only slave: 0x80 with the reason; a 3.1.1 client
+            // is disconnected without an ack.
+            tracing::warn!(client = %client_id, error = %e, "publish not acknowledged: replication");
+            return Refused {
+                code: 0x80,
+                reason: e.to_string(),
+            };
+        }
         tracing::warn!(client = %client_id, error = %e, "storing a publish failed");
         Refused {
             code: 0x80,

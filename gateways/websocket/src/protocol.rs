@@ -572,7 +572,12 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
         E::StaleReceiptHandle { .. } => "stale_receipt",
         E::GroupModeConflict { .. } => "group_mode_conflict",
         E::QueueNotFound { .. } => "queue_not_found",
-        E::DiskFull { .. } | E::FlushTimeout { .. } | E::ShutDown => "unavailable",
+        E::DiskFull { .. }
+        | E::FlushTimeout { .. }
+        | E::ShutDown
+        | E::ReplicationTimeout { .. }
+        | E::NoInSyncReplica { .. }
+        | E::ReadOnlyReplica { .. } => "unavailable",
         _ => "internal",
     };
     (code, e.to_string())

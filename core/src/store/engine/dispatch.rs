@@ -27,6 +27,17 @@ const DISPATCH_PUBLISH_EVERY: u64 = 1024;
 
 impl Inner {
     pub(super) fn dispatch_limit(&self) -> u64 {
+        let limit = self.shippable_end();
+        match self.replication.get() {
+            // Sync replication: consumers read only what enough copies hold.
+            Some(gate) if gate.is_sync() => limit.min(gate.confirmed()),
+            _ => limit,
+        }
+    }
+
+    /// What this node vouches for: durable bytes under sync flush, written ones
+    /// under async flush (what it may ship to a slave).
+    pub(super) fn shippable_end(&self) -> u64 {
         match self.opts.flush {
             FlushMode::Sync { .. } => self.log.flushed_offset(),
             FlushMode::Async { .. } => self.log.max_offset(),

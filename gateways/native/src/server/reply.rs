@@ -74,6 +74,12 @@ pub(crate) fn core_fail(e: CoreError) -> Fail {
         CoreError::TopicExists { .. } => response::TOPIC_EXIST_ALREADY,
         CoreError::NoPermission { .. } => response::NO_PERMISSION,
         CoreError::FlushTimeout { .. } => response::FLUSH_DISK_TIMEOUT,
+        // Sync replication (RocketMQ's SYNC_MASTER answers): no copy in time, or no
+        // in-sync slave at all. A write to a slave is Apache RocketMQ's
+        // SERVICE_NOT_AVAILABLE, its remark naming the slave role and the master.
+        CoreError::ReplicationTimeout { .. } => response::FLUSH_SLAVE_TIMEOUT,
+        CoreError::NoInSyncReplica { .. } => response::SLAVE_NOT_AVAILABLE,
+        CoreError::ReadOnlyReplica { .. } => response::SERVICE_NOT_AVAILABLE,
         CoreError::DiskFull { .. } | CoreError::ShutDown => response::SERVICE_NOT_AVAILABLE,
         CoreError::MessageTooLarge { .. }
         | CoreError::InvalidMessage(_)

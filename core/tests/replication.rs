@@ -1,0 +1,201 @@
+//! The store in a broker group, without sockets: a sync master's sends wait for the
+//! confirmed offset and its consumers never read past it; a slave refuses writes and
+//! builds its own queues from shipped runs (docs/replication.md).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketgate_core::Error;
+use rocketgate_core::clock::SystemClock;
+use rocketgate_core::store::ha::{Gate, Replicas};
+use rocketgate_core::store::{FlushMode, Message, Store, StoreDeps, StoreSettings};
+
+fn open(dir: &Path, flush: FlushMode) -> Arc<Store> {
+    let opts = StoreSettings {
+        segment_size: 64 * 1024,
+        max_message_size: 8 * 1024,
+        flush,
+        consume_queue_entries_per_file: 64,
+        index_slots: 16,
+        index_entries_per_file: 64,
+        ..StoreSettings::default()
+    };
+    Arc::new(Store::open(dir, opts, StoreDeps::default()).unwrap().0)
+}
+
+fn asynchronous() -> FlushMode {
+    FlushMode::Async {
+        interval: Duration::from_millis(10),
+    }
+}
+
+fn readable(store: &Store, topic: &str) -> u64 {
+    (0..4).map(|q| store.queue_bounds(topic, q).1).sum()
+}
+
+#[tokio::test]
+async fn a_sync_master_acks_and_serves_only_what_a_slave_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), asynchronous());
+    let gate = Arc::new(Gate::master(2, Duration::from_millis(300), 0));
+    store.attach_replication(gate.clone()).unwrap();
+    let replicas = Replicas::new(store.clone(), gate.clone(), 1 << 20, Arc::new(SystemClock));
+
+    // No slave: refused at once, but the message is in the log ("maybe") and unread.
+    let m = Message::new("t", 0, b"first".to_vec());
+    let e = store
+        .put_batch_async(std::slice::from_ref(&m))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NoInSyncReplica {
+                needed: 2,
+                in_sync: 0
+            }
+        ),
+        "{e}"
+    );
+    let end = store.positions().written;
+    assert!(end > 0);
+    store.wait_dispatched(Duration::from_millis(200));
+    assert_eq!(
+        readable(&store, "t"),
+        0,
+        "nobody reads past the confirmed offset"
+    );
+
+    // A slave joins and confirms: the first message becomes readable.
+    replicas.joined(1, 1, "slave".into(), 0);
+    replicas.acked(1, end).unwrap();
+    assert_eq!(gate.confirmed(), end);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(readable(&store, "t"), 1);
+
+    // In sync, no ack in time: ReplicationTimeout (and still unread).
+    let e = store
+        .put_batch_async(&[Message::new("t", 0, b"second".to_vec())])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::ReplicationTimeout { .. }), "{e}");
+    assert_eq!(readable(&store, "t"), 1);
+
+    // An ack beyond the end changes nothing.
+    let now = store.positions().written;
+    assert!(replicas.acked(1, now + 1).is_err());
+    assert_eq!(gate.confirmed(), end);
+
+    // A send whose copy arrives while it waits is acknowledged.
+    let s = store.clone();
+    let send = tokio::spawn(async move {
+        s.put_batch_async(&[Message::new("t", 0, b"third".to_vec())])
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replicas.acked(1, store.positions().written).unwrap();
+    send.await.unwrap().expect("acknowledged once confirmed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(readable(&store, "t"), 3);
+}
+
+#[tokio::test]
+async fn a_slave_refuses_writes_and_dispatches_what_it_is_shipped() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(a.path(), asynchronous());
+    let slave = open(b.path(), asynchronous());
+    slave
+        .attach_replication(Arc::new(Gate::slave("10.0.0.1:10912")))
+        .unwrap();
+    let e = slave
+        .put_batch_async(&[Message::new("t", 0, b"x".to_vec())])
+        .await
+        .unwrap_err();
+    match e {
+        Error::ReadOnlyReplica { master } => assert_eq!(master, "10.0.0.1:10912"),
+        other => panic!("{other}"),
+    }
+
+    for i in 0..300u32 {
+        master
+            .put(&Message::new("t", i % 4, vec![b'a'; 500 + i as usize]))
+            .unwrap();
+    }
+    let mut from = slave.positions().written;
+    while let Some(run) = master.ship(from, 8 * 1024).unwrap() {
+        let acked = slave
+            .append_replicated(run.offset, &run.bytes)
+            .await
+            .unwrap();
+        assert_eq!(acked, run.next);
+        from = run.next;
+    }
+    assert_eq!(slave.positions().written, master.positions().written);
+    slave.wait_dispatched(Duration::from_secs(5));
+    master.wait_dispatched(Duration::from_secs(5));
+    for q in 0..4 {
+        assert_eq!(slave.queue_bounds("t", q), master.queue_bounds("t", q));
+    }
+    assert_eq!(readable(&slave, "t"), 300);
+}
+
+/// The topic table and group settings travel through the log: a master's snapshot,
+/// shipped like any record, is applied by the slave's broker.
+#[tokio::test]
+async fn topics_and_groups_reach_the_slave_through_the_log() {
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, ConsumeMode, Heartbeat, MessagingApi, Subscription, TopicConfig,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+
+    master
+        .create_topic(TopicConfig::new("orders", 6))
+        .await
+        .unwrap();
+    master
+        .heartbeat(Heartbeat {
+            group: "billing".into(),
+            member: "m1".into(),
+            mode: ConsumeMode::Broadcasting,
+            subscriptions: vec![Subscription::tag("orders", "*")],
+        })
+        .await
+        .unwrap();
+    let body = master.publish_topic_snapshot(None).await.unwrap();
+    // Unchanged: not written again.
+    let end = ms.positions().written;
+    master.publish_topic_snapshot(Some(&body)).await.unwrap();
+    assert_eq!(ms.positions().written, end);
+
+    let mut from = 0;
+    while let Some(run) = ms.ship(from, 1 << 20).unwrap() {
+        ss.append_replicated(run.offset, &run.bytes).await.unwrap();
+        from = run.next;
+    }
+    ss.wait_dispatched(Duration::from_secs(5));
+    let applied = slave.apply_replicated_topics(None).unwrap();
+    assert!(applied.is_some());
+    let topics = slave
+        .topics(rocketgate_core::broker::TopicKind::User)
+        .await
+        .unwrap();
+    let orders = topics
+        .iter()
+        .find(|t| t.name == "orders")
+        .expect("orders on the slave");
+    assert_eq!(orders.read_queues, 6);
+    let info = slave.group_info("billing").await.unwrap();
+    assert_eq!(info.mode, Some(ConsumeMode::Broadcasting));
+    // Applying the same snapshot again changes nothing.
+    assert_eq!(slave.apply_replicated_topics(applied).unwrap(), applied);
+}

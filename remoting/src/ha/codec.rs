@@ -1,0 +1,360 @@
+//! The replication stream's frames (docs/replication.md has the byte layout). Pure:
+//! no tokio, no sockets. A short buffer is `Ok(None)` (read more), never an error.
+//!
+//! Every frame is `kind: u8 | len: u32 BE | payload[len]`; integers are big-endian.
+//!
+//! | kind | name    | direction      | payload                                                        |
+//! |------|---------|----------------|----------------------------------------------------------------|
+//! | 1    | HELLO   | slave → master | version u16, broker_id u64, log_end u64, segment_size u64, group (u16 len + UTF-8), secret (u16 len + bytes) |
+//! | 2    | WELCOME | master → slave | version u16, start u64, master_end u64                         |
+//! | 3    | REFUSE  | master → slave | code u16, reason UTF-8 (rest of the frame); then close          |
+//! | 4    | DATA    | master → slave | offset u64, confirmed u64, log bytes (empty = heartbeat)       |
+//! | 5    | ACK     | slave → master | log_end u64 (what it holds; also where the stream continues)   |
+
+/// The protocol version both ends must speak.
+pub const VERSION: u16 = 1;
+/// The largest frame accepted (a run is at most a few MiB; a record at most 2 GiB is
+/// impossible here: records are bounded by `store.max_message_size`).
+pub const MAX_FRAME: usize = 64 << 20;
+/// Bytes before a frame's payload.
+pub const HEADER: usize = 5;
+
+const HELLO: u8 = 1;
+const WELCOME: u8 = 2;
+const REFUSE: u8 = 3;
+const DATA: u8 = 4;
+const ACK: u8 = 5;
+
+/// A slave's opening frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u16,
+    pub broker_id: u64,
+    /// Where the slave's log ends: the stream starts here.
+    pub log_end: u64,
+    pub segment_size: u64,
+    /// `broker.name`: master and slave must be one group.
+    pub group: String,
+    pub secret: Vec<u8>,
+}
+
+/// Why a master refuses a slave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum RefuseCode {
+    Version = 1,
+    Secret = 2,
+    Group = 3,
+    /// The slave's log ends beyond the master's (rocketmq#1155/#3015).
+    BeyondEnd = 4,
+    /// The slave's log ends before the master's oldest retained byte and is not empty.
+    Gap = 5,
+    SegmentSize = 6,
+    /// The slave's id is 0 (a master's).
+    BrokerId = 7,
+    /// A frame the master did not expect.
+    Protocol = 8,
+}
+
+impl RefuseCode {
+    fn from_u16(v: u16) -> Option<RefuseCode> {
+        use RefuseCode::*;
+        [
+            Version,
+            Secret,
+            Group,
+            BeyondEnd,
+            Gap,
+            SegmentSize,
+            BrokerId,
+            Protocol,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
+    }
+}
+
+/// One frame of the replication stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Hello(Hello),
+    Welcome {
+        version: u16,
+        start: u64,
+        master_end: u64,
+    },
+    Refuse {
+        code: RefuseCode,
+        reason: String,
+    },
+    /// Log bytes at `offset`; `confirmed` is the master's high watermark.
+    Data {
+        offset: u64,
+        confirmed: u64,
+        bytes: bytes::Bytes,
+    },
+    Ack {
+        log_end: u64,
+    },
+}
+
+/// A frame that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes exceeds the maximum of {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("frame kind {kind} of {len} bytes is malformed: {what}")]
+    Malformed {
+        kind: u8,
+        len: usize,
+        what: &'static str,
+    },
+}
+
+impl Frame {
+    /// The frame's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::Hello(_) => "HELLO",
+            Frame::Welcome { .. } => "WELCOME",
+            Frame::Refuse { .. } => "REFUSE",
+            Frame::Data { .. } => "DATA",
+            Frame::Ack { .. } => "ACK",
+        }
+    }
+
+    /// Appends the frame's bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER]);
+        let kind = match self {
+            Frame::Hello(h) => {
+                out.extend_from_slice(&h.version.to_be_bytes());
+                out.extend_from_slice(&h.broker_id.to_be_bytes());
+                out.extend_from_slice(&h.log_end.to_be_bytes());
+                out.extend_from_slice(&h.segment_size.to_be_bytes());
+                put_short(out, h.group.as_bytes());
+                put_short(out, &h.secret);
+                HELLO
+            }
+            Frame::Welcome {
+                version,
+                start,
+                master_end,
+            } => {
+                out.extend_from_slice(&version.to_be_bytes());
+                out.extend_from_slice(&start.to_be_bytes());
+                out.extend_from_slice(&master_end.to_be_bytes());
+                WELCOME
+            }
+            Frame::Refuse { code, reason } => {
+                out.extend_from_slice(&(*code as u16).to_be_bytes());
+                out.extend_from_slice(reason.as_bytes());
+                REFUSE
+            }
+            Frame::Data {
+                offset,
+                confirmed,
+                bytes,
+            } => {
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(&confirmed.to_be_bytes());
+                out.extend_from_slice(bytes);
+                DATA
+            }
+            Frame::Ack { log_end } => {
+                out.extend_from_slice(&log_end.to_be_bytes());
+                ACK
+            }
+        };
+        let len = (out.len() - start - HEADER) as u32;
+        out[start] = kind;
+        out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes are
+    /// needed, else the frame and how many bytes it took.
+    pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
+        if buf.len() < HEADER {
+            return Ok(None);
+        }
+        let kind = buf[0];
+        if !(HELLO..=ACK).contains(&kind) {
+            return Err(FrameError::UnknownKind(kind));
+        }
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge(len));
+        }
+        if buf.len() < HEADER + len {
+            return Ok(None);
+        }
+        let p = &buf[HEADER..HEADER + len];
+        let bad = |what| FrameError::Malformed { kind, len, what };
+        let mut r = Reader(p);
+        let frame = match kind {
+            HELLO => {
+                let version = r.u16().ok_or(bad("short hello"))?;
+                let broker_id = r.u64().ok_or(bad("short hello"))?;
+                let log_end = r.u64().ok_or(bad("short hello"))?;
+                let segment_size = r.u64().ok_or(bad("short hello"))?;
+                let group = r.short().ok_or(bad("short group"))?;
+                let group =
+                    String::from_utf8(group.to_vec()).map_err(|_| bad("group not UTF-8"))?;
+                let secret = r.short().ok_or(bad("short secret"))?.to_vec();
+                r.end().ok_or(bad("bytes after the hello"))?;
+                Frame::Hello(Hello {
+                    version,
+                    broker_id,
+                    log_end,
+                    segment_size,
+                    group,
+                    secret,
+                })
+            }
+            WELCOME => {
+                let version = r.u16().ok_or(bad("short welcome"))?;
+                let start = r.u64().ok_or(bad("short welcome"))?;
+                let master_end = r.u64().ok_or(bad("short welcome"))?;
+                r.end().ok_or(bad("bytes after the welcome"))?;
+                Frame::Welcome {
+                    version,
+                    start,
+                    master_end,
+                }
+            }
+            REFUSE => {
+                let code = r.u16().ok_or(bad("short refuse"))?;
+                let code = RefuseCode::from_u16(code).ok_or(bad("unknown refuse code"))?;
+                let reason = String::from_utf8_lossy(r.0).into_owned();
+                Frame::Refuse { code, reason }
+            }
+            DATA => {
+                let offset = r.u64().ok_or(bad("short data"))?;
+                let confirmed = r.u64().ok_or(bad("short data"))?;
+                Frame::Data {
+                    offset,
+                    confirmed,
+                    bytes: bytes::Bytes::copy_from_slice(r.0),
+                }
+            }
+            _ => {
+                let log_end = r.u64().ok_or(bad("short ack"))?;
+                r.end().ok_or(bad("bytes after the ack"))?;
+                Frame::Ack { log_end }
+            }
+        };
+        Ok(Some((frame, HEADER + len)))
+    }
+}
+
+fn put_short(out: &mut Vec<u8>, b: &[u8]) {
+    let n = b.len().min(u16::MAX as usize);
+    out.extend_from_slice(&(n as u16).to_be_bytes());
+    out.extend_from_slice(&b[..n]);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+    }
+    fn short(&mut self) -> Option<&'a [u8]> {
+        let n = self.u16()? as usize;
+        self.take(n)
+    }
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames() -> Vec<Frame> {
+        vec![
+            Frame::Hello(Hello {
+                version: VERSION,
+                broker_id: 1,
+                log_end: 12345,
+                segment_size: 1 << 30,
+                group: "broker-a".into(),
+                secret: b"s3cret".to_vec(),
+            }),
+            Frame::Welcome {
+                version: VERSION,
+                start: 0,
+                master_end: 99,
+            },
+            Frame::Refuse {
+                code: RefuseCode::Secret,
+                reason: "wrong secret".into(),
+            },
+            Frame::Data {
+                offset: 7,
+                confirmed: 3,
+                bytes: bytes::Bytes::from_static(b"records"),
+            },
+            Frame::Data {
+                offset: 7,
+                confirmed: 3,
+                bytes: bytes::Bytes::new(),
+            },
+            Frame::Ack { log_end: 42 },
+        ]
+    }
+
+    #[test]
+    fn every_frame_round_trips_and_a_short_buffer_asks_for_more() {
+        let mut all = Vec::new();
+        for f in frames() {
+            f.encode(&mut all);
+        }
+        let mut at = 0;
+        for f in frames() {
+            // Every prefix of the frame is "incomplete", never an error.
+            let (_, n) = Frame::decode(&all[at..]).unwrap().unwrap();
+            for cut in 0..n {
+                assert_eq!(Frame::decode(&all[at..at + cut]).unwrap(), None);
+            }
+            let (got, n) = Frame::decode(&all[at..]).unwrap().unwrap();
+            assert_eq!(got, f);
+            at += n;
+        }
+        assert_eq!(at, all.len());
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_hang() {
+        assert_eq!(
+            Frame::decode(b"GET / HTTP/1.1\r\n"),
+            Err(FrameError::UnknownKind(b'G'))
+        );
+        let huge = [4u8, 0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(Frame::decode(&huge), Err(FrameError::TooLarge(_))));
+        let mut short_ack = Vec::new();
+        Frame::Ack { log_end: 1 }.encode(&mut short_ack);
+        short_ack[4] = 3;
+        short_ack.truncate(8);
+        assert!(matches!(
+            Frame::decode(&short_ack),
+            Err(FrameError::Malformed { .. })
+        ));
+    }
+}

@@ -1,0 +1,319 @@
+//! The master's side of the replication stream: one task per slave connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::codec::{Frame, RefuseCode, VERSION};
+use super::read_frame;
+
+/// The master's log and its group state, as the stream needs them.
+pub trait Source: Send + Sync + 'static {
+    /// `(oldest retained offset, end the master vouches for)`.
+    fn bounds(&self) -> (u64, u64);
+    fn segment_size(&self) -> u64;
+    /// Up to `max` bytes of whole records from `from`: `(bytes, next offset)`.
+    fn ship(&self, from: u64, max: usize) -> Result<Option<(Vec<u8>, u64)>, String>;
+    /// The high watermark, sent along with every run.
+    fn confirmed(&self) -> u64;
+    fn joined(&self, conn: u64, broker_id: u64, peer: SocketAddr, offset: u64);
+    /// A slave's report; an error (an offset beyond the end) drops the slave.
+    fn acked(&self, conn: u64, offset: u64) -> Result<(), String>;
+    fn left(&self, conn: u64);
+}
+
+/// How the master serves its slaves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `broker.name`: a slave of another group is refused.
+    pub group: String,
+    pub secret: Vec<u8>,
+    /// A heartbeat goes out when nothing else did for this long; a slave silent for
+    /// four of them is dropped.
+    pub heartbeat: Duration,
+    /// Bytes per run (at least one record is always sent whole).
+    pub batch: usize,
+}
+
+/// Stops the server: [`Handle::stop`] closes the listener and every slave connection.
+pub struct Handle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Handle {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Serves slaves on `listener` until stopped.
+pub fn serve<S: Source>(listener: TcpListener, source: Arc<S>, settings: Settings) -> Handle {
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let next_id = AtomicU64::new(1);
+        let mut conns = JoinSet::new();
+        let settings = Arc::new(settings);
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((sock, peer)) => {
+                        let conn = next_id.fetch_add(1, Ordering::Relaxed);
+                        let source = source.clone();
+                        let settings = settings.clone();
+                        let stopped = stopped.clone();
+                        conns.spawn(async move {
+                            let _ = sock.set_nodelay(true);
+                            match run(sock, peer, conn, &*source, &settings, stopped).await {
+                                Ok(()) => info!(%peer, conn, "replication: slave disconnected"),
+                                Err(e) => warn!(%peer, conn, error = %e, "replication: slave connection ended"),
+                            }
+                            source.left(conn);
+                        });
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "replication: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        conns.shutdown().await;
+    });
+    Handle { stop, task }
+}
+
+async fn refuse(
+    sock: &mut TcpStream,
+    peer: SocketAddr,
+    code: RefuseCode,
+    reason: String,
+) -> std::io::Result<()> {
+    warn!(%peer, ?code, %reason, "replication: refused a slave");
+    let mut out = Vec::new();
+    Frame::Refuse {
+        code,
+        reason: reason.clone(),
+    }
+    .encode(&mut out);
+    let _ = tokio::time::timeout(Duration::from_secs(2), sock.write_all(&out)).await;
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!("refused ({code:?}): {reason}"),
+    ))
+}
+
+/// Checks a slave's HELLO; the start offset of its stream, or why it is refused.
+fn admit(
+    hello: &super::Hello,
+    source: &impl Source,
+    settings: &Settings,
+) -> Result<u64, (RefuseCode, String)> {
+    if hello.version != VERSION {
+        return Err((
+            RefuseCode::Version,
+            format!(
+                "protocol version {} (this master speaks {VERSION})",
+                hello.version
+            ),
+        ));
+    }
+    if !super::same_secret(&hello.secret, &settings.secret) {
+        return Err((RefuseCode::Secret, "wrong shared secret (ha.secret)".into()));
+    }
+    if hello.group != settings.group {
+        return Err((
+            RefuseCode::Group,
+            format!(
+                "group `{}` is not this master's `{}`",
+                hello.group, settings.group
+            ),
+        ));
+    }
+    if hello.broker_id == 0 {
+        return Err((RefuseCode::BrokerId, "broker id 0 is the master's".into()));
+    }
+    if hello.segment_size != source.segment_size() {
+        return Err((
+            RefuseCode::SegmentSize,
+            format!(
+                "segment size {} differs from the master's {}",
+                hello.segment_size,
+                source.segment_size()
+            ),
+        ));
+    }
+    let (min, end) = source.bounds();
+    if hello.log_end > end {
+        return Err((
+            RefuseCode::BeyondEnd,
+            format!(
+                "the slave's log ends at {} beyond the master's end {end}",
+                hello.log_end
+            ),
+        ));
+    }
+    // A slave behind the oldest retained byte starts over there (its log must be
+    // empty; it checks that itself). A brand-new slave copies the whole retained log.
+    Ok(hello.log_end.max(min))
+}
+
+async fn run(
+    mut sock: TcpStream,
+    peer: SocketAddr,
+    conn: u64,
+    source: &impl Source,
+    settings: &Settings,
+    mut stopped: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let silence = settings.heartbeat * 4;
+    let hello = match tokio::time::timeout(
+        silence.max(Duration::from_secs(5)),
+        read_frame(&mut sock, &mut buf),
+    )
+    .await
+    {
+        Err(_) => {
+            return refuse(
+                &mut sock,
+                peer,
+                RefuseCode::Protocol,
+                "no HELLO in time".into(),
+            )
+            .await;
+        }
+        Ok(Err(e)) => {
+            return refuse(
+                &mut sock,
+                peer,
+                RefuseCode::Protocol,
+                format!("not a replication stream: {e}"),
+            )
+            .await;
+        }
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(Frame::Hello(h)))) => h,
+        Ok(Ok(Some(other))) => {
+            return refuse(
+                &mut sock,
+                peer,
+                RefuseCode::Protocol,
+                format!("expected HELLO, got {:?}", other.name()),
+            )
+            .await;
+        }
+    };
+    let mut next = match admit(&hello, source, settings) {
+        Ok(start) => start,
+        Err((code, reason)) => return refuse(&mut sock, peer, code, reason).await,
+    };
+    let (_, end) = source.bounds();
+    let mut out = Vec::with_capacity(settings.batch + 64);
+    Frame::Welcome {
+        version: VERSION,
+        start: next,
+        master_end: end,
+    }
+    .encode(&mut out);
+    sock.write_all(&out).await?;
+    source.joined(conn, hello.broker_id, peer, next);
+    info!(%peer, conn, broker_id = hello.broker_id, from = next, master_end = end, "replication: slave joined");
+
+    let (mut rd, mut wr) = sock.into_split();
+    let mut last_heard = Instant::now();
+    let mut last_sent = Instant::now();
+    let mut idle_since = Instant::now();
+    loop {
+        if *stopped.borrow() {
+            return Ok(());
+        }
+        // Ship what there is.
+        let shipped = source
+            .ship(next, settings.batch)
+            .map_err(std::io::Error::other)?;
+        out.clear();
+        match shipped {
+            Some((bytes, after)) => {
+                Frame::Data {
+                    offset: next,
+                    confirmed: source.confirmed(),
+                    bytes: bytes.into(),
+                }
+                .encode(&mut out);
+                next = after;
+                idle_since = Instant::now();
+            }
+            None if last_sent.elapsed() >= settings.heartbeat => {
+                Frame::Data {
+                    offset: next,
+                    confirmed: source.confirmed(),
+                    bytes: bytes::Bytes::new(),
+                }
+                .encode(&mut out);
+            }
+            None => {}
+        }
+        if !out.is_empty() {
+            wr.write_all(&out).await?;
+            last_sent = Instant::now();
+        }
+        // Read acks that arrived, and wait a little when there was nothing to ship
+        // (1 ms while recently busy, so a sync send is not held up; 10 ms when idle).
+        let wait = if !out.is_empty() && out.len() > 64 {
+            Duration::ZERO
+        } else if idle_since.elapsed() < Duration::from_secs(1) {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(10)
+        };
+        let read = tokio::select! {
+            r = read_frame(&mut rd, &mut buf) => Some(r),
+            _ = tokio::time::sleep(wait), if !wait.is_zero() => None,
+            _ = stopped.changed() => return Ok(()),
+            _ = std::future::ready(()), if wait.is_zero() => None,
+        };
+        if let Some(r) = read {
+            match r? {
+                None => return Ok(()),
+                Some(Frame::Ack { log_end }) => {
+                    last_heard = Instant::now();
+                    if let Err(e) = source.acked(conn, log_end) {
+                        let mut w = Vec::new();
+                        warn!(%peer, conn, error = %e, "replication: refused an acknowledgement; dropping the slave");
+                        Frame::Refuse {
+                            code: RefuseCode::BeyondEnd,
+                            reason: e.clone(),
+                        }
+                        .encode(&mut w);
+                        let _ = wr.write_all(&w).await;
+                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                    }
+                }
+                Some(other) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("unexpected {} from a slave", other.name()),
+                    ));
+                }
+            }
+        }
+        if last_heard.elapsed() > silence {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no acknowledgement for {silence:?}"),
+            ));
+        }
+    }
+}

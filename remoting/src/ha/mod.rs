@@ -1,0 +1,56 @@
+//! The replication (HA) stream of a broker group: a protocol of its own on its own
+//! port (`listen.ha`), RocketMQ's HA channel with a handshake (docs/replication.md).
+//!
+//! - [`codec`]: the frames, pure.
+//! - [`master::serve`]: the master's listener; per slave one task that checks the
+//!   slave's HELLO (version, group, broker id, secret, segment size, and that its log
+//!   does not end beyond the master's), then streams log runs from where the slave's
+//!   log ends, with heartbeats, and reports the slave's acks to its [`master::Source`].
+//! - [`slave::spawn`]: the slave's connect-and-follow loop, appending every run to its
+//!   [`slave::Target`] and acknowledging what it holds; reconnects with back-off.
+//!
+//! What the log *is* stays the caller's: the binary implements [`master::Source`] and
+//! [`slave::Target`] over the store.
+
+pub mod codec;
+pub mod master;
+pub mod slave;
+
+pub use codec::{Frame, FrameError, Hello, RefuseCode, VERSION};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Reads the next frame from `io` into `buf`; `Ok(None)` at a clean end of stream.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> std::io::Result<Option<Frame>> {
+    loop {
+        match Frame::decode(buf) {
+            Ok(Some((frame, n))) => {
+                let _ = buf.split_to(n);
+                return Ok(Some(frame));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+            }
+        }
+        if buf.capacity() - buf.len() < 64 * 1024 {
+            buf.reserve(256 * 1024);
+        }
+        if io.read_buf(buf).await? == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            };
+        }
+    }
+}
+
+/// Compares secrets in time independent of where they differ.
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
