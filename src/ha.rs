@@ -81,7 +81,8 @@ impl slave::Target for Target {
 pub enum Replication {
     Master {
         replicas: Arc<Replicas>,
-        server: master::Handle,
+        /// `None`: replication is off (no `ha.secret`), the port is not open.
+        server: Option<master::Handle>,
         ticker: tokio::task::JoinHandle<()>,
         snapshots: tokio::task::JoinHandle<()>,
     },
@@ -115,9 +116,13 @@ pub fn attach(config: &Config, store: &Arc<Store>) -> anyhow::Result<Arc<Gate>> 
 }
 
 /// Binds the master's replication port (so a port-0 address is known before the
-/// registrar advertises it); `None` on a slave.
+/// registrar advertises it); `None` on a slave, and on a master without `ha.secret`
+/// (an open replication port without a secret would hand the whole log to anyone).
 pub async fn bind(config: &mut Config) -> anyhow::Result<Option<TcpListener>> {
-    if config.is_slave() {
+    if !config.serves_ha() {
+        if !config.is_slave() {
+            tracing::info!("replication port closed: set ha.secret to serve slaves");
+        }
         return Ok(None);
     }
     let listener = TcpListener::bind(config.listen.ha)
@@ -138,24 +143,26 @@ pub fn start(
 ) -> Replication {
     let store = broker.store();
     let ha = &config.ha;
-    match listener {
-        Some(listener) => {
+    match (config.is_slave(), listener) {
+        (false, listener) => {
             let replicas = Arc::new(Replicas::new(
                 store.clone(),
                 gate,
                 ha.max_lag_bytes.0,
                 Arc::new(SystemClock),
             ));
-            let server = master::serve(
-                listener,
-                Arc::new(Source(replicas.clone())),
-                master::Settings {
-                    group: config.broker.name.clone(),
-                    secret: ha.secret.as_bytes().to_vec(),
-                    heartbeat: ha.heartbeat_interval,
-                    batch: BATCH,
-                },
-            );
+            let server = listener.map(|listener| {
+                master::serve(
+                    listener,
+                    Arc::new(Source(replicas.clone())),
+                    master::Settings {
+                        group: config.broker.name.clone(),
+                        secret: ha.secret.as_bytes().to_vec(),
+                        heartbeat: ha.heartbeat_interval,
+                        batch: BATCH,
+                    },
+                )
+            });
             // The in-sync set follows the master's end even while slaves are silent.
             let ticker = {
                 let replicas = replicas.clone();
@@ -213,7 +220,7 @@ pub fn start(
                 snapshots,
             }
         }
-        None => {
+        (true, _) => {
             tracing::info!(master = %ha.master, broker_id = config.broker.id, "replication: this broker is a read-only slave");
             let follower = slave::spawn(
                 Arc::new(Target(store.clone())),
@@ -262,7 +269,9 @@ impl Replication {
             } => {
                 ticker.abort();
                 snapshots.abort();
-                server.stop().await;
+                if let Some(server) = server {
+                    server.stop().await;
+                }
             }
             Replication::Slave {
                 follower, adopter, ..

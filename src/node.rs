@@ -307,7 +307,7 @@ fn start_registrar(
         name: b.name.clone(),
         id: b.id,
         addr: config.listen.native.to_string(),
-        ha_addr: if config.is_slave() {
+        ha_addr: if !config.serves_ha() {
             String::new()
         } else {
             config.listen.ha.to_string()
@@ -495,7 +495,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let gate = crate::ha::attach(&config, &store)?;
     let broker = open_broker(&config, store)?;
     let replication = crate::ha::start(&config, &broker, gate, ha_listener);
-    if let Some(addr) = (!config.is_slave()).then_some(config.listen.ha) {
+    if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
         announce("ha", addr);
     }
     let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
@@ -585,7 +585,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     let gate = crate::ha::attach(&config, &store)?;
     let broker = open_broker(&config, store)?;
     let replication = crate::ha::start(&config, &broker, gate, ha_listener);
-    if let Some(addr) = (!config.is_slave()).then_some(config.listen.ha) {
+    if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
         announce("ha", addr);
     }
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone(), &auth);

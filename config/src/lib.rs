@@ -546,6 +546,13 @@ impl Config {
     pub fn is_slave(&self) -> bool {
         self.broker.id > 0
     }
+
+    /// Whether this node opens the replication port: a master with `ha.secret` set.
+    /// Without a secret the port stays closed — an open one would hand the whole log
+    /// to anyone who connects — and the node runs alone.
+    pub fn serves_ha(&self) -> bool {
+        !self.is_slave() && !self.ha.secret.is_empty()
+    }
 }
 
 fn local(port: u16) -> SocketAddr {
@@ -876,6 +883,14 @@ impl Config {
                 "broker.id is {} (a slave): ha.master must name the master's replication address",
                 self.broker.id
             ));
+        }
+        if ha.secret.is_empty() && (self.is_slave() || ha.required_copies() > 1) {
+            bad.push(
+                "replication needs ha.secret (the shared secret of the replication channel) on \
+                 the master and its slaves: set it (ROCKETGATE_HA__SECRET) for a slave or a \
+                 master that waits for copies"
+                    .into(),
+            );
         }
         if !ha.master.is_empty() && !ha.master.contains(':') {
             bad.push(format!("ha.master `{}` must be host:port", ha.master));

@@ -221,6 +221,7 @@ fn ha_settings_from_env_and_their_checks() {
             "127.0.0.1:10912".to_string(),
         ),
         ("ROCKETGATE_HA__MODE".to_string(), "sync".to_string()),
+        ("ROCKETGATE_HA__SECRET".to_string(), "s3cret".to_string()),
         (
             "ROCKETGATE_HA__SYNC_TIMEOUT".to_string(),
             "750ms".to_string(),
@@ -240,4 +241,18 @@ fn ha_settings_from_env_and_their_checks() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("ha.master"), "{err}");
+
+    // Replication without a shared secret is refused (a slave, a master waiting for
+    // copies); a lone master without one keeps its replication port closed.
+    for (key, value) in [("broker.id", "1"), ("ha.mode", "sync")] {
+        let mut o = vec![Override::new(key, value, "flag")];
+        if key == "broker.id" {
+            o.push(Override::new("ha.master", "127.0.0.1:10912", "flag"));
+        }
+        let err = Config::load(None, &o).unwrap_err().to_string();
+        assert!(err.contains("ha.secret"), "{key}: {err}");
+    }
+    assert!(!Config::default().serves_ha());
+    let with_secret = Config::load(None, &[Override::new("ha.secret", "s", "flag")]).unwrap();
+    assert!(with_secret.serves_ha());
 }
