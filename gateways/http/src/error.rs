@@ -91,6 +91,8 @@ fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
         CoreError::OffsetOutOfRange { .. } => (S::BAD_REQUEST, "offset_out_of_range"),
         CoreError::DiskFull { .. } => (S::SERVICE_UNAVAILABLE, "disk_full"),
         CoreError::FlushTimeout { .. } => (S::SERVICE_UNAVAILABLE, "flush_timeout"),
+        // A failed sync: not acknowledged; the node takes writes again after a restart.
+        CoreError::FlushFailed(_) => (S::SERVICE_UNAVAILABLE, "flush_failed"),
         CoreError::ShutDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
         CoreError::InvalidArgument(_) => (S::BAD_REQUEST, "invalid_argument"),
         CoreError::InvalidTopicName { .. } | CoreError::InvalidName(_) => {

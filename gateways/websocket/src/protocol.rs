@@ -549,7 +549,9 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
         E::StaleReceiptHandle { .. } => "stale_receipt",
         E::GroupModeConflict { .. } => "group_mode_conflict",
         E::QueueNotFound { .. } => "queue_not_found",
-        E::DiskFull { .. } | E::FlushTimeout { .. } | E::ShutDown => "unavailable",
+        E::DiskFull { .. } | E::FlushTimeout { .. } | E::FlushFailed(_) | E::ShutDown => {
+            "unavailable"
+        }
         _ => "internal",
     };
     (code, e.to_string())

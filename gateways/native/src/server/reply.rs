@@ -74,7 +74,9 @@ pub(crate) fn core_fail(e: CoreError) -> Fail {
         CoreError::TopicExists { .. } => response::TOPIC_EXIST_ALREADY,
         CoreError::NoPermission { .. } => response::NO_PERMISSION,
         CoreError::FlushTimeout { .. } => response::FLUSH_DISK_TIMEOUT,
-        CoreError::DiskFull { .. } | CoreError::ShutDown => response::SERVICE_NOT_AVAILABLE,
+        CoreError::DiskFull { .. } | CoreError::ShutDown | CoreError::FlushFailed(_) => {
+            response::SERVICE_NOT_AVAILABLE
+        }
         CoreError::MessageTooLarge { .. }
         | CoreError::InvalidMessage(_)
         | CoreError::DelayTooLong { .. } => response::MESSAGE_ILLEGAL,
