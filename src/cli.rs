@@ -31,6 +31,14 @@ pub enum Command {
     /// Users of the user store (authentication; see docs/security.md).
     #[command(subcommand)]
     User(UserCommand),
+    /// Checks a stopped node's data directory: every record's checksums, and the
+    /// consume queues and index against the commit log (docs/reliability.md).
+    /// Exit code 0: no problems; 5: problems found.
+    Verify(CheckArgs),
+    /// Repairs a stopped node's data directory: truncates a bad tail,
+    /// quarantines damaged records, rebuilds consume queues and index from the
+    /// commit log (docs/reliability.md). Exit code 0 when it verifies clean after.
+    Repair(CheckArgs),
     /// Benchmarks (see docs/benchmarks.md).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -125,6 +133,17 @@ impl GroupArgs {
             ));
         }
     }
+}
+
+/// Flags of `verify` and `repair` (the data directory and store settings come
+/// from the same config, environment and `--data-dir` as the node's).
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

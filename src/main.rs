@@ -52,6 +52,9 @@ fn main() -> std::process::ExitCode {
 /// fixed by restarting) from other failures (docs/reliability.md).
 fn exit_code(e: &anyhow::Error) -> u8 {
     use rocketgate_core::Error as CoreError;
+    if e.downcast_ref::<run::ProblemsFound>().is_some() {
+        return EXIT_PROBLEMS_FOUND;
+    }
     let core = e.chain().find_map(|c| c.downcast_ref::<CoreError>());
     match core {
         Some(CoreError::DataDirLocked { .. }) => EXIT_DATA_DIR_LOCKED,
@@ -65,3 +68,5 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 const EXIT_DATA_DIR_LOCKED: u8 = 3;
 /// The data directory's file system is full or read-only.
 const EXIT_DISK_UNUSABLE: u8 = 4;
+/// `verify` (or `repair`, after repairing) found problems in the data directory.
+const EXIT_PROBLEMS_FOUND: u8 = 5;

@@ -335,7 +335,7 @@ impl Broker {
         from: u64,
         want: usize,
     ) -> Result<(Scanned, Vec<(u64, bytes::Bytes)>)> {
-        let read = self.store.read_queue(
+        let read = self.store.read_queue_entries(
             &req.topic,
             queue_id,
             from,
@@ -353,7 +353,8 @@ impl Broker {
                 break;
             }
             scan.next = offset + 1;
-            if let Some(record) = read_if_matches(&self.store, &req.filter, &entry)? {
+            let at = (req.topic.as_str(), queue_id, offset);
+            if let Some(record) = read_if_matches(&self.store, &req.filter, at, &entry)? {
                 scan.matched.push(offset);
                 found.push((offset, record.into_bytes()));
             }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::io::Files;
 use crate::{Error, Result};
 
 const CHECKPOINT: &str = "checkpoint";
@@ -57,14 +58,17 @@ impl Checkpoint {
 
     /// Atomically replaces the checkpoint in `dir`.
     pub fn store(&self, dir: &Path) -> Result<()> {
+        self.store_with(dir, &Files::os())
+    }
+
+    /// [`Checkpoint::store`] through the given file operations.
+    pub fn store_with(&self, dir: &Path, files: &Files) -> Result<()> {
         let tmp = dir.join("checkpoint.tmp");
         let body = serde_json::to_vec(self).expect("checkpoint serializes");
-        let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(&body).map_err(|e| Error::io(&tmp, e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
         let path = dir.join(CHECKPOINT);
-        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        sync_dir(dir)
+        files
+            .replace_file(&path, &tmp, &body)
+            .map_err(|e| Error::io(&path, e))
     }
 }
 

@@ -16,7 +16,6 @@ mod replica;
 mod segment;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,8 +26,10 @@ pub use recovery::{Recovery, RecoveryReport};
 pub use replica::Shipment;
 pub use segment::RecordRef;
 use segment::Segment;
+pub(crate) use segment::parse_file_name as parse_segment_name;
 
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 use crate::store::record::{
     self, END_FILE_MIN_BLANK_LENGTH, Header, Message, Parts, Placed, PlainBatch, Props, Stamp,
 };
@@ -173,7 +174,12 @@ struct AppendState {
 /// - A record never crosses a segment and leaves at least 8 bytes after it in
 ///   its segment, so there is always room for the filler.
 /// - Bytes at and above the written position are zero after `open` (recovery
-///   zeroes a torn tail), and are touched only by the appender.
+///   zeroes a torn tail), and are touched only by the appender; a write that
+///   fails part way is zeroed again before the next one (or the log stops).
+/// - After a failed sync the log is *stopped* ([`CommitLog::stopped`]) for good:
+///   no append and no sync is accepted, so nothing is acknowledged on the word
+///   of a retried `fsync` (the kernel may have dropped the dirty pages and
+///   cleared the error). Reopening runs crash recovery from the durable point.
 pub struct CommitLog {
     dir: PathBuf,
     config: CommitLogSettings,
@@ -193,6 +199,11 @@ pub struct CommitLog {
     /// [`CommitLog::warm_ahead`]); `u64::MAX` once pre-faulting failed (an old
     /// kernel without `MADV_POPULATE_WRITE`): not tried again.
     warmed: AtomicU64,
+    /// File operations (production: the syscalls; tests inject faults).
+    files: Files,
+    /// Why the log stopped taking writes (a failed sync or an unrepairable
+    /// partial write); set once, never cleared while open.
+    stopped: std::sync::OnceLock<String>,
 }
 
 fn now_millis() -> i64 {
@@ -209,9 +220,19 @@ impl CommitLog {
         config: CommitLogSettings,
         recovery: Recovery,
     ) -> Result<(CommitLog, RecoveryReport)> {
+        Self::open_with(dir, config, recovery, Files::os())
+    }
+
+    /// [`CommitLog::open`] with the given file operations (tests inject faults).
+    pub fn open_with(
+        dir: impl Into<PathBuf>,
+        config: CommitLogSettings,
+        recovery: Recovery,
+        files: Files,
+    ) -> Result<(CommitLog, RecoveryReport)> {
         config.validate()?;
         let dir = dir.into();
-        let recovered = recovery::recover(&dir, &config, recovery)?;
+        let recovered = recovery::recover(&dir, &config, recovery, &files)?;
         let active = recovered
             .segments
             .last()
@@ -231,6 +252,8 @@ impl CommitLog {
             written: AtomicU64::new(end),
             flushed: AtomicU64::new(recovered.durable.min(end)),
             warmed: AtomicU64::new(0),
+            files,
+            stopped: std::sync::OnceLock::new(),
         };
         // What recovery kept past the checkpoint may only be in the page cache
         // (a process crash); make it durable before anyone relies on it.
@@ -344,6 +367,7 @@ impl CommitLog {
         }
 
         let mut st = self.lock_append();
+        self.check_running()?;
         let (segment, base) = self.position_for(&mut st, buf.len() as u64)?;
         let store_timestamp = now_millis();
         // Stamp every record against a scratch copy of the touched queue offsets,
@@ -376,7 +400,19 @@ impl CommitLog {
                 queue_offset: stamp.queue_offset,
             });
         }
-        segment.write((base - segment.start()) as usize, &buf)?;
+        let at = (base - segment.start()) as usize;
+        if let Err(e) = segment.write(at, &buf) {
+            // Part of it may be in the file: whole records of a batch nobody
+            // was told is stored, which a later recovery would find and serve.
+            // Zero it (the bytes above the written position must be zero);
+            // if even that fails, stop: the log's tail is unknown.
+            if let Err(z) = segment.write(at, &vec![0u8; buf.len()]) {
+                self.stop(format!(
+                    "a failed append ({e}) could not be undone ({z}); the tail of the log is unknown"
+                ));
+            }
+            return Err(e);
+        }
         for ((topic, qid), next) in touched {
             st.queue_offsets.set(topic, qid, next);
         }
@@ -399,6 +435,7 @@ impl CommitLog {
             st.active.end(),
             self.config.segment_size as usize,
             self.config.write_through,
+            &self.files,
         )?);
         if remaining >= END_FILE_MIN_BLANK_LENGTH as u64 {
             let mut blank = [0u8; 8];
@@ -495,6 +532,30 @@ impl CommitLog {
         self.flushed.load(Ordering::Acquire)
     }
 
+    /// Why the log stopped taking writes, if it did (see the type's invariants).
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.get().map(String::as_str)
+    }
+
+    fn stop(&self, reason: String) {
+        if self.stopped.set(reason.clone()).is_ok() {
+            tracing::error!(
+                dir = %self.dir.display(),
+                %reason,
+                "the commit log stopped taking writes; restart the node to recover from its last durable point"
+            );
+        }
+    }
+
+    fn check_running(&self) -> Result<()> {
+        match self.stopped.get() {
+            None => Ok(()),
+            Some(reason) => Err(Error::FlushFailed(format!(
+                "writes are stopped: {reason}; restart the node to recover from its last durable point"
+            ))),
+        }
+    }
+
     fn out_of_range(&self, offset: u64) -> Error {
         Error::OffsetOutOfRange {
             offset,
@@ -541,6 +602,7 @@ impl CommitLog {
             .segment_for(phys)
             .ok_or_else(|| self.out_of_range(phys))?;
         let rel = (phys - seg.start()) as usize;
+        seg.check_read(rel..rel + 8)?;
         match record::read_header(seg.bytes(rel..rel + 8)) {
             Ok(Header::Message { size }) => {
                 let end = phys + u64::from(size);
@@ -551,6 +613,7 @@ impl CommitLog {
                         format!("record size {size} runs past the written data"),
                     ));
                 }
+                seg.check_read(rel..rel + size as usize)?;
                 Ok(RecordRef {
                     range: rel..rel + size as usize,
                     segment: seg,
@@ -600,6 +663,9 @@ impl CommitLog {
     /// if a segment file was created since. Returns the new durable position;
     /// on error the durable position does not move. Safe to call concurrently.
     pub fn flush(&self) -> Result<u64> {
+        // Never sync again after a failed sync: a retry that succeeds says
+        // nothing about pages the kernel dropped after the first one failed.
+        self.check_running()?;
         let target = self.max_offset();
         let from = self.flushed_offset();
         if target <= from {
@@ -622,14 +688,15 @@ impl CommitLog {
                 seg.flush_range(lo as usize..hi as usize)?;
             }
             if !new_files.is_empty() {
-                File::open(&self.dir)
-                    .and_then(|d| d.sync_all())
+                self.files
+                    .sync_dir(&self.dir)
                     .map_err(|e| Error::io(&self.dir, e))?;
             }
             Ok(())
         })();
         if let Err(e) = result {
             new_files.iter().for_each(|s| s.restore_needs_dir_sync());
+            self.stop(format!("a commit-log sync failed: {e}"));
             return Err(e);
         }
         self.flushed.fetch_max(target, Ordering::AcqRel);

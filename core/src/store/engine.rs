@@ -33,6 +33,7 @@ use super::consume_queue::{ConsumeQueues, CqBatch, CqEntry, tag_hash, validate_t
 use super::disk::{DiskSpace, Statvfs};
 use super::flush::{FlushMode as FlushPolicy, GroupCommit};
 use super::index::IndexStore;
+use super::io::Files;
 use super::lock::DirLock;
 use super::record::{self, Message, RecordView};
 use crate::{Error, Result};
@@ -109,6 +110,8 @@ pub struct StoreDeps {
     pub disk: Arc<dyn DiskSpace>,
     /// Wall-clock ms; injectable for retention tests.
     pub clock: Arc<dyn Clock>,
+    /// File operations ([`super::io`]): the syscalls, or faults injected by tests.
+    pub files: Files,
 }
 
 impl Default for StoreDeps {
@@ -116,6 +119,7 @@ impl Default for StoreDeps {
         StoreDeps {
             disk: Arc::new(Statvfs),
             clock: system_clock(),
+            files: Files::os(),
         }
     }
 }
@@ -284,17 +288,27 @@ impl Store {
             store_host: opts.store_host,
             write_through: matches!(opts.flush, FlushMode::Sync { .. }),
         };
-        let (log, recovery) = CommitLog::open(
+        let (log, recovery) = CommitLog::open_with(
             dir.join("commitlog"),
             log_opts,
             Recovery::from(checkpoint.map(|c| c.log_flushed)),
+            deps.files.clone(),
         )?;
         let log = Arc::new(log);
         report.log_end = log.max_offset();
         report.truncated_bytes = recovery.truncated_bytes;
 
-        let queues = ConsumeQueues::open(dir, opts.consume_queue_entries_per_file as u64)?;
-        let index = IndexStore::open(dir, opts.index_slots, opts.index_entries_per_file)?;
+        let queues = ConsumeQueues::open_with(
+            dir,
+            opts.consume_queue_entries_per_file as u64,
+            deps.files.clone(),
+        )?;
+        let index = IndexStore::open_with(
+            dir,
+            opts.index_slots,
+            opts.index_entries_per_file,
+            deps.files.clone(),
+        )?;
         queues.truncate_all_from_phys(log.max_offset())?;
         // Queue files may still point into segments retention already deleted.
         queues.delete_all_before_phys(log.min_offset())?;
@@ -431,7 +445,11 @@ impl Store {
             return Err(Error::InvalidMessage("an empty batch".into()));
         }
         self.check_appendable(std::iter::once(topic))?;
-        let (ts, placed) = self.inner.log.append_encoded(batch, topic, queue_id)?;
+        let (ts, placed) = self
+            .inner
+            .log
+            .append_encoded(batch, topic, queue_id)
+            .map_err(|e| self.inner.out_of_space(e))?;
         self.after_append();
         let end = placed
             .last()
@@ -532,11 +550,21 @@ impl Store {
         let batch = if from < max_off && max > 0 {
             let mut batch = q.read(from, max)?;
             // Only entries whose record is intact and is the message they name.
-            batch.entries.retain(|(offset, e)| {
-                self.inner
-                    .verified_entry(topic, queue_id, *offset, e)
-                    .is_ok()
-            });
+            // An I/O error is not a verdict on the record: the read fails and
+            // the reader keeps its place (it would otherwise skip a message).
+            let mut kept = Vec::with_capacity(batch.entries.len());
+            for (offset, e) in batch.entries {
+                match self.inner.verified_entry(topic, queue_id, offset, &e) {
+                    Ok(_) => kept.push((offset, e)),
+                    Err(
+                        Error::Corrupt { .. }
+                        | Error::OffsetOutOfRange { .. }
+                        | Error::InvalidArgument(_),
+                    ) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            batch.entries = kept;
             batch
         } else {
             CqBatch {
@@ -550,6 +578,68 @@ impl Store {
             min_offset: min,
             max_offset: max_off,
         })
+    }
+
+    /// Up to `max` entries of a consume queue from `offset`, as the queue holds
+    /// them: **not** checked against the commit log. For readers that read each
+    /// record they serve through [`Store::read_queued`], which verifies it there,
+    /// once (the pull and POP scans: a tag filter then skips an entry by its tag
+    /// hash without reading or hashing its record at all). Everyone else uses
+    /// [`Store::read_queue`].
+    pub fn read_queue_entries(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<QueueRead> {
+        let Some(q) = self.inner.queues.get(topic, queue_id) else {
+            return Ok(QueueRead::default());
+        };
+        let (min, max_off) = (q.min_offset(), q.max_offset());
+        let from = offset.clamp(min, max_off);
+        let batch = if from < max_off && max > 0 {
+            q.read(from, max)?
+        } else {
+            CqBatch {
+                entries: Vec::new(),
+                next_offset: from,
+            }
+        };
+        Ok(QueueRead {
+            entries: batch.entries,
+            next_offset: batch.next_offset,
+            min_offset: min,
+            max_offset: max_off,
+        })
+    }
+
+    /// The record entry `entry` (at `queue_offset` of `topic`/`queue_id`) points
+    /// at, with `inspect` run on its parsed view, after one check that it is
+    /// intact (its checksums) and is the message the entry names.
+    ///
+    /// `Ok(None)`: the record is damaged, is another message, or is gone (below
+    /// the log's minimum); a damaged one is reported (log line and
+    /// [`Store::corrupt_records`]) and never returned. The caller moves past it,
+    /// as [`Store::read_queue`] drops such entries. An I/O error reading it is an
+    /// error: the record may be fine, so the caller keeps its place and retries.
+    pub fn read_queued<T>(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        entry: &CqEntry,
+        inspect: impl FnOnce(&RecordView<'_>) -> T,
+    ) -> Result<Option<(RecordRef, T)>> {
+        match self
+            .inner
+            .verified_entry_with(topic, queue_id, queue_offset, entry, inspect)
+        {
+            Ok(found) => Ok(Some(found)),
+            Err(Error::Corrupt { .. } | Error::OffsetOutOfRange { .. }) => Ok(None),
+            Err(Error::InvalidArgument(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The stored record at `phys` (RocketMQ layout, ready to send as is).
@@ -680,6 +770,13 @@ impl Store {
     /// among all the appends that were waiting).
     pub fn sync_count(&self) -> u64 {
         self.inner.durability.sync_count()
+    }
+
+    /// Why the store stopped taking writes, if it did: a commit-log sync failed
+    /// (or a failed append could not be undone). Nothing is acknowledged after
+    /// that until the node restarts and recovers from its last durable point.
+    pub fn write_stopped(&self) -> Option<String> {
+        self.inner.log.stopped().map(str::to_owned)
     }
 
     /// Last measured share of the disk in use.
@@ -869,6 +966,6 @@ impl Inner {
             dispatched: dispatched.min(log_flushed),
             written_at_ms: self.deps.clock.now_ms(),
         }
-        .store(&self.dir)
+        .store_with(&self.dir, &self.deps.files)
     }
 }

@@ -8,7 +8,10 @@
 //! or [`GroupCommit::wait_durable_async`] (tokio) with its
 //! [`AppendResult::end_offset`](crate::store::commit_log::AppendResult). A failed
 //! msync is an error to every waiter whose offset it covered, never an
-//! acknowledgement, and is retried on the next round.
+//! acknowledgement. A target may then refuse to sync again
+//! ([`FlushTarget::stopped`]): the commit log does, because a retried `fsync`
+//! that succeeds proves nothing about pages the kernel dropped after the failed
+//! one; the flusher then stops trying until close. Other targets are retried.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -42,6 +45,10 @@ pub trait FlushTarget: Send + Sync + 'static {
     fn durable_offset(&self) -> u64;
     /// Makes everything written so far durable; returns the new durable offset.
     fn sync(&self) -> Result<u64>;
+    /// Whether a failed sync stopped it for good (no round can succeed).
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 impl FlushTarget for CommitLog {
@@ -53,6 +60,9 @@ impl FlushTarget for CommitLog {
     }
     fn sync(&self) -> Result<u64> {
         self.flush()
+    }
+    fn stopped(&self) -> bool {
+        CommitLog::stopped(self).is_some()
     }
 }
 
@@ -175,7 +185,18 @@ impl<L: FlushTarget> Shared<L> {
                 self.gather();
             }
             if self.round().is_err() {
-                let st = self.lock();
+                let mut st = self.lock();
+                if self.log.stopped() {
+                    // Nothing can be made durable any more: wait for close
+                    // rather than fail (and log) a round every few ms.
+                    while !st.shutdown {
+                        st = self
+                            .wake_flusher
+                            .wait(st)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
+                    return;
+                }
                 if !st.shutdown {
                     let _ = self.wake_flusher.wait_timeout(st, RETRY_BACKOFF);
                 }
@@ -211,6 +232,12 @@ impl<L: FlushTarget> Shared<L> {
             && f.covered >= offset
         {
             return Err(Error::FlushFailed(f.message.clone()));
+        }
+        if self.log.stopped() {
+            // Not durable now and never will be in this process.
+            return Err(Error::FlushFailed(
+                "writes are stopped after a failed sync; restart the node to recover from its last durable point".into(),
+            ));
         }
         if st.closed {
             return Err(Error::ShutDown);

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 
 /// Suffix of a mapped file still being created (see [`MappedFile::create`]).
 pub(crate) const UNFINISHED_SUFFIX: &str = ".tmp";
@@ -41,31 +42,6 @@ pub(crate) fn remove_if_unfinished(path: &Path) -> Result<bool> {
 /// [`MappedFile::allocate_to`]).
 const ALLOCATE_STEP: usize = 1 << 20;
 
-/// Allocates the blocks of `[from, to)` (Linux `posix_fallocate`; glibc writes
-/// zeros where the file system cannot allocate). A page of a shared mapping with
-/// no block behind it is a SIGBUS at first touch when the disk is full (on tmpfs
-/// even a read of it is), so every byte this process maps and touches is
-/// allocated here first, and a full disk is an `ENOSPC` error instead of a signal.
-#[cfg(target_os = "linux")]
-fn allocate(file: &File, from: usize, to: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if to <= from {
-        return Ok(());
-    }
-    let off = libc::off_t::try_from(from).map_err(std::io::Error::other)?;
-    let len = libc::off_t::try_from(to - from).map_err(std::io::Error::other)?;
-    // SAFETY: a plain syscall on a file descriptor we own.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), off, len) } {
-        0 => Ok(()),
-        code => Err(std::io::Error::from_raw_os_error(code)),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn allocate(_file: &File, _from: usize, _to: usize) -> std::io::Result<()> {
-    Ok(())
-}
-
 /// A mapped file of a fixed length, pre-sized on creation. Only its first
 /// `allocated` bytes may be touched; writers past them call
 /// [`allocate_to`](MappedFile::allocate_to) first.
@@ -81,6 +57,13 @@ pub(crate) struct MappedFile {
     /// Kept so the descriptor's lifetime matches the mapping's (one open file
     /// per mapped file, easy to account), and for [`Self::allocate_to`].
     _file: File,
+    /// File operations (production: the syscalls; tests inject faults). Every
+    /// byte this file maps and touches is allocated through `allocate`
+    /// (`posix_fallocate`; glibc writes zeros where the file system cannot
+    /// allocate): a page of a shared mapping with no block behind it is a SIGBUS
+    /// at first touch when the disk is full (on tmpfs even a read of it is), so
+    /// a full disk is an `ENOSPC` error instead of a signal.
+    files: Files,
 }
 
 impl MappedFile {
@@ -90,7 +73,12 @@ impl MappedFile {
     /// ([`UNFINISHED_SUFFIX`]) and renamed into place, so a crash mid-creation
     /// leaves a file the loaders remove ([`remove_if_unfinished`]), never a short
     /// file that would make the queue refuse to open.
-    pub(crate) fn create(path: &Path, len: usize, allocate_len: usize) -> Result<Self> {
+    pub(crate) fn create(
+        path: &Path,
+        len: usize,
+        allocate_len: usize,
+        files: &Files,
+    ) -> Result<Self> {
         if path.exists() {
             return Err(Error::io(
                 path,
@@ -107,15 +95,21 @@ impl MappedFile {
             .truncate(true)
             .open(&tmp)
             .map_err(|e| Error::io(&tmp, e))?;
-        if let Err(e) = file
-            .set_len(len as u64)
-            .and_then(|()| allocate(&file, 0, allocate_len.min(len)))
+        if let Err(e) = files
+            .allocate(
+                &file,
+                &tmp,
+                Some(len as u64),
+                0,
+                allocate_len.min(len) as u64,
+                true,
+            )
             .and_then(|()| std::fs::rename(&tmp, path))
         {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(path, e));
         }
-        let mapped = Self::map(path, file, len)?;
+        let mapped = Self::map(path, file, len, files)?;
         mapped
             .allocated
             .store(allocate_len.min(len), Ordering::Release);
@@ -135,7 +129,12 @@ impl MappedFile {
     /// sure its first `allocate_len` bytes have blocks (a file written before
     /// this version, or on a file system that dropped the allocation, may be
     /// sparse; touching a hole on a full disk is a SIGBUS).
-    pub(crate) fn open(path: &Path, len: usize, allocate_len: usize) -> Result<Self> {
+    pub(crate) fn open(
+        path: &Path,
+        len: usize,
+        allocate_len: usize,
+        files: &Files,
+    ) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -150,8 +149,10 @@ impl MappedFile {
             });
         }
         let allocate_len = allocate_len.min(len);
-        allocate(&file, 0, allocate_len).map_err(|e| Error::io(path, e))?;
-        let mapped = Self::map(path, file, len)?;
+        files
+            .allocate(&file, path, None, 0, allocate_len as u64, true)
+            .map_err(|e| Error::io(path, e))?;
+        let mapped = Self::map(path, file, len, files)?;
         mapped.allocated.store(allocate_len, Ordering::Release);
         Ok(mapped)
     }
@@ -165,12 +166,14 @@ impl MappedFile {
             return Ok(());
         }
         let to = end.next_multiple_of(ALLOCATE_STEP).min(self.len).max(end);
-        allocate(&self._file, have, to).map_err(|e| Error::io(&self.path, e))?;
+        self.files
+            .allocate(&self._file, &self.path, None, have as u64, to as u64, true)
+            .map_err(|e| Error::io(&self.path, e))?;
         self.allocated.store(to, Ordering::Release);
         Ok(())
     }
 
-    fn map(path: &Path, file: File, len: usize) -> Result<Self> {
+    fn map(path: &Path, file: File, len: usize, files: &Files) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument(format!(
                 "{}: a mapped file cannot be empty",
@@ -187,6 +190,7 @@ impl MappedFile {
             allocated: AtomicUsize::new(0),
             map,
             _file: file,
+            files: files.clone(),
         })
     }
 
@@ -258,8 +262,8 @@ impl MappedFile {
         if end <= pos {
             return Ok(());
         }
-        self.map
-            .flush_range(pos, end - pos)
+        self.files
+            .sync_mapped(&self.map, &self.path, pos, end - pos)
             .map_err(|e| Error::io(&self.path, e))
     }
 
@@ -271,7 +275,9 @@ impl MappedFile {
     }
 
     pub(crate) fn flush(&self) -> Result<()> {
-        self.map.flush().map_err(|e| Error::io(&self.path, e))
+        self.files
+            .sync_mapped(&self.map, &self.path, 0, self.len)
+            .map_err(|e| Error::io(&self.path, e))
     }
 }
 
@@ -283,13 +289,13 @@ mod tests {
     fn a_fresh_file_is_mapped_without_read_ahead() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q");
-        let file = MappedFile::create(&path, 1 << 20, 1 << 20).unwrap();
+        let file = MappedFile::create(&path, 1 << 20, 1 << 20, &Files::os()).unwrap();
         let flags = crate::store::resident::mapping_flags(&path);
         assert_eq!(flags.len(), 1, "{flags:?}");
         assert!(flags[0].1.iter().any(|f| f == "rr"), "{flags:?}");
         drop(file);
         // Reopened (after a restart) it keeps the kernel's default read-ahead.
-        let _file = MappedFile::open(&path, 1 << 20, 1 << 20).unwrap();
+        let _file = MappedFile::open(&path, 1 << 20, 1 << 20, &Files::os()).unwrap();
         let flags = crate::store::resident::mapping_flags(&path);
         assert!(
             flags.iter().all(|(_, f)| !f.iter().any(|x| x == "rr")),

@@ -1,6 +1,7 @@
 //! The storage engine: one commit log for every message, a consume queue per
 //! (topic, queue id) pointing into it, and a key index.
 
+pub mod check;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod consume_queue;
@@ -9,6 +10,7 @@ mod engine;
 pub mod flush;
 pub mod ha;
 pub mod index;
+pub mod io;
 pub mod lock;
 pub(crate) mod mapped;
 pub mod record;

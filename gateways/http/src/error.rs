@@ -113,6 +113,8 @@ fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
         }
         // A slave of a broker group: the message names the master to send to.
         CoreError::ReadOnlyReplica { .. } => (S::SERVICE_UNAVAILABLE, "read_only_replica"),
+        // A failed sync: not acknowledged; the node takes writes again after a restart.
+        CoreError::FlushFailed(_) => (S::SERVICE_UNAVAILABLE, "flush_failed"),
         CoreError::ShutDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
         CoreError::InvalidArgument(_) => (S::BAD_REQUEST, "invalid_argument"),
         CoreError::InvalidTopicName { .. } | CoreError::InvalidName(_) => {

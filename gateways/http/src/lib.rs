@@ -157,6 +157,9 @@ pub struct NodeStatus {
     pub corrupt_records: u64,
     /// Unread messages deleted for space under `disk_full_policy = "delete_oldest"`.
     pub unread_dropped: u64,
+    /// Why the store stopped taking writes (a failed commit-log sync; a restart
+    /// recovers), if it did (docs/reliability.md, section 5).
+    pub writes_stopped: Option<String>,
 }
 
 impl NodeStatus {
@@ -192,6 +195,7 @@ impl Probe for StoreProbe {
             disk_hard_ratio: self.disk_hard_ratio,
             corrupt_records: self.store.corrupt_records(),
             unread_dropped: self.store.unread_dropped(),
+            writes_stopped: self.store.write_stopped(),
         }
     }
 }

@@ -146,6 +146,9 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
             s.disk_hard_ratio * 100.0
         ));
     }
+    if let Some(why) = &s.writes_stopped {
+        reasons.push(format!("writes are stopped until a restart: {why}"));
+    }
     if stopping {
         reasons.push("shutting down".to_owned());
     }

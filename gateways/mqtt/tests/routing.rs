@@ -578,6 +578,62 @@ async fn unacknowledged_311_deliveries_are_read_back_from_the_log_and_resent_aft
     node.stop().await;
 }
 
+/// The resend path when the disk fails (issue #25, item 5): a 3.1.1 delivery in
+/// flight is read back from the log at the reconnect; when that read fails with
+/// `EIO` the message is kept in flight (not resent now, never dropped), and it is
+/// resent, DUP set, at a later reconnect once the disk reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_in_flight_survives_an_io_error_reading_it_back_for_a_resend() {
+    use rocketgate_core::store::StoreDeps;
+    use rocketgate_core::store::io::Files;
+    use rocketgate_core::store::io::faults::{FaultyFiles, Op};
+
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(FaultyFiles::new());
+    let deps = StoreDeps {
+        files: Files::new(faults.clone()),
+        ..StoreDeps::default()
+    };
+    let node = Node::start_on(dir.path(), support::settings(dir.path()), deps).await;
+    let (mut sub, mut sbuf, _) = raw_v4_kept(&node, "eio-sub").await;
+    subscribe_v4(&mut sub, &mut sbuf, "eio/#").await;
+    let mut publ = raw_v4(&node, "eio-pub").await;
+    let mut pbuf = BytesMut::new();
+    publish_v4(&mut publ, &mut pbuf, 1, "eio/a", "keep me").await;
+    let (pkid, topic, payload, dup) = next_publish(&mut sub, &mut sbuf).await;
+    assert_eq!(
+        (topic.as_str(), payload.as_str(), dup),
+        ("eio/a", "keep me", false)
+    );
+    // Not acknowledged; the disk starts failing reads; the client comes back.
+    drop(sub);
+    faults.fail(Op::Read, Some("commitlog"), libc::EIO, 0, u64::MAX);
+    let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "eio-sub").await;
+    assert!(present);
+    let nothing =
+        tokio::time::timeout(Duration::from_millis(500), read_packet(&mut sub, &mut sbuf)).await;
+    assert!(
+        nothing.is_err(),
+        "nothing can be resent while the read fails: {nothing:?}"
+    );
+    assert!(
+        faults.calls(Op::Read) > 0,
+        "the resend tried to read it back"
+    );
+    // The disk reads again: the next reconnect resends it.
+    faults.clear();
+    drop(sub);
+    let (mut sub, mut sbuf, present) = raw_v4_kept(&node, "eio-sub").await;
+    assert!(present);
+    let again = next_publish(&mut sub, &mut sbuf).await;
+    assert_eq!(
+        again,
+        (pkid, "eio/a".to_owned(), "keep me".to_owned(), true)
+    );
+    send_v4(&mut sub, v4::Packet::PubAck(v4::PubAck::new(pkid))).await;
+    node.stop().await;
+}
+
 /// A client that reconnects the moment its connection drops (a device after a
 /// network blip) always finds its session: the old connection's going offline
 /// and the new one's takeover must not race (the old one used to overwrite the

@@ -574,6 +574,7 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
         E::QueueNotFound { .. } => "queue_not_found",
         E::DiskFull { .. }
         | E::FlushTimeout { .. }
+        | E::FlushFailed(_)
         | E::ShutDown
         | E::ReplicationTimeout { .. }
         | E::NoInSyncReplica { .. }

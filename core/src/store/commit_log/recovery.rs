@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::CommitLogSettings;
 use super::segment::{self, Segment};
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 use crate::store::record::{self, END_FILE_MIN_BLANK_LENGTH, Header, RecordView};
 
 /// Where recovery starts verifying.
@@ -57,7 +58,11 @@ pub(super) struct Recovered {
     pub(super) durable: u64,
 }
 
-fn load_segments(dir: &Path, config: &CommitLogSettings) -> Result<Vec<Arc<Segment>>> {
+fn load_segments(
+    dir: &Path,
+    config: &CommitLogSettings,
+    files: &Files,
+) -> Result<Vec<Arc<Segment>>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let size = config.segment_size;
     let mut found = Vec::new();
@@ -98,6 +103,7 @@ fn load_segments(dir: &Path, config: &CommitLogSettings) -> Result<Vec<Arc<Segme
             start,
             size as usize,
             config.write_through,
+            files,
         )?));
     }
     if segments.is_empty() {
@@ -106,6 +112,7 @@ fn load_segments(dir: &Path, config: &CommitLogSettings) -> Result<Vec<Arc<Segme
             0,
             size as usize,
             config.write_through,
+            files,
         )?));
     }
     Ok(segments)
@@ -118,8 +125,13 @@ enum Stop {
     Invalid(String),
 }
 
-pub(super) fn recover(dir: &Path, config: &CommitLogSettings, how: Recovery) -> Result<Recovered> {
-    let mut segments = load_segments(dir, config)?;
+pub(super) fn recover(
+    dir: &Path,
+    config: &CommitLogSettings,
+    how: Recovery,
+    files: &Files,
+) -> Result<Recovered> {
+    let mut segments = load_segments(dir, config, files)?;
     let first = segments[0].start();
     let last_end = segments[segments.len() - 1].end();
     let verify_from = match how {
@@ -205,7 +217,7 @@ pub(super) fn recover(dir: &Path, config: &CommitLogSettings, how: Recovery) -> 
         }
         tracing::warn!(offset = pos, %reason, "commit log tail is torn; truncating");
     }
-    let truncated_bytes = truncate(dir, &mut segments, idx, pos)?;
+    let truncated_bytes = truncate(dir, &mut segments, idx, pos, files)?;
     Ok(Recovered {
         segments,
         report: RecoveryReport {
@@ -221,7 +233,13 @@ pub(super) fn recover(dir: &Path, config: &CommitLogSettings, how: Recovery) -> 
 
 /// Zeroes segment `idx` from `end` (so no later scan sees stale bytes) and
 /// removes every later segment. Returns the bytes discarded.
-fn truncate(dir: &Path, segments: &mut Vec<Arc<Segment>>, idx: usize, end: u64) -> Result<u64> {
+fn truncate(
+    dir: &Path,
+    segments: &mut Vec<Arc<Segment>>,
+    idx: usize,
+    end: u64,
+    files: &Files,
+) -> Result<u64> {
     let mut discarded = 0u64;
     for seg in segments.drain(idx + 1..).rev() {
         discarded += seg.end() - seg.start();
@@ -253,9 +271,7 @@ fn truncate(dir: &Path, segments: &mut Vec<Arc<Segment>>, idx: usize, end: u64) 
         seg.flush_range(from..last + 1)?;
     }
     if discarded > 0 {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))?;
+        files.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
     }
     Ok(discarded)
 }

@@ -95,6 +95,8 @@ impl CommitLog {
     /// physical offset) before anything is written; an 8-byte filler header ends the
     /// segment and the log rolls to the next. Returns the new written position.
     pub fn append_replicated(&self, offset: u64, bytes: &[u8]) -> Result<u64> {
+        // A slave whose own sync failed takes no more of the stream either.
+        self.check_running()?;
         let mut st = self.lock_append();
         if st.pos != offset {
             return Err(refused(
@@ -178,6 +180,7 @@ impl CommitLog {
                 seg_end,
                 self.config.segment_size as usize,
                 self.config.write_through,
+                &self.files,
             )?);
             crate::sync::write(&self.segments).push(next.clone());
             next.advise_appending(0);
@@ -215,6 +218,7 @@ impl CommitLog {
             start,
             self.config.segment_size as usize,
             self.config.write_through,
+            &self.files,
         )?);
         let old = std::mem::replace(&mut segs[0], fresh.clone());
         std::fs::remove_file(old.path()).map_err(|e| Error::io(old.path(), e))?;

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 
 /// Suffix of a segment file still being created (see [`Segment::create`]).
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
@@ -29,24 +30,6 @@ pub(crate) fn parse_file_name(name: &str) -> Option<u64> {
     } else {
         None
     }
-}
-
-/// Allocates the file's blocks (Linux `posix_fallocate`); a file system that
-/// cannot do it keeps the sparse file.
-#[cfg(target_os = "linux")]
-fn reserve(file: &File, size: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(size).map_err(std::io::Error::other)?;
-    // SAFETY: a plain syscall on a file descriptor we own.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
-        0 | libc::EINVAL | libc::EOPNOTSUPP => Ok(()),
-        code => Err(std::io::Error::from_raw_os_error(code)),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn reserve(_file: &File, _size: usize) -> std::io::Result<()> {
-    Ok(())
 }
 
 /// A mapped segment. Shared as `Arc<Segment>`: the log's segment list, the
@@ -77,6 +60,8 @@ pub(crate) struct Segment {
     /// append into a just-synced page takes a fault; under group commit that is
     /// every round. A memcpy is cheaper when syncs are rare (async flush).
     write_through: bool,
+    /// The file operations (production: the syscalls; tests inject faults).
+    files: Files,
 }
 
 impl Segment {
@@ -93,6 +78,7 @@ impl Segment {
         start: u64,
         size: usize,
         write_through: bool,
+        files: &Files,
     ) -> Result<Segment> {
         let path = dir.join(file_name(start));
         let tmp = dir.join(format!("{}{TMP_SUFFIX}", file_name(start)));
@@ -103,9 +89,8 @@ impl Segment {
             .truncate(true)
             .open(&tmp)
             .map_err(|e| Error::io(&tmp, e))?;
-        let sized = file
-            .set_len(size as u64)
-            .and_then(|()| reserve(&file, size))
+        let sized = files
+            .allocate(&file, &tmp, Some(size as u64), 0, size as u64, false)
             .map_err(|e| Error::io(&tmp, e))
             .and_then(|()| {
                 if path.exists() {
@@ -120,7 +105,7 @@ impl Segment {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        match Segment::map(file, path.clone(), start, size, write_through) {
+        match Segment::map(file, path.clone(), start, size, write_through, files) {
             Ok(seg) => {
                 seg.needs_dir_sync.store(true, Ordering::Relaxed);
                 Ok(seg)
@@ -138,6 +123,7 @@ impl Segment {
         start: u64,
         size: usize,
         write_through: bool,
+        files: &Files,
     ) -> Result<Segment> {
         let file = OpenOptions::new()
             .read(true)
@@ -154,8 +140,10 @@ impl Segment {
         }
         // A copy made with holes (`cp --sparse`, a restore) would SIGBUS at the first
         // touch of a hole on a full disk; allocated files make this a no-op.
-        reserve(&file, size).map_err(|e| Error::io(&path, e))?;
-        Segment::map(file, path, start, size, write_through)
+        files
+            .allocate(&file, &path, None, 0, size as u64, false)
+            .map_err(|e| Error::io(&path, e))?;
+        Segment::map(file, path, start, size, write_through, files)
     }
 
     fn map(
@@ -164,6 +152,7 @@ impl Segment {
         start: u64,
         size: usize,
         write_through: bool,
+        files: &Files,
     ) -> Result<Segment> {
         let map = MmapOptions::new()
             .len(size)
@@ -178,6 +167,7 @@ impl Segment {
             needs_dir_sync: AtomicBool::new(false),
             file,
             write_through,
+            files: files.clone(),
         })
     }
 
@@ -210,6 +200,14 @@ impl Segment {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), end - start) }
     }
 
+    /// Whether the bytes at `range` can be read (see
+    /// [`FileOps::check_read`](crate::store::io::FileOps::check_read)).
+    pub(crate) fn check_read(&self, range: Range<usize>) -> Result<()> {
+        self.files
+            .check_read(&self.path, range.start as u64, range.len())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
     /// Copies `data` to segment-relative offset `at`. Only the appender (under
     /// the log's append lock) and recovery (before the log is shared) call this,
     /// and only above the published written position.
@@ -222,10 +220,9 @@ impl Segment {
             )));
         }
         if self.write_through {
-            use std::os::unix::fs::FileExt;
             return self
-                .file
-                .write_all_at(data, at as u64)
+                .files
+                .write_at(&self.file, &self.path, at as u64, data)
                 .map_err(|e| Error::io(&self.path, e));
         }
         // SAFETY: in bounds (checked above); no reader looks above the written
@@ -251,12 +248,12 @@ impl Segment {
         let start = range.start.min(end);
         if end > start {
             if self.write_through {
-                self.file
-                    .sync_data()
+                self.files
+                    .sync_data(&self.file, &self.path, (start as u64, end as u64))
                     .map_err(|e| Error::io(&self.path, e))?;
             } else {
-                self.map
-                    .flush_range(start, end - start)
+                self.files
+                    .sync_mapped(&self.map, &self.path, start, end - start)
                     .map_err(|e| Error::io(&self.path, e))?;
             }
         }

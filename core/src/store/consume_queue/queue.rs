@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 use super::entry::{CqEntry, ENTRY_SIZE};
 use super::validate_topic;
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 use crate::store::mapped::MappedFile;
 
 const ZERO_ENTRY: [u8; ENTRY_SIZE] = [0; ENTRY_SIZE];
@@ -123,6 +124,8 @@ pub struct ConsumeQueue {
     /// Long-polling readers of this queue wait here; the dispatcher wakes them
     /// once per run of entries it published (see [`ConsumeQueue::arrivals`]).
     arrived: tokio::sync::Notify,
+    /// File operations for the files this queue creates.
+    io: Files,
 }
 
 impl ConsumeQueue {
@@ -135,6 +138,17 @@ impl ConsumeQueue {
     /// one past the last valid entry, dropping a torn tail (an entry whose phys
     /// offset does not follow its predecessor's end).
     pub fn open(root: &Path, topic: &str, queue_id: u32, entries_per_file: u64) -> Result<Self> {
+        Self::open_with(root, topic, queue_id, entries_per_file, &Files::os())
+    }
+
+    /// [`ConsumeQueue::open`] with the given file operations (tests inject faults).
+    pub fn open_with(
+        root: &Path,
+        topic: &str,
+        queue_id: u32,
+        entries_per_file: u64,
+        io: &Files,
+    ) -> Result<Self> {
         validate_topic(topic)?;
         if entries_per_file == 0 || entries_per_file > (i32::MAX as u64) / ENTRY_SIZE as u64 {
             return Err(Error::InvalidArgument(format!(
@@ -146,8 +160,9 @@ impl ConsumeQueue {
             .join("consumequeue")
             .join(topic)
             .join(queue_id.to_string());
-        let files = load_files(&dir, entries_per_file)?;
+        let files = load_files(&dir, entries_per_file, io)?;
         let queue = Self {
+            io: io.clone(),
             topic: topic.to_string(),
             queue_id,
             dir,
@@ -358,7 +373,7 @@ impl ConsumeQueue {
         let mut first = next;
         while first <= target {
             let path = self.dir.join(file_name(first));
-            let map = MappedFile::create(&path, self.file_bytes(), self.file_bytes())?;
+            let map = MappedFile::create(&path, self.file_bytes(), self.file_bytes(), &self.io)?;
             // Push one by one: a reader never sees a file it cannot use.
             crate::sync::write(&self.files).push(Arc::new(CqFile { first, map }));
             first += epf;
@@ -628,7 +643,7 @@ fn file_name(first_entry: u64) -> String {
 }
 
 /// Maps the files of a queue directory, checking names, sizes and contiguity.
-fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
+fn load_files(dir: &Path, entries_per_file: u64, io: &Files) -> Result<Vec<Arc<CqFile>>> {
     let read_dir = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -677,7 +692,7 @@ fn load_files(dir: &Path, entries_per_file: u64) -> Result<Vec<Arc<CqFile>>> {
                 ),
             });
         }
-        let map = MappedFile::open(path, file_bytes as usize, file_bytes as usize)?;
+        let map = MappedFile::open(path, file_bytes as usize, file_bytes as usize, io)?;
         files.push(Arc::new(CqFile { first: *first, map }));
     }
     Ok(files)

@@ -10,6 +10,7 @@ use tracing::warn;
 use super::queue::ConsumeQueue;
 use super::validate_topic;
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 
 type Table = HashMap<String, HashMap<u32, Arc<ConsumeQueue>>>;
 
@@ -27,21 +28,29 @@ pub struct ConsumeQueues {
     /// (a new queue) and it is held only for a map operation, never across file
     /// I/O or an `.await`. Nested by topic so `get(&str, u32)` needs no allocation.
     queues: RwLock<Table>,
+    /// File operations (production: the syscalls; tests inject faults).
+    io: Files,
 }
 
 impl ConsumeQueues {
     /// Loads every `<root>/consumequeue/<topic>/<queue_id>/` directory.
     pub fn open(root: &Path, entries_per_file: u64) -> Result<Self> {
+        Self::open_with(root, entries_per_file, Files::os())
+    }
+
+    /// [`ConsumeQueues::open`] with the given file operations.
+    pub fn open_with(root: &Path, entries_per_file: u64, io: Files) -> Result<Self> {
         let base = root.join("consumequeue");
         let mut table = Table::new();
         for (topic, qid) in list_queue_dirs(&base)? {
-            let queue = ConsumeQueue::open(root, &topic, qid, entries_per_file)?;
+            let queue = ConsumeQueue::open_with(root, &topic, qid, entries_per_file, &io)?;
             table.entry(topic).or_default().insert(qid, Arc::new(queue));
         }
         Ok(Self {
             root: root.to_path_buf(),
             entries_per_file,
             queues: RwLock::new(table),
+            io,
         })
     }
 
@@ -66,11 +75,12 @@ impl ConsumeQueues {
         }
         // Opened outside the lock; if another thread wins the race ours is
         // dropped, which is harmless because an unwritten queue has no files.
-        let fresh = Arc::new(ConsumeQueue::open(
+        let fresh = Arc::new(ConsumeQueue::open_with(
             &self.root,
             topic,
             queue_id,
             self.entries_per_file,
+            &self.io,
         )?);
         let mut table = self.write_table();
         Ok(table

@@ -85,8 +85,29 @@ impl Inner {
         queue_offset: u64,
         e: &CqEntry,
     ) -> Result<RecordRef> {
-        let rec = self.log.read(e.phys_offset, e.size)?;
+        self.verified_entry_with(topic, queue_id, queue_offset, e, |_| ())
+            .map(|(rec, ())| rec)
+    }
+
+    /// [`Self::verified_entry`], running `inspect` on the record's parsed view
+    /// (the one parse of the record this read does): a reader that needs the
+    /// record's fields (a filter) gets them without a second parse.
+    pub(super) fn verified_entry_with<T>(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        e: &CqEntry,
+        inspect: impl FnOnce(&RecordView<'_>) -> T,
+    ) -> Result<(RecordRef, T)> {
+        let rec = match self.log.read(e.phys_offset, e.size) {
+            Ok(rec) => rec,
+            // The entry's size or offset disagrees with the record there.
+            Err(err @ Error::Corrupt { .. }) => return Err(self.count_corrupt(err)),
+            Err(e) => return Err(e),
+        };
         let phys = rec.phys_offset();
+        let mut out = None;
         // One parse for both checks: a second `RecordView::parse` per message was
         // ~2 % of a native consume's CPU.
         let bad = match RecordView::parse(&rec) {
@@ -104,33 +125,40 @@ impl Inner {
                         let names_it = view.topic() == topic
                             && view.queue_id() == queue_id as i32
                             && view.queue_offset() == queue_offset as i64;
-                        (!names_it).then(|| {
-                            format!(
+                        if names_it {
+                            out = Some(inspect(&view));
+                            None
+                        } else {
+                            Some(format!(
                                 "consume-queue entry {topic}/{queue_id}@{queue_offset} points at a record of {}/{}@{}",
                                 view.topic(),
                                 view.queue_id(),
                                 view.queue_offset()
-                            )
-                        })
+                            ))
+                        }
                     }
                 }
             }
         };
-        match bad {
-            None => Ok(rec),
-            Some(reason) => Err(self.report_corrupt(&rec, reason)),
+        match (bad, out) {
+            (None, Some(out)) => Ok((rec, out)),
+            (Some(reason), _) => Err(self.report_corrupt(&rec, reason)),
+            (None, None) => Err(self.report_corrupt(&rec, "not inspected".into())),
         }
     }
 
     fn report_corrupt(&self, rec: &RecordRef, reason: String) -> Error {
-        self.counters
-            .corrupt_records
-            .fetch_add(1, Ordering::Relaxed);
-        let err = Error::Corrupt {
+        self.count_corrupt(Error::Corrupt {
             path: rec.segment.path().to_path_buf(),
             offset: rec.phys_offset(),
             reason,
-        };
+        })
+    }
+
+    fn count_corrupt(&self, err: Error) -> Error {
+        self.counters
+            .corrupt_records
+            .fetch_add(1, Ordering::Relaxed);
         tracing::error!(error = %err, "damaged record not served");
         err
     }

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
+use crate::store::io::Files;
 use crate::store::mapped::MappedFile;
 
 pub(super) const HEADER_SIZE: usize = 40;
@@ -57,7 +58,13 @@ pub(super) struct IndexFile {
 }
 
 impl IndexFile {
-    pub(super) fn create(path: &Path, name: u64, slots: u32, max_entries: u32) -> Result<Self> {
+    pub(super) fn create(
+        path: &Path,
+        name: u64,
+        slots: u32,
+        max_entries: u32,
+        io: &Files,
+    ) -> Result<Self> {
         let len = file_size(slots, max_entries).ok_or_else(too_big)?;
         // Header and slots are written anywhere at any time: allocated now. The
         // entries grow from the front and are allocated as they come (`append`).
@@ -66,20 +73,26 @@ impl IndexFile {
             name,
             slots,
             max_entries,
-            map: MappedFile::create(path, len, fixed)?,
+            map: MappedFile::create(path, len, fixed, io)?,
         })
     }
 
     /// Maps an existing file; a wrong size or a header that does not parse is
     /// [`Error::Corrupt`].
-    pub(super) fn open(path: &Path, name: u64, slots: u32, max_entries: u32) -> Result<Self> {
+    pub(super) fn open(
+        path: &Path,
+        name: u64,
+        slots: u32,
+        max_entries: u32,
+        io: &Files,
+    ) -> Result<Self> {
         let len = file_size(slots, max_entries).ok_or_else(too_big)?;
         let fixed = file_size(slots, 0).ok_or_else(too_big)?;
         let file = Self {
             name,
             slots,
             max_entries,
-            map: MappedFile::open(path, len, fixed)?,
+            map: MappedFile::open(path, len, fixed, io)?,
         };
         file.check_header()?;
         // The entries written so far (the count is checked to be in range above).

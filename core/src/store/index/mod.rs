@@ -19,6 +19,7 @@ use tracing::{debug, warn};
 use self::file::IndexFile;
 use crate::error::{Error, Result};
 use crate::store::consume_queue::{java_string_hash, java_string_hash_from};
+use crate::store::io::Files;
 
 /// RocketMQ's default hash slots per index file.
 pub const DEFAULT_SLOTS: u32 = 5_000_000;
@@ -64,6 +65,8 @@ pub struct IndexStore {
     files: RwLock<Vec<Arc<IndexFile>>>,
     /// Serialises writers; holds what only the writer needs.
     writer: Mutex<WriterState>,
+    /// File operations (production: the syscalls; tests inject faults).
+    io: Files,
 }
 
 impl IndexStore {
@@ -72,6 +75,11 @@ impl IndexStore {
     /// header that does not parse is [`Error::Corrupt`]. `slots` and
     /// `max_entries` must match what the files were created with.
     pub fn open(root: &Path, slots: u32, max_entries: u32) -> Result<Self> {
+        Self::open_with(root, slots, max_entries, Files::os())
+    }
+
+    /// [`IndexStore::open`] with the given file operations.
+    pub fn open_with(root: &Path, slots: u32, max_entries: u32, io: Files) -> Result<Self> {
         if slots == 0
             || slots > i32::MAX as u32
             || max_entries == 0
@@ -102,9 +110,13 @@ impl IndexStore {
                 .filter(|n| n.len() == NAME_DIGITS && n.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|n| n.parse::<u64>().ok());
             match name {
-                Some(name) => {
-                    files.push(Arc::new(IndexFile::open(&path, name, slots, max_entries)?))
-                }
+                Some(name) => files.push(Arc::new(IndexFile::open(
+                    &path,
+                    name,
+                    slots,
+                    max_entries,
+                    &io,
+                )?)),
                 None => {
                     if !crate::store::mapped::remove_if_unfinished(&path)? {
                         warn!(path = %path.display(), "ignoring unexpected file in index directory")
@@ -119,6 +131,7 @@ impl IndexStore {
             max_entries,
             files: RwLock::new(files),
             writer: Mutex::new(WriterState::default()),
+            io,
         })
     }
 
@@ -176,6 +189,7 @@ impl IndexStore {
             name,
             self.slots,
             self.max_entries,
+            &self.io,
         )?);
         crate::sync::write(&self.files).push(file.clone());
         debug!(path = %path.display(), "new index file");

@@ -60,6 +60,15 @@ pub async fn start() -> Node {
 }
 
 pub async fn start_with(settings: Settings, opts: BrokerSettings) -> Node {
+    start_on(settings, opts, rocketgate_core::store::io::Files::os()).await
+}
+
+/// A node whose store uses `files` (file operations with faults injected).
+pub async fn start_on(
+    settings: Settings,
+    opts: BrokerSettings,
+    files: rocketgate_core::store::io::Files,
+) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let disk = Arc::new(Gauge(AtomicU64::new(10)));
     let store_opts = StoreSettings {
@@ -79,6 +88,7 @@ pub async fn start_with(settings: Settings, opts: BrokerSettings) -> Node {
     };
     let deps = StoreDeps {
         disk: disk.clone(),
+        files,
         ..StoreDeps::default()
     };
     let store = Arc::new(Store::open(dir.path(), store_opts, deps).unwrap().0);

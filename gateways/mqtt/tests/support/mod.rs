@@ -55,11 +55,12 @@ impl Node {
     }
 
     pub async fn start_with(dir: &Path, settings: Settings) -> Node {
-        let store = Arc::new(
-            Store::open(dir, store_options(), StoreDeps::default())
-                .unwrap()
-                .0,
-        );
+        Node::start_on(dir, settings, StoreDeps::default()).await
+    }
+
+    /// A node whose store uses `deps` (e.g. file operations with faults injected).
+    pub async fn start_on(dir: &Path, settings: Settings, deps: StoreDeps) -> Node {
+        let store = Arc::new(Store::open(dir, store_options(), deps).unwrap().0);
         let broker = Arc::new(
             Broker::open(
                 store.clone(),

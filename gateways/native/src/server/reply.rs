@@ -80,7 +80,9 @@ pub(crate) fn core_fail(e: CoreError) -> Fail {
         CoreError::ReplicationTimeout { .. } => response::FLUSH_SLAVE_TIMEOUT,
         CoreError::NoInSyncReplica { .. } => response::SLAVE_NOT_AVAILABLE,
         CoreError::ReadOnlyReplica { .. } => response::SERVICE_NOT_AVAILABLE,
-        CoreError::DiskFull { .. } | CoreError::ShutDown => response::SERVICE_NOT_AVAILABLE,
+        CoreError::DiskFull { .. } | CoreError::ShutDown | CoreError::FlushFailed(_) => {
+            response::SERVICE_NOT_AVAILABLE
+        }
         CoreError::MessageTooLarge { .. }
         | CoreError::InvalidMessage(_)
         | CoreError::DelayTooLong { .. } => response::MESSAGE_ILLEGAL,
