@@ -622,13 +622,18 @@ async fn async_replication_goes_on_through_a_partition_and_shows_its_lag() {
     })
     .unwrap();
     assert_eq!(view["replication"]["mode"], "async", "{view}");
-    let metrics = curl(&[&format!("http://{}/metrics", master.addr("http"))])
-        .unwrap()
-        .1;
-    assert!(
-        metrics.contains("rocketgate_replication_lag_bytes{slave=\"1\"} 0"),
-        "{metrics}"
-    );
+    // Polled: the master may append a topic-table snapshot between two reads, so a
+    // caught-up slave can be a record behind for a moment.
+    let metrics = tokio::task::block_in_place(|| {
+        wait_for("a lag of 0 in /metrics", Duration::from_secs(30), || {
+            let m = curl(&[&format!("http://{}/metrics", master.addr("http"))])
+                .unwrap()
+                .1;
+            m.contains("rocketgate_replication_lag_bytes{slave=\"1\"} 0")
+                .then_some(m)
+        })
+    })
+    .unwrap();
     assert!(
         metrics.contains("rocketgate_replication_lag_ms"),
         "{metrics}"
