@@ -56,6 +56,9 @@ mod conn;
 mod end;
 mod error;
 mod follow;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
 mod inbound;
 mod members;
 mod message;

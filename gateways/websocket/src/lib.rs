@@ -22,6 +22,9 @@
 
 mod auth;
 mod connection;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
 mod handshake;
 mod protocol;
 mod server;

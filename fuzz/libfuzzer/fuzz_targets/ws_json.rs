@@ -1,0 +1,4 @@
+//! libFuzzer driver of `rocketgate_fuzz::ws_json` (see fuzz/src/lib.rs for what it checks).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rocketgate_fuzz::ws_json(data));
