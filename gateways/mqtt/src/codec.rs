@@ -368,6 +368,32 @@ pub fn write(version: Version, packet: &Packet, out: &mut BytesMut) -> Result<()
     r.map(|_| ()).map_err(malformed)
 }
 
+/// `p` without the server's reason string and user properties: what is sent when
+/// they would make the packet larger than the client's Maximum Packet Size.
+pub fn without_diagnostics(p: &Packet) -> Packet {
+    let mut p = p.clone();
+    macro_rules! strip {
+        ($props:expr) => {
+            if let Some(props) = $props.as_mut() {
+                props.reason_string = None;
+                props.user_properties.clear();
+            }
+        };
+    }
+    match &mut p {
+        Packet::ConnAck(a) => strip!(a.properties),
+        Packet::PubAck(a) => strip!(a.properties),
+        Packet::PubRec(a) => strip!(a.properties),
+        Packet::PubRel(a) => strip!(a.properties),
+        Packet::PubComp(a) => strip!(a.properties),
+        Packet::SubAck(a) => strip!(a.properties),
+        Packet::UnsubAck(a) => strip!(a.properties),
+        Packet::Disconnect(d) => strip!(d.properties),
+        _ => {}
+    }
+    p
+}
+
 /// Appends one PUBLISH (the hot path: no packet enum). An outgoing PUBLISH as
 /// a session holds it: 3.1.1, and v5 without properties (an empty property
 /// list), straight from its parts; v5 with properties through mqttbytes.

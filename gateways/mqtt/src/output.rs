@@ -19,6 +19,10 @@ pub(crate) struct Output {
     version: Version,
     /// The client asked for reason strings (v5; the default).
     problem_info: bool,
+    /// The v5 client's Maximum Packet Size (`u32::MAX`: none given). A `u32` fits
+    /// the padding after the flags: the connection task stays in its allocation
+    /// class (`server::tests`).
+    client_max: u32,
 }
 
 impl Output {
@@ -27,6 +31,7 @@ impl Output {
             buf: BytesMut::new(),
             version,
             problem_info: true,
+            client_max: u32::MAX,
         }
     }
 
@@ -43,9 +48,36 @@ impl Output {
         self.problem_info = wanted;
     }
 
+    /// The v5 client's Maximum Packet Size: no packet other than a PUBLISH (which
+    /// the window handles) is written larger; see [`Output::send`].
+    pub fn set_client_max_packet(&mut self, max: u32) {
+        self.client_max = max;
+    }
+
+    /// Encodes `p`. A packet that would exceed the client's Maximum Packet Size is
+    /// written without its reason string and user properties (MQTT 5 forbids sending
+    /// them then: 3.2.2-19/20, 3.4.2-2/3 … 3.14.2-3/4) and is dropped if it is
+    /// still too large (no such control packet exists at the smallest legal limit).
     pub fn send(&mut self, p: &Packet) {
+        let start = self.buf.len();
         if let Err(e) = codec::write(self.version, p, &mut self.buf) {
             tracing::warn!(error = %e, "encoding a packet failed");
+            self.buf.truncate(start);
+            return;
+        }
+        let max = self.client_max as usize;
+        if self.buf.len() - start <= max {
+            return;
+        }
+        self.buf.truncate(start);
+        let lean = codec::without_diagnostics(p);
+        if codec::write(self.version, &lean, &mut self.buf).is_err() || self.buf.len() - start > max
+        {
+            self.buf.truncate(start);
+            tracing::debug!(
+                max = self.client_max,
+                "a packet larger than the client accepts was not sent"
+            );
         }
     }
 

@@ -164,6 +164,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             assigned = v5.then(|| client_id.clone());
         }
         if let Some(p) = props {
+            // First, so even the refusals below respect it.
+            if let Some(max) = p.max_packet_size.filter(|m| *m > 0) {
+                self.out.set_client_max_packet(max);
+            }
             if p.receive_maximum == Some(0) {
                 return refuse(self, ConnectReturnCode::ProtocolError, "receive maximum 0");
             }
