@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rocketgate_config::Config;
-use rocketgate_core::broker::Broker;
+use rocketgate_core::broker::{Broker, OffsetPublisher};
 use rocketgate_core::clock::SystemClock;
 use rocketgate_core::store::Store;
 use rocketgate_core::store::ha::{Gate, Replicas};
@@ -187,6 +187,7 @@ pub fn start(
                         return;
                     }
                     let mut last: Option<Vec<u8>> = None;
+                    let mut offsets = OffsetPublisher::default();
                     let mut every = tokio::time::interval(Duration::from_secs(1));
                     loop {
                         changes.borrow_and_update();
@@ -194,11 +195,18 @@ pub fn start(
                         joins.borrow_and_update();
                         // A joining slave gets a fresh snapshot even when nothing changed.
                         let prev = if joined { None } else { last.as_deref() };
+                        if joined {
+                            offsets.want_full();
+                        }
                         match broker.publish_topic_snapshot(prev).await {
                             Ok(body) => last = Some(body),
                             Err(e) => {
                                 tracing::warn!(error = %e, "writing the topic table to the log failed")
                             }
+                        }
+                        // Consumer offsets: what moved since the last record (full on a join).
+                        if let Err(e) = broker.publish_offsets(&mut offsets).await {
+                            tracing::warn!(error = %e, "writing consumer offsets to the log failed")
                         }
                         tokio::select! {
                             r = changes.changed() => if r.is_err() { return },
@@ -238,12 +246,19 @@ pub fn start(
                 tokio::spawn(async move {
                     let mut every = tokio::time::interval(Duration::from_millis(200));
                     let mut applied = None;
+                    let mut offsets_applied = None;
                     loop {
                         every.tick().await;
                         match broker.apply_replicated_topics(applied) {
                             Ok(a) => applied = a,
                             Err(e) => {
                                 tracing::warn!(error = %e, "applying the replicated topic table failed")
+                            }
+                        }
+                        match broker.apply_replicated_offsets(offsets_applied) {
+                            Ok(a) => offsets_applied = a,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "applying the replicated consumer offsets failed")
                             }
                         }
                     }

@@ -199,3 +199,99 @@ async fn topics_and_groups_reach_the_slave_through_the_log() {
     // Applying the same snapshot again changes nothing.
     assert_eq!(slave.apply_replicated_topics(applied).unwrap(), applied);
 }
+
+/// Consumer offsets travel through the log: a full record first, then only what
+/// moved; nothing is written when nothing moved; the slave applies them in order.
+#[tokio::test]
+async fn consumer_offsets_reach_the_slave_through_the_log() {
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, MessagingApi, OFFSETS_TOPIC, OffsetPublisher, TopicConfig,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master
+        .create_topic(TopicConfig::new("orders", 4))
+        .await
+        .unwrap();
+    for q in 0..4 {
+        master
+            .commit_offset("billing", "m1", "orders", q, 10 + u64::from(q))
+            .await
+            .unwrap();
+    }
+    master.publish_topic_snapshot(None).await.unwrap();
+    let mut publisher = OffsetPublisher::default();
+    assert_eq!(master.publish_offsets(&mut publisher).await.unwrap(), 4);
+    // Nothing moved: nothing written.
+    let end = ms.positions().written;
+    assert_eq!(master.publish_offsets(&mut publisher).await.unwrap(), 0);
+    assert_eq!(ms.positions().written, end);
+    // One moved: a change record with that one only.
+    master
+        .commit_offset("billing", "m1", "orders", 2, 50)
+        .await
+        .unwrap();
+    assert_eq!(master.publish_offsets(&mut publisher).await.unwrap(), 1);
+    assert_eq!(ms.queue_bounds(OFFSETS_TOPIC, 0), (0, 2));
+
+    let ship = |from: u64| {
+        let (ms, ss) = (ms.clone(), ss.clone());
+        async move {
+            let mut from = from;
+            while let Some(run) = ms.ship(from, 1 << 20).unwrap() {
+                ss.append_replicated(run.offset, &run.bytes).await.unwrap();
+                from = run.next;
+            }
+            ss.wait_dispatched(Duration::from_secs(5));
+            from
+        }
+    };
+    let shipped = ship(0).await;
+    slave.apply_replicated_topics(None).unwrap();
+    let applied = slave.apply_replicated_offsets(None).unwrap();
+    assert_eq!(applied, Some(1));
+    for (q, want) in [(0, 10), (1, 11), (2, 50), (3, 13)] {
+        let got = slave
+            .query_offset("billing", "m1", "orders", q)
+            .await
+            .unwrap();
+        assert_eq!(got, Some(want), "queue {q}");
+    }
+    // A consumer on the slave moves on while the master is quiet: kept.
+    slave
+        .commit_offset("billing", "m1", "orders", 0, 30)
+        .await
+        .unwrap();
+    assert_eq!(slave.apply_replicated_offsets(applied).unwrap(), applied);
+    assert_eq!(
+        slave
+            .query_offset("billing", "m1", "orders", 0)
+            .await
+            .unwrap(),
+        Some(30)
+    );
+    // The master moves queue 3 (and a slave that joins later gets a full record).
+    master
+        .commit_offset("billing", "m1", "orders", 3, 99)
+        .await
+        .unwrap();
+    publisher.want_full();
+    assert_eq!(master.publish_offsets(&mut publisher).await.unwrap(), 4);
+    ship(shipped).await;
+    assert_eq!(slave.apply_replicated_offsets(applied).unwrap(), Some(2));
+    assert_eq!(
+        slave
+            .query_offset("billing", "m1", "orders", 3)
+            .await
+            .unwrap(),
+        Some(99)
+    );
+}

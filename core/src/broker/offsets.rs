@@ -112,6 +112,11 @@ impl OffsetTable {
         self.offsets.retain(|_, t| !t.is_empty());
     }
 
+    /// Every offset, as owner -> topic -> queue id -> next offset (a copy).
+    pub fn all(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>> {
+        self.offsets.clone()
+    }
+
     /// Bumped on every change.
     pub fn version(&self) -> u64 {
         self.version

@@ -1,12 +1,24 @@
 //! Broker state that travels through the replicated log (docs/replication.md,
 //! "What a failover needs"): one replication path for the log and its metadata.
 //!
-//! So far the topic table and the subscription groups' settings: a master appends a
-//! snapshot of both (JSON) to the system topic [`TOPICS_TOPIC`] when a slave joins and
-//! whenever they changed (checked every second, and at once on a topic change); a
-//! slave applies the newest snapshot its log holds. A snapshot, not a change list, so a
-//! slave needs only the last record (retention may delete the older ones) and applying
-//! one twice is harmless.
+//! - The topic table and the subscription groups' settings: a master appends a
+//!   snapshot of both (JSON) to the system topic [`TOPICS_TOPIC`] when a slave joins and
+//!   whenever they changed (checked every second, and at once on a topic change); a
+//!   slave applies the newest snapshot its log holds. A snapshot, not a change list, so
+//!   a slave needs only the last record (retention may delete the older ones) and
+//!   applying one twice is harmless.
+//! - Consumer offsets: the table can be large and changes all the time, so a master
+//!   appends **change records** to [`OFFSETS_TOPIC`] (the offsets that moved since the
+//!   last record, at most once a second) and a **full** record when a slave joins and
+//!   every [`FULL_OFFSETS_EVERY`] changes records; a slave applies every record past the
+//!   last one it applied, in log order. A full record after any gap (a slave that was
+//!   away longer than retention) puts it right again. The master's value wins: a
+//!   consumer that moved to the slave while the master was away keeps its progress
+//!   there until the master's offsets for those queues move again or the next full
+//!   record (a slave joining) brings the master's whole table: at least once, never
+//!   a gap.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +31,43 @@ use crate::{Error, Result};
 
 /// The system topic the topic-table snapshots go to (queue 0).
 pub const TOPICS_TOPIC: &str = "rmq_sys_rg_topics";
+
+/// The system topic consumer-offset records go to (queue 0).
+pub const OFFSETS_TOPIC: &str = "rmq_sys_rg_offsets";
+
+/// A full offset record is written at least once per this many change records.
+pub const FULL_OFFSETS_EVERY: u32 = 600;
+
+type OffsetMap = BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>>;
+
+/// One record of [`OFFSETS_TOPIC`].
+#[derive(Serialize, Deserialize)]
+struct OffsetRecord {
+    version: u32,
+    /// Every offset the master has (else only the ones that moved).
+    full: bool,
+    /// owner -> topic -> queue id -> next offset.
+    offsets: OffsetMap,
+}
+
+/// What a master has written to [`OFFSETS_TOPIC`] so far (see
+/// [`Broker::publish_offsets`]).
+#[derive(Default)]
+pub struct OffsetPublisher {
+    /// The offset table's version last looked at.
+    seen: Option<u64>,
+    /// The offsets as the log has them.
+    written: OffsetMap,
+    /// Change records since the last full one (`None`: no full record yet).
+    since_full: Option<u32>,
+}
+
+impl OffsetPublisher {
+    /// The next record is a full one (a slave joined).
+    pub fn want_full(&mut self) {
+        self.since_full = None;
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct TopicSnapshot {
@@ -142,5 +191,117 @@ impl Broker {
             self.note_topics_changed();
         }
         Ok(Some(last))
+    }
+
+    /// On a master: appends to [`OFFSETS_TOPIC`] what moved in the offset table since
+    /// the last call (or everything, when a full record is due). Writes nothing when
+    /// nothing moved. Returns the number of offsets written. Like the topic snapshot,
+    /// the record does not wait for its copies under sync replication.
+    pub async fn publish_offsets(&self, p: &mut OffsetPublisher) -> Result<usize> {
+        let full = p.since_full.is_none_or(|n| n >= FULL_OFFSETS_EVERY);
+        let (now, version) = {
+            let t = self.offsets.table();
+            if !full && p.seen == Some(t.version()) {
+                return Ok(0);
+            }
+            (t.all(), t.version())
+        };
+        let offsets: OffsetMap = if full {
+            now.clone()
+        } else {
+            let mut changed = OffsetMap::new();
+            for (owner, topics) in &now {
+                for (topic, queues) in topics {
+                    for (q, off) in queues {
+                        let before = p
+                            .written
+                            .get(owner)
+                            .and_then(|t| t.get(topic))
+                            .and_then(|qs| qs.get(q));
+                        if before != Some(off) {
+                            changed
+                                .entry(owner.clone())
+                                .or_default()
+                                .entry(topic.clone())
+                                .or_default()
+                                .insert(*q, *off);
+                        }
+                    }
+                }
+            }
+            changed
+        };
+        let count: usize = offsets
+            .values()
+            .flat_map(|t| t.values())
+            .map(|q| q.len())
+            .sum();
+        if count == 0 && !full {
+            p.seen = Some(version);
+            return Ok(0);
+        }
+        let body = serde_json::to_vec(&OffsetRecord {
+            version: 1,
+            full,
+            offsets,
+        })
+        .map_err(|e| Error::InvalidArgument(format!("offset record: {e}")))?;
+        let msg = Message::new(OFFSETS_TOPIC, 0, body);
+        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        p.seen = Some(version);
+        p.written = now;
+        p.since_full = Some(if full {
+            0
+        } else {
+            p.since_full.unwrap_or(0) + 1
+        });
+        Ok(count)
+    }
+
+    /// On a slave: applies every record of [`OFFSETS_TOPIC`] past queue offset
+    /// `applied` (`None`: none yet) to this broker's offset table, in log order.
+    /// Returns the queue offset of the last record applied.
+    pub fn apply_replicated_offsets(&self, applied: Option<u64>) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(OFFSETS_TOPIC, 0);
+        let mut next = applied.map_or(min, |a| (a + 1).max(min));
+        let mut last = applied;
+        let mut set = 0usize;
+        while next < max {
+            let read = self.store.read_queue(OFFSETS_TOPIC, 0, next, 64)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (qoff, entry) in &read.entries {
+                let rec = self.store.read_entry(entry)?;
+                let view = rec.view()?;
+                match serde_json::from_slice::<OffsetRecord>(view.body()) {
+                    Ok(r) => {
+                        let mut t = self.offsets.table();
+                        for (owner, topics) in &r.offsets {
+                            for (topic, queues) in topics {
+                                for (q, off) in queues {
+                                    if t.get(owner, topic, *q) != Some(*off) {
+                                        t.set(owner, topic, *q, *off);
+                                        set += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(offset = qoff, error = %e, "skipping a bad offset record")
+                    }
+                }
+                last = Some(*qoff);
+                next = qoff + 1;
+            }
+        }
+        if set > 0 {
+            tracing::debug!(set, "applied the master's consumer offsets");
+        }
+        Ok(last)
     }
 }
