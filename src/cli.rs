@@ -39,6 +39,12 @@ pub enum Command {
     /// quarantines damaged records, rebuilds consume queues and index from the
     /// commit log (docs/reliability.md). Exit code 0 when it verifies clean after.
     Repair(CheckArgs),
+    /// Cuts a stopped node's commit log back to OFFSET (a record boundary), durably:
+    /// what is cut is kept in `quarantine/truncated-OFFSET/`, the consume queues and
+    /// index are rebuilt, consumer positions past the new ends move back to them
+    /// (docs/reliability.md, "Truncation"). For a slave whose log runs past its
+    /// master's, or an old master rejoining its group.
+    Truncate(TruncateArgs),
     /// Benchmarks (see docs/benchmarks.md).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -141,6 +147,19 @@ impl GroupArgs {
 pub struct CheckArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `truncate`.
+#[derive(Debug, Clone, Args)]
+pub struct TruncateArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The commit-log offset to cut at: the start of a record, at or below the end.
+    #[arg(long, value_name = "OFFSET")]
+    pub to: u64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

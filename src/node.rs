@@ -326,9 +326,10 @@ fn start_registrar(
     }
 }
 
-fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>> {
+/// The broker's settings from the config.
+pub fn broker_options(config: &Config) -> BrokerSettings {
     let b = &config.broker;
-    let opts = BrokerSettings {
+    BrokerSettings {
         broker_name: b.name.clone(),
         auto_create_topics: b.auto_create_topics,
         default_queues: b.default_queue_nums,
@@ -337,7 +338,11 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
         transaction_max_checks: b.transaction_max_checks,
         max_reconsume_times: b.max_reconsume_times,
         ..BrokerSettings::default()
-    };
+    }
+}
+
+fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>> {
+    let opts = broker_options(config);
     let broker = Broker::open(store, opts, Arc::new(SystemClock)).context("opening the broker")?;
     let broker = Arc::new(broker);
     // Delivers delayed messages when due and checks back undecided transactions;

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use rocketgate_config::{Config, Override};
 
-use crate::cli::{CheckArgs, Cli, Command, StandaloneArgs, listen_flag};
+use crate::cli::{CheckArgs, Cli, Command, StandaloneArgs, TruncateArgs, listen_flag};
 
 pub fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -42,6 +42,7 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Some(Command::User(cmd)) => crate::users::run(cmd),
         Some(Command::Verify(args)) => check(&args, false),
         Some(Command::Repair(args)) => check(&args, true),
+        Some(Command::Truncate(args)) => truncate(&args),
         #[cfg(feature = "bench")]
         Some(Command::Bench(cmd)) => rocketgate_bench::run(cmd),
         #[cfg(not(feature = "bench"))]
@@ -112,6 +113,46 @@ fn check(args: &CheckArgs, repair: bool) -> anyhow::Result<()> {
         0 => Ok(()),
         n => Err(ProblemsFound(n).into()),
     }
+}
+
+/// `rocketgate truncate` (offline, like `repair`).
+fn truncate(args: &TruncateArgs) -> anyhow::Result<()> {
+    let config = args.common.load(Vec::new())?;
+    let settings = crate::node::store_options(&config);
+    let dir = &config.data_dir;
+    let report = rocketgate_core::store::truncate::truncate(dir, &settings, args.to)
+        .with_context(|| format!("truncating the log of {} at {}", dir.display(), args.to))?;
+    // The broker's positions move back when it opens the store; do it now, so the
+    // directory is consistent when this command returns.
+    let store = std::sync::Arc::new(
+        rocketgate_core::store::Store::open(dir, settings, Default::default())
+            .context("reopening the store")?
+            .0,
+    );
+    let broker = rocketgate_core::broker::Broker::open(
+        store.clone(),
+        crate::node::broker_options(&config),
+        std::sync::Arc::new(rocketgate_core::clock::SystemClock),
+    )
+    .context("reopening the broker")?;
+    broker.close().context("closing the broker")?;
+    drop(broker);
+    store.close().context("closing the store")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if report.removed_bytes == 0 {
+        println!("the log already ends at {}: nothing cut", report.new_end);
+    } else {
+        println!(
+            "cut the log from {} back to {} ({} bytes, kept in {}); {} records dispatched again",
+            report.old_end,
+            report.new_end,
+            report.removed_bytes,
+            report.kept_in.display(),
+            report.redispatched_records
+        );
+    }
+    Ok(())
 }
 
 fn namesrv(config: Config) -> anyhow::Result<()> {

@@ -527,3 +527,94 @@ fn verify_finds_damage_and_repair_quarantines_truncates_and_rebuilds() {
     assert_eq!(json(&body)["queue_offset"], 5, "{body}");
     node.stop();
 }
+
+/// `rocketgate truncate` (the cut an old master or a slave past its master needs):
+/// on a stopped node's directory, a cut at a record boundary is durable, the node
+/// restarts with the log and queues ending there, the next message takes the next
+/// queue offset, and a consumer group that had read past the cut receives the new
+/// messages instead of skipping them. A cut inside a record is refused.
+#[test]
+fn truncate_cuts_the_log_at_a_record_and_consumers_resume_at_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let mut phys = Vec::new();
+    for i in 0..10 {
+        let (code, body) = publish(&node, "tr", &format!("message-{i}"));
+        assert_eq!(code, 201, "{body}");
+        let id = json(&body)["msg_id"].as_str().unwrap().to_owned();
+        phys.push(u64::from_str_radix(&id[id.len() - 16..], 16).unwrap());
+    }
+    // A group reads and acks all ten.
+    let (code, got) = node.curl(&["/v1/groups/g/topics/tr/messages?max=32&wait_ms=2000"]);
+    assert_eq!(code, 200, "{got}");
+    let handles: Vec<serde_json::Value> = json(&got)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["receipt_handle"].clone())
+        .collect();
+    assert_eq!(handles.len(), 10, "{got}");
+    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+    let (code, acked) = node.curl(&[
+        "/v1/groups/g/acks",
+        "-H",
+        "content-type: application/json",
+        "--data-binary",
+        &body,
+    ]);
+    assert!(code == 200 || code == 204, "{code} {acked}");
+    node.stop();
+
+    let truncate = |to: u64| {
+        Command::new(env!("CARGO_BIN_EXE_rocketgate"))
+            .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+            .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+            .env("ROCKETGATE_STORE__CONSUME_QUEUE_ENTRIES_PER_FILE", "10000")
+            .env("RUST_LOG", "warn")
+            .args(["truncate", "--json", "--to", &to.to_string(), "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = truncate(phys[5] + 1);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not the start of a record"), "{err}");
+
+    let out = truncate(phys[5]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&text);
+    assert_eq!(report["new_end"], phys[5], "{text}");
+    assert!(report["removed_bytes"].as_u64().unwrap() > 0, "{text}");
+    assert!(dir.path().join("quarantine").is_dir());
+
+    let node = Node::start(dir.path());
+    let (code, replay) = node.curl(&["/v1/topics/tr/queues/0/messages?offset=0&max=20"]);
+    assert_eq!(code, 200, "{replay}");
+    for i in 0..5 {
+        assert!(replay.contains(&format!("message-{i}\"")), "{i}: {replay}");
+    }
+    for i in 5..10 {
+        assert!(!replay.contains(&format!("message-{i}\"")), "{i}: {replay}");
+    }
+    for i in 0..3 {
+        let (code, body) = publish(&node, "tr", &format!("new-{i}"));
+        assert_eq!(code, 201, "{body}");
+        assert_eq!(json(&body)["queue_offset"], 5 + i, "{body}");
+    }
+    let (code, got) = node.curl(&["/v1/groups/g/topics/tr/messages?max=32&wait_ms=2000"]);
+    assert_eq!(code, 200, "{got}");
+    let bodies: Vec<String> = json(&got)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(bodies, ["new-0", "new-1", "new-2"], "{got}");
+    node.stop();
+}

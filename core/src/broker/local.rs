@@ -94,6 +94,20 @@ impl Broker {
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         store.follow_progress(offsets.clone());
         let pop = Arc::new(PopState::open(&config_dir)?);
+        // Positions past the end of their queue (the log was truncated under them:
+        // `rocketgate truncate`, failover) go back to the end, or the group would skip
+        // what is written next at those queue offsets.
+        // Only after the log was cut: a client may commit any offset it likes, and
+        // that is kept as it is otherwise.
+        let cut = store.log_was_cut();
+        if cut {
+            let end = |topic: &str, q: u32| store.queue_bounds(topic, q).1;
+            let clamped = offsets.table().clamp_to_ends(end) + pop.table().clamp_to_ends(end);
+            tracing::warn!(
+                clamped,
+                "the log was cut: consumer positions past the end of their queues moved back to the end"
+            );
+        }
         let delay = Arc::new(DelayState::open(
             &config_dir,
             store.clone(),
@@ -108,6 +122,13 @@ impl Broker {
             opts.transaction_max_checks,
         )?);
         let group_configs = GroupConfigs::open(&config_dir)?;
+        if cut {
+            // Durable before the mark goes, so a crash now cannot lose the move.
+            offsets.flush()?;
+            pop.flush()?;
+            delay.flush(0)?;
+            store.clear_log_cut()?;
+        }
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let flusher = {
             let offsets = offsets.clone();

@@ -117,6 +117,29 @@ impl OffsetTable {
         self.offsets.clone()
     }
 
+    /// Moves every offset past its queue's end (`end(topic, queue)`) back to that
+    /// end; returns how many moved. A committed offset is past the end only when the
+    /// queue lost entries under it (a truncated log): left there, the group would skip
+    /// the messages written next at those queue offsets.
+    pub fn clamp_to_ends(&mut self, end: impl Fn(&str, u32) -> u64) -> usize {
+        let mut moved = 0;
+        for topics in self.offsets.values_mut() {
+            for (topic, queues) in topics.iter_mut() {
+                for (q, off) in queues.iter_mut() {
+                    let e = end(topic, *q);
+                    if *off > e {
+                        *off = e;
+                        moved += 1;
+                    }
+                }
+            }
+        }
+        if moved > 0 {
+            self.version += 1;
+        }
+        moved
+    }
+
     /// Bumped on every change.
     pub fn version(&self) -> u64 {
         self.version

@@ -153,6 +153,30 @@ impl PopTable {
             })
     }
 
+    /// Moves every cursor past its queue's end (`end(topic, queue)`) back to that end,
+    /// dropping what was in flight at or past it (those offsets hold other messages
+    /// now, or none); returns how many queues moved. See
+    /// [`OffsetTable::clamp_to_ends`](super::offsets::OffsetTable::clamp_to_ends).
+    pub fn clamp_to_ends(&mut self, end: impl Fn(&str, u32) -> u64) -> usize {
+        let mut moved = 0;
+        for topics in self.queues.values_mut() {
+            for (topic, queues) in topics.iter_mut() {
+                for (q, state) in queues.iter_mut() {
+                    let e = end(topic, *q);
+                    if state.cursor > e {
+                        state.cursor = e;
+                        state.in_flight.retain(|offset, _| *offset < e);
+                        moved += 1;
+                    }
+                }
+            }
+        }
+        if moved > 0 {
+            self.version += 1;
+        }
+        moved
+    }
+
     /// The cursor of a queue (`start` if the group never popped it).
     pub fn cursor(&self, group: &str, topic: &str, queue_id: u32, start: u64) -> u64 {
         self.queue(group, topic, queue_id)

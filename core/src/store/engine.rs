@@ -274,6 +274,8 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         // Before anything is read or written: a second process must not touch it.
         let lock = DirLock::acquire(dir)?;
+        // A log truncation a crash interrupted is finished before anything is read.
+        super::truncate::finish_interrupted(dir)?;
         let (abort, unclean) = AbortMarker::create(dir)?;
         let checkpoint = Checkpoint::load(dir);
         let mut report = OpenReport {
@@ -297,6 +299,10 @@ impl Store {
         let log = Arc::new(log);
         report.log_end = log.max_offset();
         report.truncated_bytes = recovery.truncated_bytes;
+        if recovery.truncated_bytes > 0 {
+            // Queues lose entries with the tail: positions past them must move back.
+            super::truncate::mark_cut(dir)?;
+        }
 
         let queues = ConsumeQueues::open_with(
             dir,
@@ -754,6 +760,24 @@ impl Store {
         queue_id: u32,
     ) -> Result<Arc<crate::store::consume_queue::ConsumeQueue>> {
         self.inner.queues.get_or_create(topic, queue_id)
+    }
+
+    /// Whether the log was cut (truncated, or a torn tail cut at recovery) since the
+    /// broker last moved positions past the queues' ends back
+    /// ([`super::truncate::CUT_MARKER`]).
+    pub fn log_was_cut(&self) -> bool {
+        self.dir().join(super::truncate::CUT_MARKER).exists()
+    }
+
+    /// The broker moved (and persisted) every position past a queue's end: the mark
+    /// of [`Store::log_was_cut`] goes.
+    pub fn clear_log_cut(&self) -> Result<()> {
+        let path = self.dir().join(super::truncate::CUT_MARKER);
+        match std::fs::remove_file(&path) {
+            Ok(()) => super::checkpoint::sync_dir(self.dir()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&path, e)),
+        }
     }
 
     pub fn positions(&self) -> Positions {

@@ -15,6 +15,7 @@ pub mod lock;
 pub(crate) mod mapped;
 pub mod record;
 mod resident;
+pub mod truncate;
 
 pub use commit_log::{AppendResult, RecordRef};
 pub use consume_queue::CqEntry;

@@ -423,9 +423,40 @@ impl DelayState {
         clock: Arc<dyn Clock>,
     ) -> Result<DelayState> {
         let path = config_dir.join("delay.json");
-        let progress = persist::read_json::<DelayFile>(&path)?
+        let mut progress = persist::read_json::<DelayFile>(&path)?
             .map(|f| f.progress)
             .unwrap_or_default();
+        // Progress past the end of a schedule queue (the log was truncated under it)
+        // goes back to the end, or what is scheduled next at those offsets is skipped.
+        let mut clamped = false;
+        let cut = store.log_was_cut();
+        for (level, next) in progress.levels.iter_mut().filter(|_| cut) {
+            let end = store
+                .queue_bounds(schedule::SCHEDULE_TOPIC, level.saturating_sub(1))
+                .1;
+            if *next > end {
+                *next = end;
+                clamped = true;
+            }
+        }
+        // Cancelled entries at or past their queue's end were cut with the log.
+        progress.cancelled.retain(|(level, offset)| {
+            !cut || *offset
+                < store
+                    .queue_bounds(schedule::SCHEDULE_TOPIC, level.saturating_sub(1))
+                    .1
+        });
+        if cut {
+            let timer_end = store.queue_bounds(schedule::TIMER_TOPIC, 0).1;
+            if progress.timer_base > timer_end {
+                progress.timer_base = timer_end;
+                clamped = true;
+            }
+            progress.timer_done.retain(|o| *o < timer_end);
+        }
+        if clamped {
+            tracing::warn!("delay progress past the end of its queues moved back to the end");
+        }
         Ok(DelayState {
             path,
             store,
@@ -439,7 +470,8 @@ impl DelayState {
             marks: Mutex::new(Marks {
                 pending: VecDeque::new(),
                 durable: progress,
-                version: 0,
+                // A moved progress is written by the first flush.
+                version: u64::from(clamped),
             }),
             file: Mutex::new(0),
         })
