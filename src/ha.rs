@@ -13,8 +13,50 @@ use rocketgate_core::clock::SystemClock;
 use rocketgate_core::store::Store;
 use rocketgate_core::store::ha::{Gate, Replicas};
 use rocketgate_http as http;
+use rocketgate_remoting::ha::BoxIo;
 use rocketgate_remoting::ha::{master, slave};
-use tokio::net::TcpListener;
+use rocketgate_tls::{Acceptor, Incoming, Mode, ReloadHandle, TlsSettings};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The replication port with TLS (`tls.ha`): handshakes done by `rocketgate-tls`.
+struct TlsIncoming(Incoming);
+
+impl master::Accept for TlsIncoming {
+    async fn accept(&mut self) -> std::io::Result<(BoxIo, SocketAddr)> {
+        let conn = self.0.accept().await;
+        Ok((Box::new(conn.stream), conn.peer))
+    }
+}
+
+/// A slave's TLS client for the master (`ha.master_ca`).
+fn tls_connector(config: &Config) -> anyhow::Result<Option<slave::Connector>> {
+    let ha = &config.ha;
+    if ha.master_ca.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let client = rocketgate_tls::client_config(&ha.master_ca)
+        .with_context(|| format!("loading ha.master_ca {}", ha.master_ca.display()))?;
+    let name = if ha.master_server_name.is_empty() {
+        ha.master
+            .rsplit_once(':')
+            .map_or(ha.master.as_str(), |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned()
+    } else {
+        ha.master_server_name.clone()
+    };
+    let name = rocketgate_tls::rustls::pki_types::ServerName::try_from(name.clone())
+        .with_context(|| format!("`{name}` is not a server name (ha.master_server_name)"))?;
+    let connector = rocketgate_tls::tokio_rustls::TlsConnector::from(Arc::new(client));
+    Ok(Some(slave::Connector(Arc::new(move |tcp: TcpStream| {
+        let (connector, name) = (connector.clone(), name.clone());
+        Box::pin(async move {
+            let tls = connector.connect(name, tcp).await?;
+            Ok(Box::new(tls) as BoxIo)
+        })
+    }))))
+}
 
 /// A master's log and group, as the stream's source.
 struct Source(Arc<Replicas>);
@@ -83,6 +125,8 @@ pub enum Replication {
         replicas: Arc<Replicas>,
         /// `None`: replication is off (no `ha.secret`), the port is not open.
         server: Option<master::Handle>,
+        /// Reloads the replication port's certificate (`tls.ha`).
+        _tls_reload: Option<ReloadHandle>,
         ticker: tokio::task::JoinHandle<()>,
         snapshots: tokio::task::JoinHandle<()>,
     },
@@ -134,13 +178,14 @@ pub async fn bind(config: &mut Config) -> anyhow::Result<Option<TcpListener>> {
     Ok(Some(listener))
 }
 
-/// Starts serving slaves (master) or following the master (slave).
+/// Starts serving slaves (master) or following the master (slave). Fails when the
+/// replication channel's TLS files (`tls.ha`, `ha.master_ca`) cannot be used.
 pub fn start(
     config: &Config,
     broker: &Arc<Broker>,
     gate: Arc<Gate>,
     listener: Option<TcpListener>,
-) -> Replication {
+) -> anyhow::Result<Replication> {
     let store = broker.store();
     let ha = &config.ha;
     match (config.is_slave(), listener) {
@@ -151,18 +196,29 @@ pub fn start(
                 ha.max_lag_bytes.0,
                 Arc::new(SystemClock),
             ));
-            let server = listener.map(|listener| {
-                master::serve(
-                    listener,
-                    Arc::new(Source(replicas.clone())),
-                    master::Settings {
-                        group: config.broker.name.clone(),
-                        secret: ha.secret.as_bytes().to_vec(),
-                        heartbeat: ha.heartbeat_interval,
-                        batch: BATCH,
-                    },
-                )
-            });
+            let settings = master::Settings {
+                group: config.broker.name.clone(),
+                secret: ha.secret.as_bytes().to_vec(),
+                heartbeat: ha.heartbeat_interval,
+                batch: BATCH,
+            };
+            let source = Arc::new(Source(replicas.clone()));
+            let mut tls_reload = None;
+            let server = match listener {
+                None => None,
+                Some(listener) if config.tls.ha => {
+                    let tls = TlsSettings::from_config(&config.tls)
+                        .context("tls.ha needs tls.cert and tls.key")?;
+                    let acceptor = Acceptor::new(tls)
+                        .context("loading the TLS certificate for the replication port (tls.ha)")?;
+                    tls_reload = Some(acceptor.spawn_reload());
+                    let incoming = Incoming::new(listener, Mode::Tls(acceptor), "ha")
+                        .context("the replication port")?;
+                    tracing::info!("replication port: TLS");
+                    Some(master::serve(TlsIncoming(incoming), source, settings))
+                }
+                Some(listener) => Some(master::serve(listener, source, settings)),
+            };
             // The in-sync set follows the master's end even while slaves are silent.
             let ticker = {
                 let replicas = replicas.clone();
@@ -221,12 +277,13 @@ pub fn start(
                     }
                 })
             };
-            Replication::Master {
+            Ok(Replication::Master {
                 replicas,
                 server,
+                _tls_reload: tls_reload,
                 ticker,
                 snapshots,
-            }
+            })
         }
         (true, _) => {
             tracing::info!(master = %ha.master, broker_id = config.broker.id, "replication: this broker is a read-only slave");
@@ -238,6 +295,7 @@ pub fn start(
                     broker_id: config.broker.id,
                     secret: ha.secret.as_bytes().to_vec(),
                     heartbeat: ha.heartbeat_interval,
+                    tls: tls_connector(config)?,
                 },
             );
             // The topic table arrives with the log (docs/replication.md).
@@ -264,11 +322,11 @@ pub fn start(
                     }
                 })
             };
-            Replication::Slave {
+            Ok(Replication::Slave {
                 follower,
                 adopter,
                 store: store.clone(),
-            }
+            })
         }
     }
 }

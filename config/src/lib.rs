@@ -135,6 +135,9 @@ pub struct TlsConfig {
     pub ws: bool,
     /// `disabled` | `permissive` | `enforcing` on `listen.native`.
     pub native: NativeTls,
+    /// TLS on the replication port `listen.ha` (a master's slaves then connect with
+    /// `ha.master_ca`).
+    pub ha: bool,
 }
 
 impl Default for TlsConfig {
@@ -149,6 +152,7 @@ impl Default for TlsConfig {
             http: false,
             ws: false,
             native: NativeTls::Disabled,
+            ha: false,
         }
     }
 }
@@ -156,7 +160,7 @@ impl Default for TlsConfig {
 impl TlsConfig {
     /// Whether any door serves TLS.
     pub fn enabled(&self) -> bool {
-        self.mqtt || self.http || self.ws || self.native != NativeTls::Disabled
+        self.mqtt || self.http || self.ws || self.native != NativeTls::Disabled || self.ha
     }
 }
 
@@ -505,6 +509,12 @@ pub struct HaConfig {
     /// Heartbeat period of the replication stream; a peer silent for 4 of them is dropped.
     #[serde(with = "units::duration")]
     pub heartbeat_interval: Duration,
+    /// On a slave: a PEM CA bundle the master's certificate is verified against; set,
+    /// the slave connects with TLS (the master has `tls.ha = true`). Empty: plain TCP.
+    pub master_ca: PathBuf,
+    /// On a slave with `master_ca`: the name the master's certificate must carry
+    /// (empty: the host part of `ha.master`).
+    pub master_server_name: String,
 }
 
 impl Default for HaConfig {
@@ -517,6 +527,8 @@ impl Default for HaConfig {
             max_lag_bytes: ByteSize(256 << 20),
             secret: String::new(),
             heartbeat_interval: Duration::from_secs(1),
+            master_ca: PathBuf::new(),
+            master_server_name: String::new(),
         }
     }
 }
@@ -858,7 +870,7 @@ impl Config {
         }
         let t = &self.tls;
         if t.enabled() && (t.cert.as_os_str().is_empty() || t.key.as_os_str().is_empty()) {
-            bad.push("TLS is enabled for a door (tls.mqtt/http/ws/native) but tls.cert or tls.key is not set".into());
+            bad.push("TLS is enabled for a door (tls.mqtt/http/ws/native/ha) but tls.cert or tls.key is not set".into());
         }
         if t.client_auth != ClientAuth::None && t.client_ca.as_os_str().is_empty() {
             bad.push("tls.client_auth asks for client certificates; set tls.client_ca to the CA that signs them".into());

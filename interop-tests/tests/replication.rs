@@ -881,3 +881,61 @@ async fn a_consumer_moves_to_the_slave_while_the_master_is_down_and_back_losing_
         seen.len() - set.len()
     );
 }
+
+/// The replication channel over TLS (`tls.ha` on the master, `ha.master_ca` on the
+/// slave): a slave that trusts the master's CA follows it (sync sends succeed, the logs
+/// are byte-identical); a slave speaking plain TCP to the TLS port, and one trusting
+/// another CA, are never admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_over_tls_admits_only_a_slave_that_trusts_the_masters_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    let pki = interop_tests::pki::Pki::new(certs.path(), "client").unwrap();
+    let mut menv = master_env();
+    menv.push(("ROCKETGATE_TLS__HA", "true".into()));
+    menv.push((
+        "ROCKETGATE_TLS__CERT",
+        pki.path("server.pem").display().to_string(),
+    ));
+    menv.push((
+        "ROCKETGATE_TLS__KEY",
+        pki.path("server.key").display().to_string(),
+    ));
+    let master = start(&menv).expect("master with TLS on the replication port");
+    let slave_env = |ca: Option<&str>| {
+        let mut env = vec![
+            ("ROCKETGATE_BROKER__ID", "1".to_string()),
+            ("ROCKETGATE_HA__MASTER", master.addr("ha").to_string()),
+            ("ROCKETGATE_HA__SECRET", SECRET.into()),
+            ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms".into()),
+        ];
+        if let Some(ca) = ca {
+            env.push((
+                "ROCKETGATE_HA__MASTER_CA",
+                pki.path(ca).display().to_string(),
+            ));
+        }
+        env
+    };
+    // Plain TCP against the TLS port, and TLS trusting the wrong CA: not admitted.
+    let plain = start(&slave_env(None)).expect("plain slave");
+    let wrong = start(&slave_env(Some("wrong-ca.pem"))).expect("wrong-CA slave");
+    std::thread::sleep(Duration::from_secs(2));
+    let view = cluster(&master);
+    assert_eq!(
+        view["replication"]["slaves"].as_array().map_or(0, Vec::len),
+        0,
+        "{view}"
+    );
+    let (status, body) = tokio::task::block_in_place(|| http_send(&master, "tls", "x")).unwrap();
+    assert_eq!(status, 503, "a sync send without an admitted slave: {body}");
+    drop((plain, wrong));
+
+    let slave = start(&slave_env(Some("ca.pem"))).expect("slave trusting the CA");
+    tokio::task::block_in_place(|| wait_in_sync(&master)).expect("in sync over TLS");
+    for i in 0..50 {
+        let (status, body) =
+            tokio::task::block_in_place(|| http_send(&master, "tls", &format!("m-{i}"))).unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+    tokio::task::block_in_place(|| wait_identical(&master, &slave)).expect("identical logs");
+}

@@ -113,6 +113,7 @@ async fn a_slave_copies_the_log_and_acknowledges_it() {
             broker_id: 1,
             secret: b"s3cret".to_vec(),
             heartbeat: Duration::from_millis(100),
+            tls: None,
         },
     );
     wait_until("the first 10,000 bytes", || {

@@ -7,13 +7,30 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::codec::{Frame, RefuseCode, VERSION};
-use super::read_frame;
+use super::{BoxIo, read_frame};
+
+/// Where the master's slave connections come from: a `TcpListener`, or the binary's
+/// TLS listener.
+pub trait Accept: Send + 'static {
+    /// The next connection, ready to speak the stream (TLS handshake done).
+    fn accept(
+        &mut self,
+    ) -> impl std::future::Future<Output = std::io::Result<(BoxIo, SocketAddr)>> + Send;
+}
+
+impl Accept for TcpListener {
+    async fn accept(&mut self) -> std::io::Result<(BoxIo, SocketAddr)> {
+        let (sock, peer) = TcpListener::accept(self).await?;
+        let _ = sock.set_nodelay(true);
+        Ok((Box::new(sock), peer))
+    }
+}
 
 /// The master's log and its group state, as the stream needs them.
 pub trait Source: Send + Sync + 'static {
@@ -57,7 +74,7 @@ impl Handle {
 }
 
 /// Serves slaves on `listener` until stopped.
-pub fn serve<S: Source>(listener: TcpListener, source: Arc<S>, settings: Settings) -> Handle {
+pub fn serve<S: Source, A: Accept>(mut listener: A, source: Arc<S>, settings: Settings) -> Handle {
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let next_id = AtomicU64::new(1);
@@ -74,7 +91,6 @@ pub fn serve<S: Source>(listener: TcpListener, source: Arc<S>, settings: Setting
                         let settings = settings.clone();
                         let stopped = stopped.clone();
                         conns.spawn(async move {
-                            let _ = sock.set_nodelay(true);
                             match run(sock, peer, conn, &*source, &settings, stopped).await {
                                 Ok(()) => info!(%peer, conn, "replication: slave disconnected"),
                                 Err(e) => warn!(%peer, conn, error = %e, "replication: slave connection ended"),
@@ -95,7 +111,7 @@ pub fn serve<S: Source>(listener: TcpListener, source: Arc<S>, settings: Setting
 }
 
 async fn refuse(
-    sock: &mut TcpStream,
+    sock: &mut BoxIo,
     peer: SocketAddr,
     code: RefuseCode,
     reason: String,
@@ -170,7 +186,7 @@ fn admit(
 }
 
 async fn run(
-    mut sock: TcpStream,
+    mut sock: BoxIo,
     peer: SocketAddr,
     conn: u64,
     source: &impl Source,
@@ -231,7 +247,7 @@ async fn run(
     source.joined(conn, hello.broker_id, peer, next);
     info!(%peer, conn, broker_id = hello.broker_id, from = next, master_end = end, "replication: slave joined");
 
-    let (mut rd, mut wr) = sock.into_split();
+    let (mut rd, mut wr) = tokio::io::split(sock);
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let mut idle_since = Instant::now();

@@ -18,6 +18,14 @@ pub mod slave;
 
 pub use codec::{Frame, FrameError, Hello, RefuseCode, VERSION};
 
+/// A byte stream the replication channel runs over: a `TcpStream`, or TLS over one
+/// (the binary wraps it with `rocketgate-tls`; this crate knows no TLS).
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A boxed [`Io`].
+pub type BoxIo = Box<dyn Io>;
+
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 

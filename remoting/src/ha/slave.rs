@@ -13,7 +13,25 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::codec::{Frame, Hello, VERSION};
-use super::read_frame;
+use super::{BoxIo, read_frame};
+
+/// Wraps a connected `TcpStream` for the stream (the binary's TLS client: a
+/// handshake that verifies the master's certificate).
+#[derive(Clone)]
+pub struct Connector(
+    #[allow(clippy::type_complexity)]
+    pub  Arc<
+        dyn Fn(TcpStream) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<BoxIo>> + Send>>
+            + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector")
+    }
+}
 
 /// The slave's log, as the stream needs it.
 pub trait Target: Send + Sync + 'static {
@@ -40,6 +58,8 @@ pub struct Settings {
     pub broker_id: u64,
     pub secret: Vec<u8>,
     pub heartbeat: Duration,
+    /// TLS to the master (`None`: plain TCP).
+    pub tls: Option<Connector>,
 }
 
 /// What the slave knows about its master, for operators.
@@ -103,13 +123,18 @@ pub fn spawn<T: Target>(target: Arc<T>, settings: Settings) -> Handle {
 
 async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> std::io::Result<()> {
     let timeout = settings.heartbeat * 4;
-    let mut sock =
-        tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&settings.master))
+    let sock = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&settings.master))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = sock.set_nodelay(true);
+    let mut sock: BoxIo = match &settings.tls {
+        Some(tls) => tokio::time::timeout(Duration::from_secs(5), (tls.0)(sock))
             .await
             .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
-    let _ = sock.set_nodelay(true);
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+            })??,
+        None => Box::new(sock),
+    };
     let mut out = Vec::new();
     Frame::Hello(Hello {
         version: VERSION,
