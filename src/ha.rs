@@ -58,8 +58,9 @@ fn tls_connector(config: &Config) -> anyhow::Result<Option<slave::Connector>> {
     }))))
 }
 
-/// A master's log and group, as the stream's source.
-struct Source(Arc<Replicas>);
+/// A master's log and group, as the stream's source (and its broker, which takes
+/// the consumer positions a slave's doors committed).
+struct Source(Arc<Replicas>, Arc<Broker>);
 
 impl master::Source for Source {
     fn bounds(&self) -> (u64, u64) {
@@ -93,10 +94,18 @@ impl master::Source for Source {
     fn left(&self, conn: u64) {
         self.0.left(conn);
     }
+
+    fn slave_offsets(&self, _conn: u64, body: &[u8]) -> Result<(), String> {
+        self.1
+            .merge_slave_offsets(body)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }
 
-/// A slave's store, as the stream's target.
-struct Target(Arc<Store>);
+/// A slave's store, as the stream's target (and its broker, whose consumers'
+/// positions go back to the master).
+struct Target(Arc<Store>, Arc<Broker>);
 
 impl slave::Target for Target {
     fn log_end(&self) -> u64 {
@@ -116,6 +125,10 @@ impl slave::Target for Target {
             .append_replicated(offset, &bytes)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    fn local_offsets(&self) -> Option<Vec<u8>> {
+        self.1.local_offset_changes()
     }
 }
 
@@ -202,7 +215,7 @@ pub fn start(
                 heartbeat: ha.heartbeat_interval,
                 batch: BATCH,
             };
-            let source = Arc::new(Source(replicas.clone()));
+            let source = Arc::new(Source(replicas.clone(), broker.clone()));
             let mut tls_reload = None;
             let server = match listener {
                 None => None,
@@ -288,7 +301,7 @@ pub fn start(
         (true, _) => {
             tracing::info!(master = %ha.master, broker_id = config.broker.id, "replication: this broker is a read-only slave");
             let follower = slave::spawn(
-                Arc::new(Target(store.clone())),
+                Arc::new(Target(store.clone(), broker.clone())),
                 slave::Settings {
                     master: ha.master.clone(),
                     group: config.broker.name.clone(),

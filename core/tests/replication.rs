@@ -278,6 +278,19 @@ async fn consumer_offsets_reach_the_slave_through_the_log() {
             .unwrap(),
         Some(30)
     );
+    // That position goes back to the master (the higher one wins there).
+    let body = slave
+        .local_offset_changes()
+        .expect("a position committed on the slave");
+    assert_eq!(master.merge_slave_offsets(&body).unwrap(), 1);
+    assert_eq!(master.merge_slave_offsets(&body).unwrap(), 0);
+    assert_eq!(
+        master
+            .query_offset("billing", "m1", "orders", 0)
+            .await
+            .unwrap(),
+        Some(30)
+    );
     // The master moves queue 3 (and a slave that joins later gets a full record).
     master
         .commit_offset("billing", "m1", "orders", 3, 99)
@@ -294,4 +307,13 @@ async fn consumer_offsets_reach_the_slave_through_the_log() {
             .unwrap(),
         Some(99)
     );
+    // The master's record confirmed the slave's position: nothing left to send back.
+    assert_eq!(
+        slave
+            .query_offset("billing", "m1", "orders", 0)
+            .await
+            .unwrap(),
+        Some(30)
+    );
+    assert!(slave.local_offset_changes().is_none());
 }

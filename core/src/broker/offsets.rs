@@ -49,6 +49,10 @@ pub struct OffsetTable {
     offsets: BTreeMap<String, BTreeMap<String, Queues>>,
     /// Bumped on every change, so a flush can tell whether the file is behind.
     version: u64,
+    /// Queues whose offset was committed here (not applied from a master's log) and
+    /// that a master has not confirmed yet: on a slave, what goes back to the master
+    /// ([`OffsetTable::local_changes`]). Not persisted.
+    local: std::collections::BTreeSet<(String, String, u32)>,
 }
 
 impl OffsetTable {
@@ -59,6 +63,7 @@ impl OffsetTable {
             path,
             offsets: file.offsets,
             version: 0,
+            local: Default::default(),
         })
     }
 
@@ -67,6 +72,53 @@ impl OffsetTable {
     }
 
     pub fn set(&mut self, owner: &str, topic: &str, queue_id: u32, offset: u64) {
+        self.local
+            .insert((owner.to_owned(), topic.to_owned(), queue_id));
+        self.store(owner, topic, queue_id, offset);
+    }
+
+    /// A master's offset from the replicated log, on a slave: taken unless a consumer
+    /// here committed further than the master has seen (that goes back to the master,
+    /// which keeps the higher of the two); once the master has it, the queue is no
+    /// longer a local change. Returns whether the offset changed.
+    pub fn set_from_master(
+        &mut self,
+        owner: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> bool {
+        let key = (owner.to_owned(), topic.to_owned(), queue_id);
+        let now = self.get(owner, topic, queue_id);
+        if self.local.contains(&key) {
+            if now.is_some_and(|n| n > offset) {
+                return false;
+            }
+            self.local.remove(&key);
+        }
+        if now == Some(offset) {
+            return false;
+        }
+        self.store(owner, topic, queue_id, offset);
+        true
+    }
+
+    /// Offsets committed here that a master has not confirmed (see `local`).
+    pub fn local_changes(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>> {
+        let mut out: BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>> = BTreeMap::new();
+        for (owner, topic, q) in &self.local {
+            if let Some(off) = self.get(owner, topic, *q) {
+                out.entry(owner.clone())
+                    .or_default()
+                    .entry(topic.clone())
+                    .or_default()
+                    .insert(*q, off);
+            }
+        }
+        out
+    }
+
+    fn store(&mut self, owner: &str, topic: &str, queue_id: u32, offset: u64) {
         let slot = self
             .offsets
             .entry(owner.to_owned())

@@ -12,11 +12,11 @@
 //!   last record, at most once a second) and a **full** record when a slave joins and
 //!   every [`FULL_OFFSETS_EVERY`] changes records; a slave applies every record past the
 //!   last one it applied, in log order. A full record after any gap (a slave that was
-//!   away longer than retention) puts it right again. The master's value wins: a
-//!   consumer that moved to the slave while the master was away keeps its progress
-//!   there until the master's offsets for those queues move again or the next full
-//!   record (a slave joining) brings the master's whole table: at least once, never
-//!   a gap.
+//!   away longer than retention) puts it right again. Positions committed through the
+//!   slave's own doors go the other way (an OFFSETS frame of the stream,
+//!   [`Broker::local_offset_changes`] → [`Broker::merge_slave_offsets`]): the master
+//!   takes the higher of each, and a master's record does not move such a position
+//!   back until the master has confirmed it. At least once, never a gap.
 
 use std::collections::BTreeMap;
 
@@ -283,8 +283,7 @@ impl Broker {
                         for (owner, topics) in &r.offsets {
                             for (topic, queues) in topics {
                                 for (q, off) in queues {
-                                    if t.get(owner, topic, *q) != Some(*off) {
-                                        t.set(owner, topic, *q, *off);
+                                    if t.set_from_master(owner, topic, *q, *off) {
                                         set += 1;
                                     }
                                 }
@@ -303,5 +302,43 @@ impl Broker {
             tracing::debug!(set, "applied the master's consumer offsets");
         }
         Ok(last)
+    }
+
+    /// On a slave: the consumer positions committed through this node's doors that
+    /// its master has not confirmed, as the JSON body of an OFFSETS frame; `None`
+    /// when there are none.
+    pub fn local_offset_changes(&self) -> Option<Vec<u8>> {
+        let changes = self.offsets.table().local_changes();
+        if changes.is_empty() {
+            return None;
+        }
+        serde_json::to_vec(&changes).ok()
+    }
+
+    /// On a master: a slave's consumer positions (the body of its OFFSETS frame); each
+    /// is taken where it is ahead of this master's, so a group that consumed on the
+    /// slave while the master was away goes on from there. Returns how many moved.
+    pub fn merge_slave_offsets(&self, body: &[u8]) -> Result<usize> {
+        let changes: OffsetMap = serde_json::from_slice(body)
+            .map_err(|e| Error::InvalidArgument(format!("slave offsets: {e}")))?;
+        let mut moved = 0;
+        let mut t = self.offsets.table();
+        for (owner, topics) in &changes {
+            for (topic, queues) in topics {
+                for (q, off) in queues {
+                    if t.get(owner, topic, *q).is_none_or(|now| now < *off) {
+                        t.set(owner, topic, *q, *off);
+                        moved += 1;
+                    }
+                }
+            }
+        }
+        if moved > 0 {
+            tracing::info!(
+                moved,
+                "took consumer positions a slave's consumers committed"
+            );
+        }
+        Ok(moved)
     }
 }

@@ -10,6 +10,7 @@
 //! | 3    | REFUSE  | master → slave | code u16, reason UTF-8 (rest of the frame); then close          |
 //! | 4    | DATA    | master → slave | offset u64, confirmed u64, log bytes (empty = heartbeat)       |
 //! | 5    | ACK     | slave → master | log_end u64 (what it holds; also where the stream continues)   |
+//! | 6    | OFFSETS | slave → master | consumer positions committed on the slave (JSON: owner → topic → queue → offset) |
 
 /// The protocol version both ends must speak.
 pub const VERSION: u16 = 1;
@@ -24,6 +25,7 @@ const WELCOME: u8 = 2;
 const REFUSE: u8 = 3;
 const DATA: u8 = 4;
 const ACK: u8 = 5;
+const OFFSETS: u8 = 6;
 
 /// A slave's opening frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +98,11 @@ pub enum Frame {
     Ack {
         log_end: u64,
     },
+    /// Consumer positions committed through the slave's doors (the master takes the
+    /// higher of each with its own).
+    Offsets {
+        body: bytes::Bytes,
+    },
 }
 
 /// A frame that cannot be decoded.
@@ -122,6 +129,7 @@ impl Frame {
             Frame::Refuse { .. } => "REFUSE",
             Frame::Data { .. } => "DATA",
             Frame::Ack { .. } => "ACK",
+            Frame::Offsets { .. } => "OFFSETS",
         }
     }
 
@@ -168,6 +176,10 @@ impl Frame {
                 out.extend_from_slice(&log_end.to_be_bytes());
                 ACK
             }
+            Frame::Offsets { body } => {
+                out.extend_from_slice(body);
+                OFFSETS
+            }
         };
         let len = (out.len() - start - HEADER) as u32;
         out[start] = kind;
@@ -181,7 +193,7 @@ impl Frame {
             return Ok(None);
         }
         let kind = buf[0];
-        if !(HELLO..=ACK).contains(&kind) {
+        if !(HELLO..=OFFSETS).contains(&kind) {
             return Err(FrameError::UnknownKind(kind));
         }
         let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
@@ -240,11 +252,14 @@ impl Frame {
                     bytes: bytes::Bytes::copy_from_slice(r.0),
                 }
             }
-            _ => {
+            ACK => {
                 let log_end = r.u64().ok_or(bad("short ack"))?;
                 r.end().ok_or(bad("bytes after the ack"))?;
                 Frame::Ack { log_end }
             }
+            _ => Frame::Offsets {
+                body: bytes::Bytes::copy_from_slice(r.0),
+            },
         };
         Ok(Some((frame, HEADER + len)))
     }

@@ -45,6 +45,11 @@ pub trait Source: Send + Sync + 'static {
     /// A slave's report; an error (an offset beyond the end) drops the slave.
     fn acked(&self, conn: u64, offset: u64) -> Result<(), String>;
     fn left(&self, conn: u64);
+    /// Consumer positions a slave's doors committed (an OFFSETS frame); an error is
+    /// logged, the slave stays.
+    fn slave_offsets(&self, _conn: u64, _body: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// How the master serves its slaves.
@@ -315,6 +320,12 @@ async fn run(
                         .encode(&mut w);
                         let _ = wr.write_all(&w).await;
                         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                    }
+                }
+                Some(Frame::Offsets { body }) => {
+                    last_heard = Instant::now();
+                    if let Err(e) = source.slave_offsets(conn, &body) {
+                        warn!(%peer, conn, error = %e, "replication: a slave's consumer positions were not taken");
                     }
                 }
                 Some(other) => {

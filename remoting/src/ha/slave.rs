@@ -47,6 +47,12 @@ pub trait Target: Send + Sync + 'static {
         offset: u64,
         bytes: bytes::Bytes,
     ) -> impl Future<Output = Result<u64, String>> + Send;
+    /// Consumer positions committed through this slave's doors that the master may
+    /// not have (sent as an OFFSETS frame when following starts and with the
+    /// heartbeat acks while there are any); `None`: nothing to send.
+    fn local_offsets(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Who this slave is and where its master is.
@@ -177,6 +183,11 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
     }
     status.connected.store(true, Ordering::Release);
     info!(master = %settings.master, from = start, "replication: following the master");
+    if let Some(body) = target.local_offsets() {
+        out.clear();
+        Frame::Offsets { body: body.into() }.encode(&mut out);
+        sock.write_all(&out).await?;
+    }
     let mut acked = target.log_end();
     let mut last_ack = Instant::now();
     loop {
@@ -207,6 +218,11 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
                 // Runs that arrived together share one ack.
                 if buf.is_empty() || last_ack.elapsed() >= settings.heartbeat {
                     out.clear();
+                    if last_ack.elapsed() >= settings.heartbeat
+                        && let Some(body) = target.local_offsets()
+                    {
+                        Frame::Offsets { body: body.into() }.encode(&mut out);
+                    }
                     Frame::Ack { log_end: acked }.encode(&mut out);
                     sock.write_all(&out).await?;
                     last_ack = Instant::now();
