@@ -224,6 +224,8 @@ fn scan_every(broker_timeout: Duration) -> Duration {
 /// The leader's loop: replaces masters silent past `broker_timeout`.
 async fn watch_masters(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(scan_every(core.broker_timeout));
+    // (group, epoch) already reported as "no one to elect": said once, not every scan.
+    let mut stuck: std::collections::HashSet<(String, u64)> = Default::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -291,7 +293,9 @@ async fn watch_masters(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
                     }
                 }
                 Err((_, why)) => {
-                    warn!(group = %name, master = ?g.master, %why, "master silent, no one to elect")
+                    if stuck.insert((name.clone(), g.master_epoch)) {
+                        warn!(group = %name, master = ?g.master, %why, "master silent, no one to elect");
+                    }
                 }
             }
         }
