@@ -37,11 +37,8 @@ pub async fn start(config: &Config) -> anyhow::Result<Controller> {
     let c = Controller::start(s)
         .await
         .with_context(|| format!("starting the controller (data in {})", dir.display()))?;
-    println!(
-        "rocketgate controller {} listening on {}",
-        config.controller.id,
-        c.local_addr()
-    );
+    // The doors' announcement format, so harnesses read every listener one way.
+    println!("rocketgate: controller listening on {}", c.local_addr());
     Ok(c)
 }
 

@@ -43,6 +43,10 @@ async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     }
 }
 
+fn client_leader(ctrls: &[Controller]) -> u64 {
+    ctrls[0].raft().metrics().borrow().current_leader.unwrap()
+}
+
 /// A broker that heartbeats every 300 ms while `on`.
 fn beat(client: Arc<ControllerClient>, hb: Heartbeat, on: Arc<AtomicBool>) {
     tokio::spawn(async move {
@@ -156,6 +160,63 @@ async fn three_controllers_elect_register_fail_over_redirect_and_restart() {
     assert_eq!((info.master_id, info.master_epoch), (Some(1), 2));
     assert_eq!(info.sync_state_set, BTreeSet::from([1]));
     assert_eq!(info.master_address.as_deref(), Some("127.0.0.1:20001"));
+
+    // The old master comes back with its old epoch: the answer tells it who is master now.
+    let back = client
+        .heartbeat(&Heartbeat {
+            epoch: 1,
+            ..hb(0, 100)
+        })
+        .await
+        .unwrap();
+    assert_eq!((back.master_id, back.master_epoch), (Some(1), 2));
+    // ... and as a former master it cannot change the in-sync set any more.
+    let fenced = client
+        .alter_sync_set("g", 0, 1, 3, BTreeSet::from([0]))
+        .await;
+    assert!(
+        matches!(
+            fenced,
+            Err(rocketgate_controller::Error::Rejected {
+                code: response::CONTROLLER_INVALID_MASTER,
+                ..
+            })
+        ),
+        "{fenced:?}"
+    );
+
+    // Bad input gets a clear refusal, never a panic or a hang.
+    let leader_addr = &peers[&client_leader(&ctrls)];
+    let link = Link::connect(leader_addr, Duration::from_secs(2), None)
+        .await
+        .unwrap();
+    let ask = async |cmd: RemotingCommand| link.call(cmd, Duration::from_secs(2)).await.unwrap();
+    let r = ask(
+        RemotingCommand::request(request::CONTROLLER_REGISTER_BROKER, 0)
+            .with_field(field::BROKER_ID, 1),
+    )
+    .await;
+    assert_eq!(r.code, response::CONTROLLER_INVALID_REQUEST);
+    assert!(r.remark.unwrap().contains("brokerName"));
+    let r = ask(RemotingCommand::request(request::BROKER_HEARTBEAT, 0)
+        .with_field(field::BROKER_NAME, "g")
+        .with_field(field::BROKER_ID, "one")
+        .with_field(field::BROKER_ADDRESS, "x:1"))
+    .await;
+    assert_eq!(r.code, response::CONTROLLER_INVALID_REQUEST);
+    let r = ask(RemotingCommand::request(request::RAFT_VOTE, 0).with_body(&b"{not json"[..])).await;
+    assert_eq!(r.code, response::CONTROLLER_INVALID_REQUEST);
+    let r = ask(
+        RemotingCommand::request(request::CONTROLLER_GET_REPLICA_INFO, 0)
+            .with_field(field::BROKER_NAME, "nope"),
+    )
+    .await;
+    assert_eq!(r.code, response::CONTROLLER_BROKER_METADATA_NOT_EXIST);
+    let r = ask(RemotingCommand::request(4242, 0)).await;
+    assert_eq!(
+        r.code,
+        rocketgate_remoting::code::response::REQUEST_CODE_NOT_SUPPORTED
+    );
 
     // Manual switchover is refused towards an out-of-sync broker.
     let r = client.elect("g", Some(2)).await;
