@@ -58,7 +58,7 @@ async fn main() {
             max_offset: 0,
             epoch: 0,
         };
-        c.register(&hb).await.unwrap();
+        client.register(&hb).await.unwrap();
         tokio::spawn(async move {
             loop {
                 if on.load(Ordering::Relaxed) {
