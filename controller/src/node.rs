@@ -457,6 +457,10 @@ impl Core {
                 epoch,
             },
         );
+        // The answer renews the broker's write lease (docs/controller.md), so it must come
+        // from a leader a quorum still follows, not one deposed behind a partition: a
+        // linearizable read (one heartbeat round to the other controllers).
+        self.linearizable().await?;
         let known = self.group(&name).filter(|g| {
             g.replicas.get(&id) == Some(&addr)
                 && !(g.master.is_none() && (g.sync_set.is_empty() || g.sync_set.contains(&id)))
