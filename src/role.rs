@@ -9,25 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketgate_config::Config;
-use rocketgate_controller::wire::ReplicaInfo;
 use rocketgate_controller::{ControllerClient, Heartbeat};
 use rocketgate_core::store::Store;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// The running heartbeat sender; [`Role::latest`] is what the controllers last said.
+/// The running heartbeat sender.
 pub struct Role {
     task: JoinHandle<()>,
-    latest: watch::Receiver<Option<ReplicaInfo>>,
 }
 
 impl Role {
-    /// The group as the controllers last answered (none before the first answer).
-    #[allow(dead_code)] // read by the role switch (next step) and tests
-    pub fn latest(&self) -> Option<ReplicaInfo> {
-        self.latest.borrow().clone()
-    }
-
     pub fn stop(self) {
         self.task.abort();
     }
@@ -46,7 +37,6 @@ pub fn start(config: &Config, store: Arc<Store>, addr: String) -> anyhow::Result
         ControllerClient::parse(list)?.with_timeouts(every.min(Duration::from_secs(1)), every);
     let group = config.broker.name.clone();
     let id = config.broker.id;
-    let (tx, latest) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut epoch = 0u64;
         let mut registered = false;
@@ -83,7 +73,6 @@ pub fn start(config: &Config, store: Arc<Store>, addr: String) -> anyhow::Result
                         );
                         epoch = info.master_epoch;
                     }
-                    let _ = tx.send(Some(info));
                 }
                 Err(e) => {
                     tracing::warn!(group = %group, id, error = %e, "controller heartbeat failed")
@@ -91,5 +80,5 @@ pub fn start(config: &Config, store: Arc<Store>, addr: String) -> anyhow::Result
             }
         }
     });
-    Ok(Some(Role { task, latest }))
+    Ok(Some(Role { task }))
 }
