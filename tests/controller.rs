@@ -104,17 +104,23 @@ fn beat(addrs: &[String], hb: Heartbeat, on: Arc<AtomicBool>) {
     });
 }
 
-/// The controller the cluster agrees leads: (id, address).
+/// The controller the cluster agrees leads: (id, address). Every controller that answers
+/// must name the same leader, and that one must say it leads (right after start two can
+/// briefly both believe they lead, in different terms).
 async fn leader(client: &ControllerClient, addrs: &[String]) -> (u64, String) {
     wait_for("a controller leader", 30, async || {
+        let mut named = BTreeSet::new();
+        let mut leading = None;
         for a in addrs {
-            if let Ok(m) = client.metadata(a).await
-                && m.is_leader
-            {
-                return Some((m.id, a.clone()));
+            if let Ok(m) = client.metadata(a).await {
+                named.insert(m.leader_id);
+                if m.is_leader {
+                    leading = Some((m.id, a.clone()));
+                }
             }
         }
-        None
+        let (id, addr) = leading?;
+        (named.len() == 1 && named.contains(&Some(id))).then_some((id, addr))
     })
     .await
 }
