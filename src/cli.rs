@@ -28,6 +28,9 @@ pub enum Command {
     Namesrv(NamesrvArgs),
     /// A broker that registers with the given NameServers.
     Broker(BrokerArgs),
+    /// A controller of automatic failover (docs/controller.md), or with `status` /
+    /// `elect` an admin command to the controllers.
+    Controller(ControllerArgs),
     /// Users of the user store (authentication; see docs/security.md).
     #[command(subcommand)]
     User(UserCommand),
@@ -173,6 +176,104 @@ pub struct NamesrvArgs {
     /// flag under the name `standalone` gives its embedded NameServer's listener.
     #[arg(long, visible_alias = "namesrv", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
+    /// Also run a controller in this process (`[controller]` of the config, or the
+    /// --controller-* flags).
+    #[arg(long)]
+    pub controller: bool,
+    /// The embedded controller's id (`controller.id`).
+    #[arg(long, value_name = "N", requires = "controller")]
+    pub controller_id: Option<u64>,
+    /// The embedded controller's listen address (`controller.listen`).
+    #[arg(long, value_name = "ADDR", requires = "controller")]
+    pub controller_listen: Option<String>,
+    /// Every controller, `1=HOST:PORT,…` (`controller.peers`).
+    #[arg(long, value_name = "LIST", requires = "controller")]
+    pub controller_peers: Option<String>,
+}
+
+/// `rocketgate controller`: run one (flags below), or `status` / `elect`.
+#[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ControllerArgs {
+    #[command(subcommand)]
+    pub admin: Option<ControllerAdmin>,
+    #[command(flatten)]
+    pub run: ControllerRunArgs,
+}
+
+/// Flags of a controller (`controller.*` in the config).
+#[derive(Debug, Clone, Args, Default)]
+pub struct ControllerRunArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// This controller's id, a key of --peers (`controller.id`).
+    #[arg(long, value_name = "N")]
+    pub id: Option<u64>,
+    /// Where to listen, HOST:PORT; default: this id's address in --peers.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Every controller: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT` (`controller.peers`).
+    #[arg(long, value_name = "LIST")]
+    pub peers: Option<String>,
+}
+
+impl ControllerRunArgs {
+    /// The flags as config overrides.
+    pub fn overrides(&self, out: &mut Vec<Override>) {
+        if let Some(id) = self.id {
+            out.push(Override::new("controller.id", id.to_string(), "flag --id"));
+        }
+        if let Some(l) = &self.listen {
+            out.push(Override::new(
+                "controller.listen",
+                format!("\"{l}\""),
+                "flag --listen",
+            ));
+        }
+        if let Some(p) = &self.peers {
+            out.push(Override::new(
+                "controller.peers",
+                format!("\"{p}\""),
+                "flag --peers",
+            ));
+        }
+    }
+}
+
+/// Admin commands to a controller group.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ControllerAdmin {
+    /// Groups, masters, epochs, in-sync sets and the brokers' liveness, from the leader.
+    Status(StatusArgs),
+    /// Moves a group's master: to --broker-id (alive, in the in-sync set), or to the best
+    /// in-sync broker other than the current master.
+    Elect(ElectArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The controllers, `HOST:PORT;HOST:PORT;…` (any of them; the leader is found).
+    #[arg(long, value_name = "A;B;C")]
+    pub controllers: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ElectArgs {
+    /// The controllers, `HOST:PORT;HOST:PORT;…`.
+    #[arg(long, value_name = "A;B;C")]
+    pub controllers: String,
+    /// The broker group (broker name).
+    #[arg(long)]
+    pub group: String,
+    /// The broker to make master.
+    #[arg(long, value_name = "N")]
+    pub broker_id: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -6,9 +6,12 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod controller;
 mod ha;
 mod node;
+mod role;
 mod run;
+mod signal;
 mod users;
 
 use clap::Parser;
@@ -21,8 +24,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
+    // openraft logs every unreachable peer at info/error while a controller waits for
+    // the others: warn keeps a controller's log readable (RUST_LOG overrides).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

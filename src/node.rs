@@ -493,7 +493,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     )?;
     let auth = open_auth(&config, true)?;
     // Before any door announces itself: a harness may signal as soon as it reads one.
-    let shutdown = shutdown_signal()?;
+    let shutdown = crate::signal::shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let ha_listener = crate::ha::bind(&mut config).await?;
     let store = open_store(&config)?;
@@ -504,6 +504,11 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
         announce("ha", addr);
     }
     let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
+    let role = crate::role::start(
+        &config,
+        broker.store().clone(),
+        config.listen.native.to_string(),
+    )?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone(), &auth);
@@ -539,6 +544,9 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     http.stop().await;
     mqtt.stop().await;
     topic_watch.abort();
+    if let Some(r) = role {
+        r.stop();
+    }
     registrar.stop().await;
     ns.stop().await;
     drop(tls);
@@ -547,7 +555,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
 }
 
 /// `rocketgate namesrv`: a NameServer alone.
-pub async fn namesrv(config: Config) -> anyhow::Result<()> {
+pub async fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
     check_exposure(&config, &[("listen.namesrv", config.listen.namesrv)])?;
     let auth = open_auth(&config, false)?;
     if auth.enabled() && auth.internal_credential().is_none() {
@@ -556,10 +564,19 @@ pub async fn namesrv(config: Config) -> anyhow::Result<()> {
              (set ROCKETGATE_AUTH__INTERNAL_SECRET on the NameServer and every broker)"
         );
     }
-    let shutdown = shutdown_signal()?;
+    let shutdown = crate::signal::shutdown_signal()?;
     let (ns, _) = start_namesrv(&config, &auth).await?;
+    // The controller beside the NameServer (RocketMQ's `enableControllerInNamesrv`): the
+    // binary embeds it; the namesrv crate knows nothing of it.
+    let controller = match controller {
+        true => Some(crate::controller::start(&config).await?),
+        false => None,
+    };
     println!("rocketgate namesrv ready");
     shutdown.await;
+    if let Some(c) = controller {
+        c.shutdown().await;
+    }
     ns.stop().await;
     Ok(())
 }
@@ -583,7 +600,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         ],
     )?;
     let auth = open_auth(&config, false)?;
-    let shutdown = shutdown_signal()?;
+    let shutdown = crate::signal::shutdown_signal()?;
     let native = bind_native(&mut config).await?;
     let ha_listener = crate::ha::bind(&mut config).await?;
     let store = open_store(&config)?;
@@ -594,6 +611,11 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         announce("ha", addr);
     }
     let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone(), &auth);
+    let role = crate::role::start(
+        &config,
+        broker.store().clone(),
+        config.listen.native.to_string(),
+    )?;
     let tls = start_tls(&config)?;
     let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
     let topic_watch = watch_topics(&broker, &registrar);
@@ -627,22 +649,11 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     http.stop().await;
     mqtt.stop().await;
     topic_watch.abort();
+    if let Some(r) = role {
+        r.stop();
+    }
     registrar.stop().await;
     drop(tls);
     replication.stop().await;
     close_broker(broker).await
-}
-
-/// Registers for SIGINT/SIGTERM now (so a signal that arrives right after the
-/// "ready" line is not lost) and returns a future that completes on the first one.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    })
 }

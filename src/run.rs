@@ -12,8 +12,15 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Namesrv(args)) => {
             let mut flags = Vec::new();
             listen_flag(&mut flags, "namesrv", "listen", args.listen);
+            let run = crate::cli::ControllerRunArgs {
+                id: args.controller_id,
+                listen: args.controller_listen.clone(),
+                peers: args.controller_peers.clone(),
+                ..Default::default()
+            };
+            run.overrides(&mut flags);
             let config = args.common.load(flags)?;
-            namesrv(config)
+            namesrv(config, args.controller)
         }
         Some(Command::Broker(args)) => {
             let mut flags = Vec::new();
@@ -39,6 +46,15 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             let config = args.common.load(flags)?;
             broker(config)
         }
+        Some(Command::Controller(args)) => match args.admin {
+            Some(admin) => runtime()?.block_on(crate::controller::admin(admin)),
+            None => {
+                let mut flags = Vec::new();
+                args.run.overrides(&mut flags);
+                let config = args.run.common.load(flags)?;
+                runtime()?.block_on(crate::controller::run(config))
+            }
+        },
         Some(Command::User(cmd)) => crate::users::run(cmd),
         Some(Command::Verify(args)) => check(&args, false),
         Some(Command::Repair(args)) => check(&args, true),
@@ -155,9 +171,9 @@ fn truncate(args: &TruncateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn namesrv(config: Config) -> anyhow::Result<()> {
+fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
     let rt = runtime()?;
-    rt.block_on(crate::node::namesrv(config))
+    rt.block_on(crate::node::namesrv(config, controller))
 }
 
 fn broker(config: Config) -> anyhow::Result<()> {

@@ -84,6 +84,16 @@ fn crates_depend_only_downwards() {
             "rocketgate-tls",
             &["rocketgate-base", "rocketgate-config"][..],
         ),
+        // Layer 3 beside the NameServer: the Raft controller of automatic failover. It
+        // decides who is master; it never touches storage or a door.
+        (
+            "rocketgate-controller",
+            &[
+                "rocketgate-base",
+                "rocketgate-config",
+                "rocketgate-remoting",
+            ][..],
+        ),
         (
             "rocketgate-namesrv",
             &[

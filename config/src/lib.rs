@@ -66,6 +66,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub auth: AuthConfig,
     pub ha: HaConfig,
+    pub controller: ControllerConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -544,6 +545,72 @@ impl HaConfig {
     }
 }
 
+/// The controller of automatic failover (`[controller]`, docs/controller.md): the Raft
+/// group that decides each broker group's master. A controller process (`rocketgate
+/// controller`, or a NameServer started with `--controller`) reads `id`, `peers`,
+/// `listen`, `data_dir`, `broker_timeout`, `allow_unclean_election` and the Raft timings;
+/// a broker reads `addresses` and `heartbeat_interval`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControllerConfig {
+    /// This controller's id, a key of `peers`.
+    pub id: u64,
+    /// Every controller, this one included: `1=host:port,2=host:port,3=host:port`.
+    pub peers: String,
+    /// Where this controller listens; empty = its own address in `peers`.
+    pub listen: String,
+    /// Raft log, vote and snapshots; empty = `<data_dir>/controller`.
+    pub data_dir: PathBuf,
+    /// A master whose heartbeats stop for this long is replaced by a member of its in-sync
+    /// set. A master's write lease must be shorter than this minus the clock-drift margin.
+    #[serde(with = "units::duration")]
+    pub broker_timeout: Duration,
+    /// Elect a broker outside the in-sync set when no member can take over. Loses the
+    /// acknowledged messages the new master does not hold: off unless availability matters
+    /// more than them.
+    pub allow_unclean_election: bool,
+    /// Raft heartbeat between controllers.
+    #[serde(with = "units::duration")]
+    pub raft_heartbeat_interval: Duration,
+    /// Raft election timeout (randomised between it and twice it).
+    #[serde(with = "units::duration")]
+    pub raft_election_timeout: Duration,
+    /// On a broker: the controllers to register and heartbeat with, `host:port` separated
+    /// by `;`. Empty: no controller (roles come from `broker.id`).
+    pub addresses: String,
+    /// On a broker: how often it heartbeats to the controller leader.
+    #[serde(with = "units::duration")]
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            id: 1,
+            peers: String::new(),
+            listen: String::new(),
+            data_dir: PathBuf::new(),
+            broker_timeout: Duration::from_secs(3),
+            allow_unclean_election: false,
+            raft_heartbeat_interval: Duration::from_millis(100),
+            raft_election_timeout: Duration::from_millis(500),
+            addresses: String::new(),
+            heartbeat_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// The controller's data directory: `controller.data_dir`, or `<data_dir>/controller`.
+    pub fn dir(&self, data_dir: &std::path::Path) -> PathBuf {
+        if self.data_dir.as_os_str().is_empty() {
+            data_dir.join("controller")
+        } else {
+            self.data_dir.clone()
+        }
+    }
+}
+
 impl Config {
     /// The user store's path: `auth.users_file`, or `<data_dir>/users.toml`.
     pub fn users_file(&self) -> PathBuf {
@@ -586,6 +653,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
             ha: HaConfig::default(),
+            controller: ControllerConfig::default(),
         }
     }
 }
@@ -777,6 +845,34 @@ impl Config {
         if w.max_subscriptions == 0 || w.max_unacked == 0 {
             bad.push("ws.max_subscriptions and ws.max_unacked must be at least 1".to_string());
         }
+        let c = &self.controller;
+        if c.heartbeat_interval * 2 > c.broker_timeout {
+            bad.push(format!(
+                "controller.heartbeat_interval ({:?}) must be at most half of controller.broker_timeout ({:?}), or one late heartbeat replaces a live master",
+                c.heartbeat_interval, c.broker_timeout
+            ));
+        }
+        if c.raft_heartbeat_interval * 3 > c.raft_election_timeout {
+            bad.push(format!(
+                "controller.raft_heartbeat_interval ({:?}) must be at most a third of controller.raft_election_timeout ({:?})",
+                c.raft_heartbeat_interval, c.raft_election_timeout
+            ));
+        }
+        for part in c
+            .peers
+            .split([',', ';'])
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let ok = part
+                .split_once('=')
+                .is_some_and(|(id, addr)| id.trim().parse::<u64>().is_ok() && addr.contains(':'));
+            if !ok {
+                bad.push(format!(
+                    "controller.peers: {part:?} is not ID=HOST:PORT (e.g. 1=127.0.0.1:9878)"
+                ));
+            }
+        }
         if s.max_message_size.0 < 1024 {
             bad.push("store.max_message_size must be at least 1KiB".to_string());
         }
@@ -802,6 +898,19 @@ impl Config {
             ("native.max_suspend", self.native.max_suspend),
             ("ws.invisible_time", self.ws.invisible_time),
             ("ws.ping_interval", self.ws.ping_interval),
+            ("controller.broker_timeout", self.controller.broker_timeout),
+            (
+                "controller.raft_heartbeat_interval",
+                self.controller.raft_heartbeat_interval,
+            ),
+            (
+                "controller.raft_election_timeout",
+                self.controller.raft_election_timeout,
+            ),
+            (
+                "controller.heartbeat_interval",
+                self.controller.heartbeat_interval,
+            ),
         ] {
             if d.is_zero() {
                 bad.push(format!("{name} must be greater than zero"));

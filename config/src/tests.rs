@@ -256,3 +256,47 @@ fn ha_settings_from_env_and_their_checks() {
     let with_secret = Config::load(None, &[Override::new("ha.secret", "s", "flag")]).unwrap();
     assert!(with_secret.serves_ha());
 }
+
+#[test]
+fn controller_settings_from_env_and_their_checks() {
+    let env = env_overrides(vec![
+        (
+            "ROCKETGATE_CONTROLLER__PEERS".to_string(),
+            "1=127.0.0.1:9878,2=127.0.0.1:9879".to_string(),
+        ),
+        ("ROCKETGATE_CONTROLLER__ID".to_string(), "2".to_string()),
+        (
+            "ROCKETGATE_CONTROLLER__BROKER_TIMEOUT".to_string(),
+            "1500ms".to_string(),
+        ),
+        (
+            "ROCKETGATE_CONTROLLER__ALLOW_UNCLEAN_ELECTION".to_string(),
+            "true".to_string(),
+        ),
+    ]);
+    let c = Config::load(None, &env).unwrap();
+    assert_eq!(c.controller.id, 2);
+    assert_eq!(c.controller.broker_timeout, Duration::from_millis(1500));
+    assert!(c.controller.allow_unclean_election);
+    assert_eq!(
+        c.controller.dir(Path::new("/d")),
+        Path::new("/d/controller"),
+        "the Raft state lives under data_dir unless told otherwise"
+    );
+
+    // A heartbeat period over half the timeout, a bad peer entry, Raft timings that
+    // would elect on every hiccup: each refused, each named.
+    let err = Config::load(
+        None,
+        &[
+            Override::new("controller.heartbeat_interval", "2s", "flag"),
+            Override::new("controller.peers", "1=127.0.0.1:9878,two=x", "flag"),
+            Override::new("controller.raft_election_timeout", "200ms", "flag"),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("controller.heartbeat_interval"), "{err}");
+    assert!(err.contains("\"two=x\" is not ID=HOST:PORT"), "{err}");
+    assert!(err.contains("controller.raft_heartbeat_interval"), "{err}");
+}
