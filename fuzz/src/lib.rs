@@ -231,32 +231,45 @@ fn connack_from(server: SocketAddr, v5: bool) -> bool {
     matches!(c.read(&mut head), Ok(1) if head[0] == 0x20)
 }
 
+/// The name of the threads the `mqtt_session` target's server runs on.
+const SERVER_THREAD: &str = "fuzz-mqtt-server";
+
 fn mqtt_server() -> SocketAddr {
     static SERVER: OnceLock<SocketAddr> = OnceLock::new();
     *SERVER.get_or_init(|| {
-        // A panic anywhere (a server task included, which tokio would otherwise
-        // swallow) must end the process, so the fuzzer sees it as a crash.
+        // A panic on the server's threads (a task, which tokio would otherwise
+        // swallow) must end the process, so the fuzzer sees it as a crash. Panics
+        // elsewhere (another target's, in the replay test) stay ordinary panics.
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
-            std::process::abort();
+            if std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with(SERVER_THREAD))
+            {
+                std::process::abort();
+            }
         }));
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let (_handle, addr) = start_mqtt(dir.path()).await;
-                tx.send(addr).expect("report address");
-                // Keep the server and its directory for the life of the process.
-                std::future::pending::<()>().await;
-                drop(dir);
-            });
-        });
+        std::thread::Builder::new()
+            .name(SERVER_THREAD.into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name(SERVER_THREAD)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let dir = tempfile::tempdir().expect("temp dir");
+                    let (_handle, addr) = start_mqtt(dir.path()).await;
+                    tx.send(addr).expect("report address");
+                    // Keep the server and its directory for the life of the process.
+                    std::future::pending::<()>().await;
+                    drop(dir);
+                });
+            })
+            .expect("start the MQTT server thread");
         rx.recv().expect("the MQTT server did not start")
     })
 }

@@ -149,9 +149,65 @@ fn check_wire(version: Version, packet: &[u8], header_len: usize) -> Result<(), 
     let body = &packet[header_len..];
     match kind {
         1 => check_connect_flags(body),
+        3 if version == Version::V5 => check_publish_properties(flags, body),
         8 => check_subscribe_options(version, body),
         _ => Ok(()),
     }
+}
+
+/// A PUBLISH from a client must not carry a Subscription Identifier (MQTT-3.3.4-6:
+/// a protocol error). Refused here, before `mqttbytes` reads the properties: it
+/// counts each identifier's type byte twice, so after several identifiers it stops
+/// early and reads the properties' last bytes as payload (found by the `mqtt_codec`
+/// fuzz target). Anything malformed is left for the codec to report.
+fn check_publish_properties(flags: u8, body: &[u8]) -> Result<(), CodecError> {
+    let u16_at = |at: usize| -> Option<usize> {
+        Some(usize::from(u16::from_be_bytes([
+            *body.get(at)?,
+            *body.get(at + 1)?,
+        ])))
+    };
+    let Some(topic_len) = u16_at(0) else {
+        return Ok(());
+    };
+    let mut at = 2 + topic_len + if (flags >> 1) & 0x03 > 0 { 2 } else { 0 };
+    // The property length (a variable byte integer).
+    let mut len = 0usize;
+    for i in 0..4 {
+        let Some(&b) = body.get(at) else {
+            return Ok(());
+        };
+        at += 1;
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    let end = (at + len).min(body.len());
+    while at < end {
+        let step = match body[at] {
+            0x0b => {
+                return Err(CodecError::Protocol(
+                    "a PUBLISH from a client carries a Subscription Identifier (MQTT-3.3.4-6)"
+                        .into(),
+                ));
+            }
+            0x01 => 1,
+            0x02 => 4,
+            0x23 => 2,
+            0x03 | 0x08 | 0x09 => match u16_at(at + 1) {
+                Some(n) => 2 + n,
+                None => return Ok(()),
+            },
+            0x26 => match u16_at(at + 1).and_then(|k| Some((k, u16_at(at + 3 + k)?))) {
+                Some((k, v)) => 2 + k + 2 + v,
+                None => return Ok(()),
+            },
+            _ => return Ok(()),
+        };
+        at += 1 + step;
+    }
+    Ok(())
 }
 
 fn check_connect_flags(body: &[u8]) -> Result<(), CodecError> {
