@@ -94,6 +94,24 @@ impl Broker {
         let offsets = Arc::new(Offsets::open(&config_dir)?);
         store.follow_progress(offsets.clone());
         let pop = Arc::new(PopState::open(&config_dir)?);
+        {
+            let weak = Arc::downgrade(&pop);
+            crate::meter::register_family(
+                "rocketgate_pop_inflight",
+                "Messages handed out by POP (HTTP receive, WebSocket clustering, MQTT shared groups) and not yet acked.",
+                "group",
+                move || {
+                    let pop = weak.upgrade()?;
+                    let groups = pop.table().in_flight_by_group();
+                    Some(
+                        groups
+                            .into_iter()
+                            .map(|(g, n)| (crate::labels::group(&g), n as f64))
+                            .collect(),
+                    )
+                },
+            );
+        }
         let delay = Arc::new(DelayState::open(
             &config_dir,
             store.clone(),

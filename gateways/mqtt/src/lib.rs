@@ -59,6 +59,7 @@ mod follow;
 mod inbound;
 mod members;
 mod message;
+mod meters;
 mod outgoing;
 mod output;
 mod ready;
@@ -69,6 +70,7 @@ mod settings;
 mod share;
 mod shared;
 mod state;
+mod sys;
 mod topic;
 mod window;
 

@@ -42,6 +42,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         let local = listener.local_addr()?;
         let (stop_tx, shutdown) = watch::channel(false);
         let shared = Arc::new(Shared::load(api, settings, shutdown)?);
+        crate::meters::register(&shared);
         Ok((
             Server {
                 listener,
@@ -114,6 +115,19 @@ impl<B: MessagingApi + 'static> Server<B> {
             })
         };
         let mut tasks = vec![accept, sweeper];
+        if let Some(every) = crate::sys::period(shared.settings.sys_interval) {
+            let shared = shared.clone();
+            let mut stop = shared.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tick.tick() => shared.update_sys(),
+                    }
+                }
+            }));
+        }
         if let Some(mut incoming) = tls {
             let shared = shared.clone();
             let mut stop = shared.shutdown.clone();

@@ -23,6 +23,7 @@
 mod auth;
 mod connection;
 mod handshake;
+mod meters;
 mod protocol;
 mod server;
 mod settings;
