@@ -469,3 +469,48 @@ fn sys_interval_zero_turns_sys_off() {
     );
     sigterm(&mut node);
 }
+
+/// With auth on, `$SYS` is read only by users whose rules allow subscribing to it.
+#[test]
+fn sys_is_read_only_by_users_the_acl_allows() {
+    use rocketgate_auth::{Action, Rule, UserEntry, UserFile, store};
+
+    let d = tempfile::tempdir().unwrap();
+    let mut users = UserFile::default();
+    users.upsert(UserEntry {
+        name: "ops".into(),
+        password: store::hash_password(b"ops-pw"),
+        rules: vec![Rule::allow(&[Action::Subscribe], &["$SYS/#"])],
+        ..UserEntry::default()
+    });
+    users.upsert(UserEntry {
+        name: "device".into(),
+        password: store::hash_password(b"device-pw"),
+        rules: vec![Rule::allow(&[Action::Publish, Action::Subscribe], &["a/#"])],
+        ..UserEntry::default()
+    });
+    users.save(&d.path().join("users.toml")).unwrap();
+    let (mut node, doors) = standalone(
+        d.path().to_str().unwrap(),
+        &[
+            ("ROCKETGATE_AUTH__ENABLED", "true"),
+            ("ROCKETGATE_MQTT__SYS_INTERVAL", "500ms"),
+        ],
+    );
+    let port = doors["mqtt"].rsplit(':').next().unwrap().to_owned();
+    let read = |user: &str, pw: &str| {
+        let out = Command::new("mosquitto_sub")
+            .args(["-p", &port, "-u", user, "-P", pw])
+            .args(["-t", "$SYS/broker/version", "-C", "1", "-W", "3"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(read("ops", "ops-pw").trim(), "rocketgate version 0.1.0");
+    assert_eq!(
+        read("device", "device-pw"),
+        "",
+        "a user without the rule read $SYS"
+    );
+    sigterm(&mut node);
+}
