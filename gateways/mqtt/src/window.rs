@@ -80,6 +80,7 @@ impl Window {
         // Counted per call, not per message (docs/metrics.md).
         let (mut sent, mut sent_bytes) = (0usize, 0usize);
         let now = rocketgate_core::clock::now_ms();
+        let mut latency = rocketgate_core::meter::Batch::default();
         loop {
             let full = session.inflight.len() >= window;
             if full
@@ -102,7 +103,7 @@ impl Window {
                     .get(i)
                     .and_then(|m| record::store_timestamp_of(&m.record))
                 {
-                    crate::meters::METERS.delivered(now, ts);
+                    latency.delivered(now, ts);
                 }
                 Some(r)
             }) else {
@@ -162,6 +163,7 @@ impl Window {
         if sent > 0 {
             crate::meters::count_out(sent, sent_bytes);
         }
+        latency.add_to(&crate::meters::METERS.delivery);
     }
 
     /// The alias for a topic towards the client: `(alias, already known to it)`.

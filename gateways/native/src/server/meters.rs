@@ -70,9 +70,11 @@ pub(crate) fn count_out(topic: &str, messages: &[Delivered]) {
     n.increment(messages.len() as u64);
     b.increment(messages.iter().map(|m| m.record.len() as u64).sum());
     let now = rocketgate_core::clock::now_ms();
+    let mut latency = rocketgate_core::meter::Batch::default();
     for m in messages {
         if let Some(ts) = store_timestamp_of(&m.record) {
-            METERS.delivered(now, ts);
+            latency.delivered(now, ts);
         }
     }
+    latency.add_to(&METERS.delivery);
 }
