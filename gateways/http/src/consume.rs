@@ -165,7 +165,7 @@ fn count_out(topic: &str, popped: &[Popped]) {
     let now = rocketgate_core::clock::now_ms();
     for p in popped {
         if let Some(ts) = rocketgate_core::store::record::store_timestamp_of(&p.message.record) {
-            crate::ops::METERS.delivered(now, ts);
+            crate::meters::METERS.delivered(now, ts);
         }
     }
     let labels = [
@@ -191,7 +191,7 @@ pub async fn receive<B: MessagingApi + 'static>(
         _ = ctx.stopping() => Vec::new(),
     };
     count_out(&topic, &popped);
-    crate::ops::RECEIVE.record_since(started);
+    crate::meters::RECEIVE.record_since(started);
     let messages = popped
         .iter()
         .map(|p| popped_json(p, q.encoding))

@@ -20,6 +20,7 @@ mod cluster;
 pub mod consume;
 pub mod error;
 mod listener;
+mod meters;
 pub mod ops;
 mod origin;
 pub mod publish;

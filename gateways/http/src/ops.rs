@@ -29,13 +29,7 @@ const BUCKETS: &[f64] = &[
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// The HTTP door's latency histograms (`rocketgate_base::meter`).
-pub(crate) static METERS: rocketgate_core::meter::DoorMeters =
-    rocketgate_core::meter::DoorMeters::new();
-
-/// `rocketgate_receive_duration_seconds{protocol="http"}`: one receive (POP) call.
-pub(crate) static RECEIVE: rocketgate_core::meter::Histogram =
-    rocketgate_core::meter::Histogram::new();
+use crate::meters::{METERS, RECEIVE};
 
 /// Installs the process-wide recorder once (a no-op when another recorder was
 /// installed first: `/metrics` then says so).

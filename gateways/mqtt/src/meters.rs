@@ -2,18 +2,15 @@
 //! counters are looked up once (statics; per core topic for messages in) and
 //! incremented once per batch a connection stores or writes; latencies go to
 //! lock-free [`rocketgate_core::meter`] histograms; sessions and retained
-//! messages are sampled at scrape time.
+//! messages are sampled at scrape time (registered by `server.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{OnceLock, RwLock};
 
 use metrics::Counter;
-use rocketgate_core::broker::MessagingApi;
-use rocketgate_core::meter::{self, DoorMeters};
-use rocketgate_core::sync::{lock, read, write};
-
-use crate::shared::{Shared, Slot};
+use rocketgate_core::meter::DoorMeters;
+use rocketgate_core::sync::{read, write};
 
 /// Publish and delivery latency of the door (`protocol="mqtt"`).
 pub(crate) static METERS: DoorMeters = DoorMeters::new();
@@ -75,38 +72,4 @@ pub(crate) fn count_out(n: usize, bytes: usize) {
     size.increment(bytes as u64);
     TOTALS[1].fetch_add(n as u64, Ordering::Relaxed);
     TOTALS[3].fetch_add(bytes as u64, Ordering::Relaxed);
-}
-
-/// Registers the histograms and the scrape-time gauges of one server's state.
-pub(crate) fn register<B: MessagingApi + 'static>(shared: &Arc<Shared<B>>) {
-    METERS.register("mqtt");
-    for state in ["online", "offline"] {
-        let weak = Arc::downgrade(shared);
-        meter::register_gauge(
-            "rocketgate_mqtt_sessions",
-            "MQTT sessions held: online (a connection has it) or offline (kept for a reconnect).",
-            &[("state", state)],
-            move || {
-                let shared = weak.upgrade()?;
-                let sessions = lock(&shared.sessions);
-                let online = sessions
-                    .values()
-                    .filter(|s| matches!(s, Slot::Online { .. }))
-                    .count();
-                let n = if state == "online" {
-                    online
-                } else {
-                    sessions.len() - online
-                };
-                Some(n as f64)
-            },
-        );
-    }
-    let weak = Arc::downgrade(shared);
-    meter::register_gauge(
-        "rocketgate_mqtt_retained_messages",
-        "Retained messages held by the MQTT door.",
-        &[],
-        move || Some(lock(&weak.upgrade()?.retained).len() as f64),
-    );
 }
