@@ -191,6 +191,7 @@ async fn start_mqtt(
     settings.max_keep_alive = u16::try_from(m.max_keep_alive.as_secs()).unwrap_or(u16::MAX);
     settings.server_keep_alive = u16::try_from(m.server_keep_alive.as_secs()).unwrap_or(u16::MAX);
     settings.topic_alias_maximum = m.topic_alias_maximum;
+    settings.sys_interval = m.sys_interval;
     let (server, addr) =
         rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)
             .await

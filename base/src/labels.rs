@@ -52,6 +52,15 @@ pub fn topic(value: &str) -> String {
     TOPICS.get_or_init(|| LabelCap::new(TOPIC_CAP)).get(value)
 }
 
+/// Distinct `group` label values per process.
+pub const GROUP_CAP: usize = 256;
+
+/// The process-wide `group` label (consumer groups are user-chosen names too).
+pub fn group(value: &str) -> String {
+    static GROUPS: OnceLock<LabelCap> = OnceLock::new();
+    GROUPS.get_or_init(|| LabelCap::new(GROUP_CAP)).get(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -392,6 +392,9 @@ pub struct MqttConfig {
     pub server_keep_alive: Duration,
     /// Topic aliases a v5 client may use towards the server.
     pub topic_alias_maximum: u16,
+    /// How often `$SYS/#` (Mosquitto's broker statistics) is updated; 0 = no `$SYS`.
+    #[serde(with = "units::duration")]
+    pub sys_interval: Duration,
 }
 
 impl Default for MqttConfig {
@@ -404,6 +407,7 @@ impl Default for MqttConfig {
             max_keep_alive: Duration::ZERO,
             server_keep_alive: Duration::ZERO,
             topic_alias_maximum: 64,
+            sys_interval: Duration::from_secs(10),
         }
     }
 }

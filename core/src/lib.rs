@@ -49,6 +49,6 @@ pub mod broker;
 pub mod error;
 pub mod store;
 
-pub use rocketgate_base::{clock, hex, labels, sync};
+pub use rocketgate_base::{clock, hex, labels, meter, sync};
 
 pub use error::{Error, Result};

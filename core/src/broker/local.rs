@@ -108,6 +108,24 @@ impl Broker {
                 "the log was cut: consumer positions past the end of their queues moved back to the end"
             );
         }
+        {
+            let weak = Arc::downgrade(&pop);
+            crate::meter::register_family(
+                "rocketgate_pop_inflight",
+                "Messages handed out by POP (HTTP receive, WebSocket clustering, MQTT shared groups) and not yet acked.",
+                "group",
+                move || {
+                    let pop = weak.upgrade()?;
+                    let groups = pop.table().in_flight_by_group();
+                    Some(
+                        groups
+                            .into_iter()
+                            .map(|(g, n)| (crate::labels::group(&g), n as f64))
+                            .collect(),
+                    )
+                },
+            );
+        }
         let delay = Arc::new(DelayState::open(
             &config_dir,
             store.clone(),

@@ -122,6 +122,21 @@ impl PopTable {
         })
     }
 
+    /// Messages handed out and not yet acked, per group (`/metrics`).
+    pub fn in_flight_by_group(&self) -> Vec<(String, usize)> {
+        self.queues
+            .iter()
+            .map(|(g, topics)| {
+                let n = topics
+                    .values()
+                    .flat_map(|qs| qs.values())
+                    .map(|q| q.in_flight.len())
+                    .sum();
+                (g.clone(), n)
+            })
+            .collect()
+    }
+
     pub fn queue(&self, group: &str, topic: &str, queue_id: u32) -> Option<&PopQueue> {
         self.queues.get(group)?.get(topic)?.get(&queue_id)
     }

@@ -35,6 +35,23 @@ impl DiskSpace for Statvfs {
     }
 }
 
+/// Bytes available to us and the file system's size under `path` (`df`'s
+/// `Avail` and `Size`), for `/metrics`.
+pub fn space(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: as in `Statvfs::usage_ratio`: all-zero bytes are a valid statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+}
+
 /// `df`'s `Use%` from block counts: `used / (used + avail)`, `used = total - free`.
 pub fn df_ratio(total: u64, free: u64, avail: u64) -> f64 {
     let used = total.saturating_sub(free);

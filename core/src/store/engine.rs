@@ -328,6 +328,7 @@ impl Store {
             FlushMode::Sync { .. } => FlushPolicy::Sync,
             FlushMode::Async { interval } => FlushPolicy::Async { interval },
         };
+        super::meters::register();
         let wake = Arc::new(Signal::new());
         // Under sync flush the dispatcher follows durable bytes: one wake per round.
         let durability = {
@@ -416,6 +417,7 @@ impl Store {
     }
 
     fn append(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        let started = std::time::Instant::now();
         let results = self.append_only(msgs)?;
         if let FlushMode::Sync { timeout } = self.inner.opts.flush {
             let end = results.last().map(|r| r.end_offset).unwrap_or(0);
@@ -425,15 +427,18 @@ impl Store {
             let end = results.last().map(|r| r.end_offset).unwrap_or(0);
             gate.wait_replicated_blocking(end)?;
         }
+        super::meters::APPEND.record_since(started);
         Ok(results)
     }
 
     /// Async twin of [`Store::put_batch`] for gateways on tokio: the append is a
     /// memcpy; the durability wait does not block a runtime thread.
     pub async fn put_batch_async(&self, msgs: &[Message]) -> Result<Vec<AppendResult>> {
+        let started = std::time::Instant::now();
         let results = self.append_only(msgs)?;
         let end = results.last().map(|r| r.end_offset).unwrap_or(0);
         self.wait_durable_async(end).await?;
+        super::meters::APPEND.record_since(started);
         Ok(results)
     }
 
@@ -450,6 +455,7 @@ impl Store {
         if batch.batch().entries.is_empty() {
             return Err(Error::InvalidMessage("an empty batch".into()));
         }
+        let started = std::time::Instant::now();
         self.check_appendable(std::iter::once(topic))?;
         let (ts, placed) = self
             .inner
@@ -461,6 +467,7 @@ impl Store {
             .last()
             .map_or(0, |p| p.phys_offset + u64::from(p.size));
         self.wait_durable_async(end).await?;
+        super::meters::APPEND.record_since(started);
         Ok((ts, placed))
     }
 

@@ -127,7 +127,12 @@ impl<L: FlushTarget> Shared<L> {
     fn round(&self) -> Result<u64> {
         let covered = self.log.written_offset();
         let before = self.log.durable_offset();
+        let started = std::time::Instant::now();
         let result = self.log.sync();
+        if !matches!(result, Ok(d) if d <= before) {
+            // Rounds with nothing to sync are not flushes.
+            crate::store::meters::FLUSH.record_since(started);
+        }
         let mut st = self.lock();
         st.round += 1;
         match &result {

@@ -13,6 +13,7 @@ pub mod index;
 pub mod io;
 pub mod lock;
 pub(crate) mod mapped;
+pub mod meters;
 pub mod record;
 mod resident;
 pub mod truncate;

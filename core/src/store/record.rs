@@ -305,6 +305,19 @@ pub struct RecordView<'a> {
     props: &'a str,
 }
 
+/// A stored record's STORETIMESTAMP (ms) without parsing the rest (the delivery
+/// latency metric reads it per message); `None` when the bytes are too short.
+pub fn store_timestamp_of(bytes: &[u8]) -> Option<i64> {
+    let sys = i32::from_be_bytes(bytes.get(POS_SYS_FLAG..POS_SYS_FLAG + 4)?.try_into().ok()?);
+    let at = POS_BORN_HOST
+        + if sys & sys_flag::BORNHOST_V6_FLAG != 0 {
+            20
+        } else {
+            8
+        };
+    Some(i64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
 impl<'a> RecordView<'a> {
     /// Parses the record at the start of `bytes` (which may continue past it):
     /// magic, every length against TOTALSIZE and the buffer, UTF-8 of topic and

@@ -478,23 +478,28 @@ pub async fn update_group<B: MessagingApi + 'static>(
 /// number is almost certainly a typo (and would keep a poison message for days).
 const MAX_RECONSUME_TIMES_LIMIT: u32 = 64;
 
-/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape time).
+/// Samples consumer lag into `rocketgate_consumer_lag{group,topic}` (at scrape
+/// time). Both labels are capped ([`rocketgate_core::labels`]): groups and topics
+/// past the cap are summed under `other`.
 pub(crate) async fn record_lag<B: MessagingApi>(ctx: &Ctx<B>) {
     let Ok(groups) = ctx.api.groups().await else {
         return;
     };
+    let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
     for group in groups {
         let Ok(info) = ctx.api.group_info(&group).await else {
             continue;
         };
-        let mut by_topic: std::collections::BTreeMap<&str, u64> = Default::default();
+        let g = rocketgate_core::labels::group(&group);
         for p in &info.progress {
-            *by_topic.entry(&p.topic).or_default() += p.lag;
+            *lags
+                .entry((g.clone(), rocketgate_core::labels::topic(&p.topic)))
+                .or_default() += p.lag;
         }
-        for (topic, lag) in by_topic {
-            let labels = [("group", group.clone()), ("topic", topic.to_owned())];
-            metrics::gauge!("rocketgate_consumer_lag", &labels).set(lag as f64);
-        }
+    }
+    for ((group, topic), lag) in lags {
+        let labels = [("group", group), ("topic", topic)];
+        metrics::gauge!("rocketgate_consumer_lag", &labels).set(lag as f64);
     }
 }
 

@@ -162,6 +162,12 @@ fn count_out(topic: &str, popped: &[Popped]) {
         return;
     }
     let bytes: usize = popped.iter().map(|p| p.message.record.len()).sum();
+    let now = rocketgate_core::clock::now_ms();
+    for p in popped {
+        if let Some(ts) = rocketgate_core::store::record::store_timestamp_of(&p.message.record) {
+            crate::meters::METERS.delivered(now, ts);
+        }
+    }
     let labels = [
         ("protocol", "http".to_owned()),
         ("topic", rocketgate_core::labels::topic(topic)),
@@ -185,8 +191,7 @@ pub async fn receive<B: MessagingApi + 'static>(
         _ = ctx.stopping() => Vec::new(),
     };
     count_out(&topic, &popped);
-    metrics::histogram!("rocketgate_receive_duration_seconds", "protocol" => "http")
-        .record(started.elapsed().as_secs_f64());
+    crate::meters::RECEIVE.record_since(started);
     let messages = popped
         .iter()
         .map(|p| popped_json(p, q.encoding))

@@ -20,6 +20,7 @@ mod cluster;
 pub mod consume;
 pub mod error;
 mod listener;
+mod meters;
 pub mod ops;
 mod origin;
 pub mod publish;
@@ -153,6 +154,10 @@ pub struct NodeStatus {
     pub disk_usage: f64,
     /// Above this share appends are refused.
     pub disk_hard_ratio: f64,
+    /// Bytes free to the broker and the size of the file system under the data
+    /// directory (`None`: `statvfs` failed).
+    pub disk_free_bytes: Option<u64>,
+    pub disk_total_bytes: Option<u64>,
     /// Damaged records found on read and not served (docs/reliability.md).
     pub corrupt_records: u64,
     /// Unread messages deleted for space under `disk_full_policy = "delete_oldest"`.
@@ -186,7 +191,10 @@ impl StoreProbe {
 impl Probe for StoreProbe {
     fn status(&self) -> NodeStatus {
         let p = self.store.positions();
+        let space = rocketgate_core::store::disk::space(self.store.dir()).ok();
         NodeStatus {
+            disk_free_bytes: space.map(|s| s.0),
+            disk_total_bytes: space.map(|s| s.1),
             log_min: p.min,
             log_flushed: p.flushed,
             log_written: p.written,

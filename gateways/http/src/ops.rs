@@ -29,9 +29,18 @@ const BUCKETS: &[f64] = &[
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+use crate::meters::{METERS, RECEIVE};
+
 /// Installs the process-wide recorder once (a no-op when another recorder was
 /// installed first: `/metrics` then says so).
 pub fn install_recorder() {
+    METERS.register("http");
+    rocketgate_core::meter::register_histogram(
+        "rocketgate_receive_duration_seconds",
+        "One receive (POP) call, long-poll wait included.",
+        &[("protocol", "http")],
+        &RECEIVE,
+    );
     RECORDER.get_or_init(|| {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".into()), BUCKETS)
@@ -78,6 +87,12 @@ pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) 
         metrics::gauge!(name).set(v as f64);
     }
     metrics::gauge!("rocketgate_disk_usage_ratio").set(s.disk_usage);
+    if let (Some(free), Some(total)) = (s.disk_free_bytes, s.disk_total_bytes) {
+        metrics::gauge!("rocketgate_disk_free_bytes").set(free as f64);
+        metrics::gauge!("rocketgate_disk_total_bytes").set(total as f64);
+    }
+    metrics::gauge!("rocketgate_store_size_bytes")
+        .set(s.log_written.saturating_sub(s.log_min) as f64);
     metrics::gauge!("rocketgate_disk_full").set(if s.disk_full() { 1.0 } else { 0.0 });
     if let Some(r) = ctx.probe.replication() {
         if let Some(c) = r.confirmed_offset {
@@ -102,7 +117,9 @@ pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) 
     let text = match RECORDER.get() {
         Some(Some(h)) => {
             h.run_upkeep();
-            h.render()
+            let mut text = h.render();
+            text.push_str(&rocketgate_core::meter::render());
+            text
         }
         _ => "# no metrics recorder installed in this process\n".to_owned(),
     };
@@ -216,7 +233,6 @@ pub(crate) struct Meters {
     requests: RwLock<HashMap<String, RouteMeters>>,
     /// topic → (messages_in_total, bytes_in_total) of the HTTP door
     topics_in: RwLock<HashMap<String, (Counter, Counter)>>,
-    publish_duration: OnceLock<Histogram>,
 }
 
 impl Meters {
@@ -257,7 +273,8 @@ impl Meters {
     }
 
     /// `rocketgate_messages_in_total` / `rocketgate_bytes_in_total`
-    /// `{protocol="http",topic}` and `rocketgate_publish_duration_seconds{protocol="http"}`.
+    /// `{protocol="http",topic}` and `rocketgate_publish_duration_seconds{protocol="http"}`
+    /// (a [`rocketgate_core::meter`] histogram).
     pub(crate) fn published(&self, topic: &str, n: usize, bytes: usize, started: Instant) {
         let cached = rocketgate_core::sync::read(&self.topics_in)
             .get(topic)
@@ -278,11 +295,7 @@ impl Meters {
         });
         msgs.increment(n as u64);
         size.increment(bytes as u64);
-        self.publish_duration
-            .get_or_init(
-                || metrics::histogram!("rocketgate_publish_duration_seconds", "protocol" => "http"),
-            )
-            .record(started.elapsed().as_secs_f64());
+        METERS.publish.record_since(started);
     }
 }
 

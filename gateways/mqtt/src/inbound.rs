@@ -371,6 +371,8 @@ impl Inbound {
         if self.pubs.is_empty() {
             return None;
         }
+        let started = std::time::Instant::now();
+        let mut body_bytes = 0usize;
         let mut pubs = std::mem::take(&mut self.pubs);
         // Retained publishes keep their mapped properties for the retained store.
         let mut retained_props: Vec<Vec<(String, String)>> = Vec::new();
@@ -381,6 +383,7 @@ impl Inbound {
         for p in &mut pubs {
             match p.message.take() {
                 Some(Mapped::Message(m)) => {
+                    body_bytes += m.body.len();
                     if p.retain.is_some() {
                         retained_props.push(m.properties.clone());
                     }
@@ -403,6 +406,7 @@ impl Inbound {
                             entries: Vec::new(),
                         }
                     });
+                    body_bytes += body.len();
                     message::write_plain_properties(
                         &name,
                         core_len,
@@ -489,12 +493,8 @@ impl Inbound {
         }
         if let Some(topic) = topic {
             if !results.is_empty() {
-                let labels = [
-                    ("protocol", "mqtt".to_owned()),
-                    ("topic", rocketgate_core::labels::topic(&topic)),
-                ];
-                metrics::counter!("rocketgate_messages_in_total", &labels)
-                    .increment(results.len() as u64);
+                crate::meters::count_in(&topic, results.len(), body_bytes);
+                crate::meters::METERS.publish.record_since(started);
             }
             Self::throttle(cx, &topic, &results).await;
         }

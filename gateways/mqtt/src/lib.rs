@@ -62,6 +62,7 @@ pub mod fuzz;
 mod inbound;
 mod members;
 mod message;
+mod meters;
 mod outgoing;
 mod output;
 mod ready;
@@ -72,6 +73,7 @@ mod settings;
 mod share;
 mod shared;
 mod state;
+mod sys;
 mod topic;
 mod window;
 

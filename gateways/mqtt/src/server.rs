@@ -18,7 +18,7 @@ use rocketgate_tls::{Acceptor, Incoming, Mode};
 use crate::conn::TlsIdentity;
 use crate::error::{Error, Result};
 pub use crate::settings::Settings;
-use crate::shared::Shared;
+use crate::shared::{Shared, Slot};
 
 /// A bound, not yet running MQTT server.
 pub struct Server<B> {
@@ -42,6 +42,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         let local = listener.local_addr()?;
         let (stop_tx, shutdown) = watch::channel(false);
         let shared = Arc::new(Shared::load(api, settings, shutdown)?);
+        register_meters(&shared);
         Ok((
             Server {
                 listener,
@@ -114,6 +115,19 @@ impl<B: MessagingApi + 'static> Server<B> {
             })
         };
         let mut tasks = vec![accept, sweeper];
+        if let Some(every) = crate::sys::period(shared.settings.sys_interval) {
+            let shared = shared.clone();
+            let mut stop = shared.shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tick.tick() => shared.update_sys(),
+                    }
+                }
+            }));
+        }
         if let Some(mut incoming) = tls {
             let shared = shared.clone();
             let mut stop = shared.shutdown.clone();
@@ -261,6 +275,40 @@ impl<B: MessagingApi + 'static> Handle<B> {
         shared.router.stop();
         shared.save_all().await;
     }
+}
+
+/// Registers the histograms and the scrape-time gauges of one server's state.
+fn register_meters<B: MessagingApi + 'static>(shared: &Arc<Shared<B>>) {
+    crate::meters::METERS.register("mqtt");
+    for state in ["online", "offline"] {
+        let weak = Arc::downgrade(shared);
+        rocketgate_core::meter::register_gauge(
+            "rocketgate_mqtt_sessions",
+            "MQTT sessions held: online (a connection has it) or offline (kept for a reconnect).",
+            &[("state", state)],
+            move || {
+                let shared = weak.upgrade()?;
+                let sessions = rocketgate_core::sync::lock(&shared.sessions);
+                let online = sessions
+                    .values()
+                    .filter(|s| matches!(s, Slot::Online { .. }))
+                    .count();
+                let n = if state == "online" {
+                    online
+                } else {
+                    sessions.len() - online
+                };
+                Some(n as f64)
+            },
+        );
+    }
+    let weak = Arc::downgrade(shared);
+    rocketgate_core::meter::register_gauge(
+        "rocketgate_mqtt_retained_messages",
+        "Retained messages held by the MQTT door.",
+        &[],
+        move || Some(rocketgate_core::sync::lock(&weak.upgrade()?.retained).len() as f64),
+    );
 }
 
 #[cfg(test)]

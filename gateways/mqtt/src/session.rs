@@ -128,6 +128,8 @@ pub struct Access {
     /// A JWT's expiry: the connection ends then.
     pub expires_at: Option<std::time::SystemTime>,
     pub _slot: rocketgate_auth::ConnectionSlot,
+    /// The `$SYS` generation this connection has sent (see `sys.rs`).
+    pub sys_seen: u64,
 }
 
 impl Session {

@@ -33,6 +33,8 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// Who may connect and what they may do (off: everyone, everything).
     pub auth: Arc<rocketgate_auth::Auth>,
+    /// How often the `$SYS/#` values are updated (zero: no `$SYS` at all).
+    pub sys_interval: Duration,
 }
 
 impl Settings {
@@ -49,6 +51,7 @@ impl Settings {
             topic_poll: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(10),
             auth: rocketgate_auth::Auth::disabled(),
+            sys_interval: Duration::from_secs(10),
         }
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct Shared<B> {
     next_id: AtomicU64,
     active: AtomicUsize,
     idle: Notify,
+    /// The `$SYS/#` values (see `sys.rs`).
+    pub sys: crate::sys::Sys,
 }
 
 impl<B: MessagingApi + 'static> Shared<B> {
@@ -109,7 +111,26 @@ impl<B: MessagingApi + 'static> Shared<B> {
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
             idle: Notify::new(),
+            sys: crate::sys::Sys::new(),
         })
+    }
+
+    /// Samples the `$SYS/#` values.
+    pub fn update_sys(&self) {
+        let (connected, disconnected) = {
+            let sessions = lock(&self.sessions);
+            let online = sessions
+                .values()
+                .filter(|s| matches!(s, Slot::Online { .. }))
+                .count();
+            (online, sessions.len() - online)
+        };
+        let retained = lock(&self.retained).len();
+        self.sys.update(crate::sys::Sample {
+            connected,
+            disconnected,
+            retained,
+        });
     }
 
     /// A connection (TCP or another stream) started.
@@ -295,7 +316,15 @@ impl<B: MessagingApi + 'static> Shared<B> {
         if expiry == 0 && will_due.is_none() {
             self.files.remove_session(&client_id);
             let mut sessions = lock(&self.sessions);
-            if matches!(sessions.get(&client_id), Some(Slot::Offline { .. })) {
+            // This connection's own entry goes too: left `Online`, every clean
+            // session ever connected stayed in the registry (and in `$SYS`'s
+            // connected count) after its connection closed.
+            let ours = match sessions.get(&client_id) {
+                Some(Slot::Offline { .. }) => true,
+                Some(Slot::Online { conn_id: c, .. }) => *c == conn_id,
+                None => false,
+            };
+            if ours {
                 sessions.remove(&client_id);
             }
         } else {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use mqttbytes::QoS;
 use mqttbytes::v5::{ConnectProperties, Packet, PubRec, PubRel, PubRelReason, Publish};
 use rocketgate_core::broker::MessagingApi;
-use rocketgate_core::store::RecordView;
+use rocketgate_core::store::{RecordView, record};
 
 use crate::codec;
 use crate::members::Members;
@@ -77,6 +77,10 @@ impl Window {
     ) {
         let window = self.size();
         let v5 = out.v5();
+        // Counted per call, not per message (docs/metrics.md).
+        let (mut sent, mut sent_bytes) = (0usize, 0usize);
+        let now = rocketgate_core::clock::now_ms();
+        let mut latency = rocketgate_core::meter::Batch::default();
         loop {
             let full = session.inflight.len() >= window;
             if full
@@ -91,7 +95,18 @@ impl Window {
                 client_id: &session.client_id,
                 v5,
             };
-            let Some(mut r) = ready.pop_with(|b, i| matcher.matched(b, i)) else {
+            let Some(mut r) = ready.pop_with(|b, i| {
+                let r = matcher.matched(b, i)?;
+                // Measured when a log message is first taken for the client.
+                if let Some(ts) = b
+                    .messages
+                    .get(i)
+                    .and_then(|m| record::store_timestamp_of(&m.record))
+                {
+                    latency.delivered(now, ts);
+                }
+                Some(r)
+            }) else {
                 break;
             };
             if r.publish.qos != QoS::AtMostOnce {
@@ -135,6 +150,8 @@ impl Window {
                 }
                 out.publish(&r.publish);
             }
+            sent += 1;
+            sent_bytes += r.publish.payload.len();
             if r.publish.qos == QoS::AtMostOnce {
                 members.settle(r.source);
             } else {
@@ -143,6 +160,10 @@ impl Window {
                     .insert(r.publish.pkid, Inflight::of(r.publish, r.source));
             }
         }
+        if sent > 0 {
+            crate::meters::count_out(sent, sent_bytes);
+        }
+        latency.add_to(&crate::meters::METERS.delivery);
     }
 
     /// The alias for a topic towards the client: `(alias, already known to it)`.

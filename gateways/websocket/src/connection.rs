@@ -280,6 +280,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// beyond the maximum or a `deliver_at` in the past is refused, never capped
     /// or delivered at once.
     async fn publish(&self, p: protocol::Publish, req: &Option<Value>) -> Result<String, Failure> {
+        let started = std::time::Instant::now();
         let mut message = p.message;
         if let Some(g) = &self.grant {
             let name = match message.tags() {
@@ -304,19 +305,16 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let choice = p
             .sharding_key
             .map_or(QueueChoice::RoundRobin, QueueChoice::ShardingKey);
-        let labels = [
-            ("protocol", "ws".to_owned()),
-            ("topic", rocketgate_core::labels::topic(&message.topic)),
-        ];
-        let bytes = message.body.len() as u64;
+        let topic = message.topic.clone();
+        let bytes = message.body.len();
         let sent = self
             .ctx
             .broker
             .send(message, choice)
             .await
             .map_err(|e| error_code(&e))?;
-        metrics::counter!("rocketgate_messages_in_total", &labels).increment(1);
-        metrics::counter!("rocketgate_bytes_in_total", &labels).increment(bytes);
+        crate::meters::count_in(&topic, bytes);
+        crate::meters::METERS.publish.record_since(started);
         Ok(protocol::send_result_frame(req, &sent))
     }
 

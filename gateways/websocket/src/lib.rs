@@ -26,6 +26,7 @@ mod connection;
 #[doc(hidden)]
 pub mod fuzz;
 mod handshake;
+mod meters;
 mod protocol;
 mod server;
 mod settings;

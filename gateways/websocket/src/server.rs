@@ -75,6 +75,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         hooks: Hooks,
     ) -> Result<(Server<B>, SocketAddr), Error> {
         settings.check()?;
+        crate::meters::METERS.register("ws");
         let bind_err = |source| Error::Bind { addr, source };
         let tcp = TcpListener::bind(addr).await.map_err(bind_err)?;
         let mode = match hooks.tls {

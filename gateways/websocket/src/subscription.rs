@@ -359,6 +359,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 if let Err(end) = self.push(frame, true).await {
                     return end;
                 }
+                crate::meters::count_out(&self.spec.topic, &p.message);
             }
         }
     }
@@ -416,7 +417,9 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 },
             );
         }
-        self.push(frame, true).await
+        self.push(frame, true).await?;
+        crate::meters::count_out(&self.spec.topic, m);
+        Ok(())
     }
 
     /// Queues a frame once the connection's buffer has room; gives up when the

@@ -233,6 +233,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
             grant,
             expires_at: login.expires_at,
             _slot: slot,
+            sys_seen: self.shared.sys.generation(),
         });
         let will = match &c.last_will {
             Some(w) => {

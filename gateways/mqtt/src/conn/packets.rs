@@ -406,7 +406,63 @@ impl<B: MessagingApi + 'static> Conn<B> {
         None
     }
 
+    /// Values of `$SYS` that changed since this connection last looked, to its
+    /// `$SYS` subscriptions (QoS 0, not retained: live updates). Runs on the
+    /// connection's one-second tick; costs an atomic load when nothing changed.
+    pub(super) fn sys_tick(&mut self) {
+        let generation = self.shared.sys.generation();
+        let Some(access) = self.session.access.as_mut() else {
+            return;
+        };
+        if generation <= access.sys_seen {
+            return;
+        }
+        let since = std::mem::replace(&mut access.sys_seen, generation);
+        let subs: Vec<Sub> = self
+            .session
+            .subs
+            .iter()
+            .filter(|s| s.filter.share.is_none() && s.filter.filter.starts_with("$SYS"))
+            .cloned()
+            .collect();
+        for sub in subs {
+            self.queue_sys(&sub, since, false);
+        }
+    }
+
+    /// `$SYS` values changed after generation `since` (0: all) matching `sub`.
+    fn queue_sys(&mut self, sub: &Sub, since: u64, retain: bool) {
+        if sub.filter.share.is_some() || !sub.filter.filter.starts_with("$SYS") {
+            return;
+        }
+        let v5 = self.out.v5();
+        for (name, payload) in self
+            .shared
+            .sys
+            .changed_since(since, |t| sub.filter.matches(t))
+        {
+            let properties = (v5 && sub.id.is_some()).then(|| {
+                let mut props = empty_props();
+                props.subscription_identifiers = sub.id.into_iter().collect();
+                Box::new(props)
+            });
+            self.ready.push_back(Ready {
+                publish: Outgoing {
+                    dup: false,
+                    qos: QoS::AtMostOnce,
+                    retain,
+                    topic: name,
+                    pkid: 0,
+                    payload,
+                    properties,
+                },
+                source: Source::Retained,
+            });
+        }
+    }
+
     fn queue_retained(&mut self, sub: &Sub) {
+        self.queue_sys(sub, 0, true);
         let now = message::now_ms();
         let v5 = self.out.v5();
         let matching: Vec<(String, crate::state::Retained)> = {

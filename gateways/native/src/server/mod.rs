@@ -18,6 +18,7 @@ mod clients;
 mod conn;
 mod consumer;
 mod handle;
+mod meters;
 mod pull;
 mod reply;
 mod send;
@@ -189,6 +190,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             source,
         })?;
+        meters::METERS.register("native");
         let ctx = Arc::new(Ctx {
             broker,
             inflight: Semaphore::new(settings.max_inflight_sends),

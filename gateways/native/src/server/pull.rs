@@ -111,6 +111,7 @@ pub(crate) async fn pull<B: MessagingApi>(
             Some("the offset is out of the queue's range; continue from nextBeginOffset"),
         ),
     };
+    super::meters::count_out(topic, &result.messages);
     let mut body = BytesMut::with_capacity(result.messages.iter().map(|m| m.record.len()).sum());
     for m in &result.messages {
         body.extend_from_slice(&m.record);

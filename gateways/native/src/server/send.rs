@@ -150,10 +150,14 @@ pub(crate) async fn send<B: MessagingApi>(
             "[TOO_MANY_REQUESTS] broker busy: too many sends in flight, try again later",
         ));
     };
+    let started = std::time::Instant::now();
     let header = SendHeader::parse(req)?;
     let batch = req.code == request::SEND_BATCH_MESSAGE || header.batch;
+    let mut stored = (1, req.body.len());
     let resp = if batch {
-        send_batch(ctx, peer, req, &header).await?
+        let (resp, n, bytes) = send_batch(ctx, peer, req, &header).await?;
+        stored = (n, bytes);
+        resp
     } else if !is_plain_properties(&header.properties, &SEND_TIME_PROPERTIES) {
         // Delays, transactions, or properties not in the stored form: parsed.
         let m = header.message(peer, req.body.clone());
@@ -184,37 +188,36 @@ pub(crate) async fn send<B: MessagingApi>(
         batch_response(req, &sent, msg_id)
     };
     ctx.note_topic(&header.topic);
-    if !batch {
-        let labels = [
-            ("protocol", "native".to_owned()),
-            ("topic", rocketgate_core::labels::topic(&header.topic)),
-        ];
-        metrics::counter!("rocketgate_messages_in_total", &labels).increment(1);
-        metrics::counter!("rocketgate_bytes_in_total", &labels).increment(req.body.len() as u64);
-    }
+    super::meters::count_in(&header.topic, stored.0, stored.1);
+    super::meters::METERS.publish.record_since(started);
     Ok(resp)
 }
 
 /// A batch body's entries go to the core as slices of the request (body and
-/// properties), copied once into the commit log.
+/// properties), copied once into the commit log. Returns the answer, the
+/// messages stored and their body bytes.
 async fn send_batch<B: MessagingApi>(
     ctx: &Ctx<B>,
     peer: Peer,
     req: &RemotingCommand,
     header: &SendHeader,
-) -> Handled {
+) -> Result<(RemotingCommand, usize, usize), Fail> {
     let entries = decode_batch_encoded(&req.body)
         .map_err(|e| Fail::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
     if entries.is_empty() {
         return Err(Fail::new(response::MESSAGE_ILLEGAL, "the batch is empty"));
     }
+    let (n, bytes) = (
+        entries.len(),
+        entries.iter().map(|e| e.body.len()).sum::<usize>(),
+    );
     let sent = ctx
         .broker
         .send_encoded(header.batch(peer, entries), header.queue_choice())
         .await
         .map_err(send_fail)?;
     let ids = sent.joined_msg_ids(',');
-    Ok(batch_response(req, &sent, ids))
+    Ok((batch_response(req, &sent, ids), n, bytes))
 }
 
 /// A failed send. A topic that does not exist and was not auto-created gets Java's
