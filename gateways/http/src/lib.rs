@@ -97,7 +97,7 @@ pub trait Probe: Send + Sync + 'static {
 }
 
 /// A broker group as one node sees it (docs/replication.md).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReplicationStatus {
     /// `master` or `slave`.
     pub role: &'static str,
@@ -126,7 +126,7 @@ pub struct ReplicationStatus {
 }
 
 /// One slave of a master.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SlaveLag {
     pub broker_id: u64,
     pub addr: String,
@@ -139,7 +139,7 @@ pub struct SlaveLag {
 }
 
 /// Positions of the commit log and the disk state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NodeStatus {
     /// Oldest byte still stored.
     pub log_min: u64,

@@ -135,7 +135,28 @@ pub async fn ready<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) ->
     (status, axum::Json(body)).into_response()
 }
 
-fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
+/// `GET /health` and `GET /health/ready`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`: the process serves.
+    pub status: String,
+    /// Whether publishing works now (`/health/ready` answers 503 when not).
+    pub ready: bool,
+    /// Why it is not ready (empty when it is).
+    pub reasons: Vec<String>,
+    pub disk: Disk,
+    pub store: crate::NodeStatus,
+}
+
+/// The disk as health checks see it.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Disk {
+    pub usage_ratio: f64,
+    pub hard_ratio: f64,
+    pub full: bool,
+}
+
+fn readiness<B>(ctx: &Ctx<B>) -> (bool, Health) {
     let s = ctx.probe.status();
     let stopping = *ctx.shutdown.borrow();
     let mut reasons = Vec::new();
@@ -153,17 +174,17 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
         reasons.push("shutting down".to_owned());
     }
     let ok = reasons.is_empty();
-    let body = serde_json::json!({
-        "status": "ok",
-        "ready": ok,
-        "reasons": reasons,
-        "disk": {
-            "usage_ratio": s.disk_usage,
-            "hard_ratio": s.disk_hard_ratio,
-            "full": s.disk_full(),
+    let body = Health {
+        status: "ok".into(),
+        ready: ok,
+        reasons,
+        disk: Disk {
+            usage_ratio: s.disk_usage,
+            hard_ratio: s.disk_hard_ratio,
+            full: s.disk_full(),
         },
-        "store": s,
-    });
+        store: s,
+    };
     (ok, body)
 }
 

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 pub const PROPERTY_HEADER_PREFIX: &str = "x-rg-prop-";
 
 /// How message bodies are written in JSON answers (`?encoding=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// `body` is the text when the bytes are valid UTF-8 (`body_encoding: "utf8"`),
@@ -57,7 +57,7 @@ pub fn decode_body(body: &str, encoding: Option<&str>, field: &str) -> Result<By
 }
 
 /// One message as a consumer sees it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct MessageJson {
     /// `UNIQ_KEY` when the producer set one, else the offset message id.
     pub msg_id: String,
@@ -70,6 +70,7 @@ pub struct MessageJson {
     pub properties: BTreeMap<String, String>,
     pub body: String,
     /// `utf8` or `base64`: how to read `body`.
+    #[schema(pattern = "^(utf8|base64)$")]
     pub body_encoding: String,
     pub born_timestamp: i64,
     pub store_timestamp: i64,
