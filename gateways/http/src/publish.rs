@@ -14,7 +14,7 @@ use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::wire::{self, Json, Path, Query, RawBody};
+use crate::wire::{self, JsonArray, Path, Query, RawBody};
 use crate::{Ctx, Peer};
 
 /// Query parameters of `POST /v1/topics/{topic}/messages`.
@@ -270,7 +270,7 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     Path(topic): Path<String>,
     ConnectInfo(Peer { addr: peer, .. }): ConnectInfo<Peer>,
     Query(q): Query<BatchQuery>,
-    Json(entries): Json<Vec<BatchEntry>>,
+    JsonArray(entries): JsonArray<BatchEntry>,
 ) -> Result<(StatusCode, axum::Json<BatchPublished>)> {
     let started = Instant::now();
     check_user_topic(&topic)?;

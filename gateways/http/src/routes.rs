@@ -731,7 +731,7 @@ fn error_response(status: u16) -> Value {
 fn path_param(name: &str) -> Value {
     let (schema, description) = match name {
         "queue" => (
-            json!({ "type": "integer", "format": "int32", "minimum": 0 }),
+            json!({ "type": "integer", "format": "uint32", "minimum": 0 }),
             "queue id",
         ),
         "topic" => (json!({ "type": "string" }), "topic name"),

@@ -303,3 +303,41 @@ async fn nothing_a_client_sends_is_a_500() {
         .expect_error(403, "no_permission");
     node.stop().await;
 }
+
+/// Found by the schemathesis run (interop-tests/tests/schemathesis.rs): a
+/// `deliver_at` far in the past overflowed the "ms in the past" subtraction and
+/// panicked the request task (the connection closed without an answer), and a
+/// JSON array where an object belongs was read as the object's fields in order
+/// (`[null, null]` on `PATCH /v1/groups/g` reset the group's retry limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_numbers_and_arrays_for_objects_are_400() {
+    let node = start().await;
+    let a = node.addr;
+    publish(a, "t", "", "exists").await;
+    for (q, code) in [
+        ("deliver_at=-9223372036854775808", "bad_request"),
+        ("deliver_at=9223372036854775807", "delay_too_long"),
+    ] {
+        call(a, "POST", &format!("/v1/topics/t/messages?{q}"), &[], "x")
+            .await
+            .expect_error(400, code);
+    }
+    let json = [("content-type", "application/json")];
+    patch_json(a, "/v1/groups/g", json!({ "max_reconsume_times": 3 }))
+        .await
+        .json();
+    for (method, path, body) in [
+        ("PATCH", "/v1/groups/g", "[null, null]"),
+        ("PATCH", "/v1/topics/t", "[null, null]"),
+        ("POST", "/v1/topics", "[\"x\"]"),
+        ("POST", "/v1/groups/g/acks", "[[\"h\"]]"),
+        ("POST", "/v1/topics/t/messages/batch", "{\"body\":\"x\"}"),
+    ] {
+        call(a, method, path, &json, body)
+            .await
+            .expect_error(400, "bad_request");
+    }
+    let g = get(a, "/v1/groups/g").await.json();
+    assert_eq!(g["max_reconsume_times"], 3, "{g}");
+    node.stop().await;
+}
