@@ -85,6 +85,7 @@ impl From<&TopicConfig> for TopicJson {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTopic {
+    #[schema(pattern = "^[A-Za-z0-9%|_-]{1,127}$")]
     pub name: String,
     /// Read and write queues (default 4).
     #[serde(default)]
@@ -229,6 +230,7 @@ pub async fn delete_topic<B: MessagingApi + 'static>(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetOffsets {
+    #[schema(pattern = "^[A-Za-z0-9%|_-]{1,127}$")]
     pub topic: String,
     /// `earliest`, `latest` or `timestamp`.
     #[schema(pattern = "^(earliest|latest|timestamp)$")]

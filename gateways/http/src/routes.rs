@@ -727,6 +727,11 @@ fn error_response(status: u16) -> Value {
     })
 }
 
+/// What a topic name may be (RocketMQ's rule, `schedule::validate_topic`).
+pub const TOPIC_NAME: &str = "^[A-Za-z0-9%|_-]{1,127}$";
+/// What a group name may be (`schedule::validate_group`).
+pub const GROUP_NAME: &str = "^[A-Za-z0-9%|_-]{1,255}$";
+
 /// A path parameter: `queue` is a queue id, every other one a name.
 fn path_param(name: &str) -> Value {
     let (schema, description) = match name {
@@ -734,8 +739,14 @@ fn path_param(name: &str) -> Value {
             json!({ "type": "integer", "format": "uint32", "minimum": 0 }),
             "queue id",
         ),
-        "topic" => (json!({ "type": "string" }), "topic name"),
-        "group" => (json!({ "type": "string" }), "consumer group name"),
+        "topic" => (
+            json!({ "type": "string", "pattern": TOPIC_NAME }),
+            "topic name",
+        ),
+        "group" => (
+            json!({ "type": "string", "pattern": GROUP_NAME }),
+            "consumer group name",
+        ),
         "msg_id" => (
             json!({ "type": "string" }),
             "offset message id or the producer's unique key",
