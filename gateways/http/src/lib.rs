@@ -4,7 +4,8 @@
 //! ack through the core's POP (any request may go to any gateway process: the
 //! receipt handle says everything), replay by queue offset, Server-Sent Events,
 //! admin (topics, groups, offsets, dead letters, lookups, broker and cluster
-//! info), `/health`, Prometheus `/metrics` and a generated OpenAPI document.
+//! info), `/health`, Prometheus `/metrics` and an OpenAPI 3.1 document generated
+//! from the handlers' own types (utoipa).
 //!
 //! It owns only the HTTP mapping: no broker state lives here, every request is
 //! turned into [`MessagingApi`] calls, and errors become statuses only in
