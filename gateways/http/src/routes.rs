@@ -60,7 +60,8 @@ pub struct Endpoint<B> {
     /// Successful answers (at least one; `tests/openapi.rs` checks).
     pub answers: Vec<Answer>,
     /// Error statuses this endpoint answers besides the common ones (400 for
-    /// bad input, 401/403 with auth, 429, 500, 503: see [`COMMON_ERRORS`]).
+    /// bad input, 401/403 with auth, 413 with a body, 429, 500, 503: see
+    /// [`COMMON_ERRORS`]).
     pub errors: Vec<u16>,
     /// Named schemas the above refer to (`#/components/schemas/...`).
     pub schemas: Vec<(String, RefOr<Schema>)>,
@@ -92,7 +93,7 @@ fn ep<B>(
 const JSON: &str = "application/json";
 
 /// Errors every endpoint may answer (each is documented with the error envelope).
-pub const COMMON_ERRORS: &[u16] = &[400, 401, 403, 429, 500, 503];
+pub const COMMON_ERRORS: &[u16] = &[400, 401, 403, 413, 429, 500, 503];
 
 impl<B> Endpoint<B> {
     /// A `$ref` to `T`'s schema, registering it and what it refers to.
