@@ -237,6 +237,7 @@ pub struct BatchEntry {
     pub body: String,
     /// `utf8` (default) or `base64`.
     #[serde(default)]
+    #[schema(pattern = "^(utf8|text|base64)$")]
     pub body_encoding: Option<String>,
     #[serde(default)]
     pub tag: Option<String>,

@@ -117,10 +117,13 @@ impl<B> Endpoint<B> {
         self.body = Some((JSON, schema));
         self
     }
-    /// A JSON array of `T` as the request body.
+    /// A non-empty JSON array of `T` as the request body (`wire::JsonArray<T>`).
     fn json_array<T: ToSchema>(mut self) -> Self {
         let items = self.schema_ref::<T>();
-        self.body = Some((JSON, json!({ "type": "array", "items": items })));
+        self.body = Some((
+            JSON,
+            json!({ "type": "array", "items": items, "minItems": 1 }),
+        ));
         self
     }
     /// The request body is bytes of any content type (the message body).
