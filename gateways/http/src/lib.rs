@@ -18,6 +18,7 @@ pub mod access;
 pub mod admin;
 mod cluster;
 pub mod consume;
+pub mod dashboard;
 pub mod error;
 mod listener;
 pub mod ops;

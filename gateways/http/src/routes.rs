@@ -450,6 +450,7 @@ pub fn router<B: MessagingApi + 'static>(ctx: Arc<Ctx<B>>) -> Router {
         router = router.route(e.path, handler);
     }
     router
+        .merge(crate::dashboard::routes())
         .fallback(ops::no_route)
         .method_not_allowed_fallback(ops::wrong_method)
         .layer(axum::middleware::from_fn_with_state(
