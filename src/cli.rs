@@ -207,7 +207,9 @@ impl CommonArgs {
             ));
         }
         overrides.append(&mut flags);
-        Ok(Config::load(self.config.as_deref(), &overrides)?)
+        let config = Config::load(self.config.as_deref(), &overrides)?;
+        crate::provenance::record(self.config.as_deref(), &overrides);
+        Ok(config)
     }
 }
 

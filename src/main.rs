@@ -8,6 +8,7 @@
 mod cli;
 mod ha;
 mod node;
+mod provenance;
 mod run;
 mod users;
 

@@ -21,6 +21,10 @@ pub enum Error {
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
+    /// Something the path names does not exist (an MQTT session, …).
+    #[error("no {what}")]
+    NotFound { what: String },
+
     #[error("no route for {method} {path}")]
     NoRoute { method: String, path: String },
 
@@ -81,6 +85,7 @@ impl Error {
             Error::BadInput { .. } => (S::BAD_REQUEST, "bad_request"),
             Error::ReservedProperty { .. } => (S::BAD_REQUEST, "reserved_property"),
             Error::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
+            Error::NotFound { .. } => (S::NOT_FOUND, "not_found"),
             Error::NoRoute { .. } => (S::NOT_FOUND, "no_route"),
             Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Error::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "too_large"),

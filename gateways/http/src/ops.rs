@@ -169,7 +169,7 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
 
 /// Paths never refused for load: probes and scrapes must work under pressure.
 fn exempt(path: &str) -> bool {
-    path.starts_with("/health") || path == "/metrics"
+    path.starts_with("/health") || path == "/readyz" || path == "/metrics"
 }
 
 /// The in-flight limit (429 above it) and the per-request metrics

@@ -11,7 +11,7 @@ use rocketgate_core::broker::MessagingApi;
 use serde_json::{Map, Value, json};
 
 use crate::wire::BodyLimit;
-use crate::{Ctx, access, admin, consume, ops, publish, users};
+use crate::{Ctx, access, admin, consume, inspect, ops, publish, users};
 
 /// A parameter of an endpoint, for the document.
 pub struct Param {
@@ -413,6 +413,87 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
             "ops",
             "Readiness: 503 when the disk is full or shutting down",
             get(ops::ready::<B>),
+        ),
+        // ---- operations API (inspect.rs; docs/http.md "Operations API") ----
+        ep(
+            M::GET,
+            "/healthz",
+            "ops",
+            "Liveness: 200 while the process serves",
+            get(inspect::healthz::<B>),
+        ),
+        ep(
+            M::GET,
+            "/readyz",
+            "ops",
+            "Readiness: store, disk, NameServer registration, doors listening; 503 lists what is not ready",
+            get(inspect::readyz::<B>),
+        ),
+        ep(
+            M::GET,
+            "/v1/topics/{topic}/status",
+            "admin",
+            "Per-queue min/max offset and last store time of a topic",
+            get(inspect::topic_status::<B>),
+        ),
+        ep(
+            M::GET,
+            "/v1/groups/{group}/progress",
+            "admin",
+            "A group's lag per topic and queue, and its consumers",
+            get(inspect::group_progress::<B>),
+        ),
+        ep(
+            M::GET,
+            "/v1/groups/{group}/connections",
+            "admin",
+            "Who consumes as a group, through which door",
+            get(inspect::group_connections::<B>),
+        ),
+        ep(
+            M::GET,
+            "/v1/connections",
+            "admin",
+            "Who is connected, through which door (MQTT, WebSocket, HTTP consumers, native)",
+            get(inspect::connections::<B>),
+        ),
+        ep(
+            M::GET,
+            "/v1/messages",
+            "lookup",
+            "Search a topic's messages by key or store-time range, with body previews",
+            get(inspect::search::<B>),
+        )
+        .params(vec![
+            q("topic", "the topic (required)"),
+            q("key", "a business key (KEYS) or unique key"),
+            q("begin", "stored at or after (unix ms)"),
+            q("end", "stored at or before (unix ms)"),
+            q("limit", "at most this many (default 32)"),
+            q("preview", "body bytes shown (default 256; 0: all)"),
+            q("encoding", "`auto` (default) or `base64`"),
+        ]),
+        ep(
+            M::GET,
+            "/v1/mqtt/sessions",
+            "admin",
+            "MQTT sessions, connected or offline",
+            get(inspect::mqtt_sessions::<B>),
+        ),
+        ep(
+            M::DELETE,
+            "/v1/mqtt/sessions/{client_id}",
+            "admin",
+            "Disconnect an MQTT client (v5: reason 0x98); `?discard=true` drops the session",
+            delete(inspect::kick_mqtt::<B>),
+        )
+        .params(vec![q("discard", "`true`: drop the session too")]),
+        ep(
+            M::GET,
+            "/v1/config",
+            "admin",
+            "Effective settings and where each came from (secrets redacted)",
+            get(inspect::config::<B>),
         ),
         ep(
             M::GET,
