@@ -8,7 +8,7 @@
 //
 //   node dashboard.mjs --http http://127.0.0.1:8080 --out ../../docs/images \
 //     --key-topic orders --key order-7 --binary-id <msg id> --dlq-group audit \
-//     --mqtt-client dash-sensor [--user admin --password pw] [--readonly-user u --readonly-password p]
+//     --mqtt-client dash-sensor [--admin-key rg_…] [--readonly-user u --readonly-password p]
 
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
@@ -31,7 +31,8 @@ setTimeout(() => {
 }, timeoutS * 1000).unref();
 
 const authHeader = (user, password) => (user ? { authorization: 'Basic ' + Buffer.from(`${user}:${password}`).toString('base64') } : {});
-const adminAuth = authHeader(args.user, args.password);
+// The admin signs in with an API key (Bearer), the read-only user with a password (Basic).
+const adminAuth = args['admin-key'] ? { authorization: 'Bearer ' + args['admin-key'] } : {};
 
 async function apiGet(path, headers = adminAuth) {
   const r = await fetch(base + path, { headers });
@@ -70,31 +71,34 @@ async function shot(page, name) {
   if (!out) return;
   mkdirSync(out, { recursive: true });
   const path = join(out, `dashboard-${name}.png`);
-  await page.screenshot({ path });
+  await page.screenshot({ path, fullPage: name !== 'overview' });
   report.screenshots.push(path);
 }
 
 async function signIn(page, user, password) {
   await page.waitForSelector('#login[open]', { timeout: 8000 });
+  await page.check('input[name=kind][value=password]');
   await page.fill('#login-user', user);
   await page.fill('#login-password-input', password);
+  await page.click('#login-submit');
+}
+
+async function signInWithKey(page, key) {
+  await page.waitForSelector('#login[open]', { timeout: 8000 });
+  await page.check('input[name=kind][value=token]');
+  await page.fill('#login-token-input', key);
   await page.click('#login-submit');
 }
 
 async function overview(page) {
   const broker = await apiGet('/v1/broker');
   const cluster = await apiGet('/v1/cluster');
-  // Live traffic while the page is open: the rate chart must show it.
-  let publishing = true;
-  const publisher = (async () => {
-    let n = 0;
-    while (publishing) {
-      await fetch(`${base}/v1/topics/orders/messages?tag=live`, { method: 'POST', body: `live ${n++}`, headers: adminAuth });
-      await new Promise((r) => setTimeout(r, 40));
-    }
-  })();
   await page.goto(base + '/dashboard#/overview');
-  if (args.user) await signIn(page, args.user, args.password);
+  if (args['admin-key']) {
+    await signInWithKey(page, args['admin-key']);
+    await until('signed in as admin', async () => (await page.textContent('#who-role')) === 'admin');
+    check('auth: the page asked for credentials and the admin key was taken', true, await page.textContent('#who'));
+  }
   const text = async (sel) => (await page.textContent(sel)).trim();
   await until('the broker card', async () => (await text('[data-k=broker_name]')) === broker.broker_name);
   check('overview: broker name', true, broker.broker_name);
@@ -111,15 +115,6 @@ async function overview(page) {
   for (const [name, , addr] of addrs) {
     check(`overview: node ${name} ${addr}`, (await page.textContent('#nodes-table')).includes(addr), addr);
   }
-  // The in-rate chart shows the live publishes (a rate above zero, from /metrics).
-  await until('a non-zero in rate', async () => {
-    const now = await text('#chart-rates .now');
-    return num(now.split('·')[0]) > 0 && now;
-  }, 10000);
-  check('overview: live in rate > 0', true, await text('#chart-rates .now'));
-  check('overview: rate chart drawn', (await page.$$('#chart-rates polyline')).length === 2, null);
-  publishing = false;
-  await publisher;
   // Messages in, as shown, is between two scrapes around the page's.
   const metricsIn = async () => {
     const text = await apiGet('/metrics');
@@ -133,8 +128,39 @@ async function overview(page) {
     return shown >= before && shown <= after && before === after;
   }, 10000);
   check('overview: messages in = /metrics sum', true, null);
-  await page.waitForTimeout(1500);
+  const ready = await fetch(base + '/readyz');
+  if (ready.status !== 404) {
+    const checks = (await ready.json()).checks;
+    await until('readiness', async () => (await page.$$('#readiness-table tbody tr')).length === checks.length);
+    check('overview: readiness like /readyz', (await text('#ready-state')) === (ready.ok ? 'ready' : 'not ready'), ready.status);
+  }
+  // Live traffic while the page is open: the rate chart must show it.
+  let publishing = true;
+  const publisher = (async () => {
+    let n = 0;
+    while (publishing) {
+      await fetch(`${base}/v1/topics/orders/messages?tag=live`, { method: 'POST', body: `live ${n++}`, headers: adminAuth });
+      if (n % 3 === 0) {
+        // A reader: messages out, acked.
+        const got = await (await fetch(`${base}/v1/groups/live-reader/topics/orders/messages?max=4&start=latest`, { headers: adminAuth })).json();
+        const handles = (got.messages || []).map((m) => m.receipt_handle);
+        if (handles.length) {
+          await fetch(`${base}/v1/groups/live-reader/acks`, { method: 'POST', body: JSON.stringify({ receipt_handles: handles }), headers: { 'content-type': 'application/json', ...adminAuth } });
+        }
+      }
+      await new Promise((r) => setTimeout(r, 25 + 20 * Math.sin(n / 8)));
+    }
+  })();
+  await until('a non-zero in rate', async () => {
+    const now = await text('#chart-rates .now');
+    return num(now.split('·')[0]) > 0 && now;
+  }, 10000);
+  check('overview: live in rate > 0', true, await text('#chart-rates .now'));
+  check('overview: rate chart drawn', (await page.$$('#chart-rates polyline')).length === 2, null);
+  await page.waitForTimeout(5000);
   await shot(page, 'overview');
+  publishing = false;
+  await publisher;
 }
 
 async function topics(page) {
@@ -186,6 +212,11 @@ async function groups(page) {
   check('group detail: a bar per queue', (await page.$$('#chart-queue-lag rect.bar')).length === d.progress.length, null);
   check('group detail: total lag card', num(await page.textContent('[data-k=lag]')) === d.lag, d.lag);
   await page.waitForSelector('#members-table');
+  if ((await apiStatus(`/v1/groups/${encodeURIComponent(lagging)}/connections`)) !== 404) {
+    const conns = (await apiGet(`/v1/groups/${encodeURIComponent(lagging)}/connections`)).connections;
+    await until('the connections table', async () => (await page.$$('#connections-table tbody tr')).length === conns.length && conns.length > 0);
+    check(`group ${lagging}: connections across doors (${conns.map((c) => c.door)})`, (await page.textContent('#connections-table')).includes(conns[0].door), conns.length);
+  }
   await page.waitForTimeout(300);
   await shot(page, 'groups');
 }
@@ -313,8 +344,17 @@ async function config(page) {
     return;
   }
   await page.waitForSelector('#config-table tbody tr');
+  const settings = (await apiGet('/v1/config')).settings;
   const n = (await page.$$('#config-table tbody tr')).length;
-  check('config: settings shown', n > 5, n);
+  check('config: one row per setting', n === settings.length, { shown: n, api: settings.length });
+  const name = settings.find((x) => x.key === 'broker.name');
+  const row = await page.$$eval('#config-table tbody tr', (trs) => trs.map((tr) => tr.textContent).find((t) => t.startsWith('broker.name')));
+  check('config: broker.name with its value and source', row && row.includes(name.value) && row.includes(name.source), row);
+  const retries = settings.find((x) => x.key === 'broker.max_reconsume_times');
+  await page.fill('#config-filter', 'max_reconsume');
+  const filtered = await page.$$eval('#config-table tbody tr', (trs) => trs.map((tr) => tr.textContent));
+  check('config: filter', filtered.length >= 1 && filtered.every((t) => t.includes('max_reconsume')) && filtered.some((t) => t.includes(String(retries.value))), filtered);
+  await page.fill('#config-filter', '');
   await shot(page, 'config');
 }
 

@@ -27,7 +27,7 @@ function h(tag, attrs, ...children) {
 
 const enc = encodeURIComponent;
 const fmtInt = (n) => (n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US'));
-const fmtRate = (n) => (n === null || n === undefined ? '—' : n < 10 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
+const fmtRate = (n) => (n === null || n === undefined ? '—' : n === 0 ? '0' : n < 10 ? n.toFixed(1) : Math.round(n).toLocaleString('en-US'));
 const fmtPct = (r) => (r === null || r === undefined ? '—' : (r * 100).toFixed(1) + ' %');
 const fmtTime = (ms) => (ms ? new Date(ms).toISOString().replace('T', ' ').replace('Z', ' UTC') : '—');
 function fmtDuration(ms) {
@@ -222,7 +222,7 @@ function mlabels(families, name, label) {
 
 // Counters between two scrapes -> per-second rates. Kept across pages.
 const rates = { prev: null, series: { in: [], out: [], disk: [], conns: [], lag: [] }, topicPrev: null, topicRates: {} };
-const HISTORY = 90;
+const HISTORY = 60;
 
 async function scrape() {
   const fams = parseMetrics(await api('/metrics'));
@@ -329,7 +329,7 @@ function table(rows, cols, opts = {}) {
   if (!cols) {
     const keys = [];
     for (const r of rows) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
-    cols = keys.map((k) => ({ key: k, label: k }));
+    cols = keys.map((k) => ({ key: k, label: k.replace(/_/g, ' '), fmt: /_ms$/.test(k) ? (v) => (v > 1e12 ? fmtTime(v) : cellText(v)) : null }));
   }
   const head = h('tr', {}, cols.map((c) => h('th', { class: c.num ? 'num' : null }, c.label)), opts.extra ? h('th', {}, opts.extraLabel || '') : null);
   const body = rows.map((r) => h('tr', opts.row ? opts.row(r) : {},
@@ -371,7 +371,8 @@ pages.overview = async () => {
   const charts = h('div', { class: 'charts', id: 'overview-charts' });
   const nodes = h('div', { id: 'overview-nodes' });
   const repl = h('div', { id: 'overview-replication' });
-  mount(h('h1', {}, 'Overview'), cards, charts, h('h2', {}, 'Nodes'), nodes, h('h2', {}, 'Replication'), repl);
+  const ready = h('div', { id: 'overview-readiness' });
+  mount(h('h1', {}, 'Overview'), cards, charts, h('div', { class: 'split' }, h('div', {}, h('h2', {}, 'Nodes'), nodes, h('h2', {}, 'Replication'), repl), h('div', {}, h('h2', {}, 'Readiness'), ready)));
   let n = 0;
   every(1000, async () => {
     const [broker, fams] = await Promise.all([api('/v1/broker'), scrape()]);
@@ -400,6 +401,22 @@ pages.overview = async () => {
       chartBox('Consumer lag (all groups)', 'chart-lag', lineChart([S.lag], { fmt: (v) => fmtInt(Math.round(v)) }), fmtInt(last(S.lag))),
     );
     if (n++ % 5 === 0) {
+      try {
+        // 503 with the same JSON when not ready: read it either way.
+        const r = await fetch('/readyz', { cache: 'no-store' });
+        const body = r.status === 404 ? null : await r.json();
+        ready.replaceChildren(body
+          ? h('div', {},
+            h('p', {}, h('span', { class: 'pill ' + (r.ok ? 'master' : 'bad'), id: 'ready-state' }, r.ok ? 'ready' : 'not ready')),
+            table(body.checks || [], [
+              { key: 'name', label: 'check' },
+              { key: 'ok', label: '', fmt: (v) => h('span', { class: 'pill ' + (v ? 'master' : 'bad') }, v ? 'ok' : 'no') },
+              { key: 'detail', label: 'detail' },
+            ], { id: 'readiness-table' }))
+          : notAvailable('Readiness', 'GET /readyz'));
+      } catch (e) {
+        ready.replaceChildren(h('p', { class: 'error' }, e.message));
+      }
       try {
         const c = await api('/v1/cluster');
         const rows = [];
@@ -603,15 +620,16 @@ function messageDetail(m) {
   ], { id: 'deliveries-table', empty: 'no group consumes this topic' })), (e) => deliveredBox.replaceChildren(h('p', { class: 'error' }, e.message)));
   return h('div', { class: 'detail', id: 'message-detail' },
     h('h2', {}, 'Message ', h('code', {}, m.msg_id)),
+    h('div', { class: 'split' }, h('div', {},
     table(fields.map((k) => ({ field: k, value: k.endsWith('timestamp') ? `${fmtTime(m[k])} (${m[k]})` : m[k] })), [{ key: 'field', label: 'field' }, { key: 'value', label: 'value' }], { id: 'message-fields' }),
+    h('h3', {}, 'Delivered to (consumer groups of the topic)'),
+    deliveredBox), h('div', {},
     h('h3', {}, 'Properties'),
     table(Object.entries(m.properties || {}).map(([k, v]) => ({ name: k, value: v })), [{ key: 'name', label: 'name' }, { key: 'value', label: 'value' }], { id: 'message-properties', empty: 'no properties' }),
     h('h3', {}, `Body (${bytes.length} bytes) `,
       h('button', { class: 'secondary', id: 'body-text', onclick: () => show('text') }, 'Text'), ' ',
       h('button', { class: 'secondary', id: 'body-hex', onclick: () => show('hex') }, 'Hex')),
-    pre,
-    h('h3', {}, 'Delivered to (consumer groups of the topic)'),
-    deliveredBox);
+    pre)));
 }
 
 pages.messages = async () => {
@@ -745,11 +763,33 @@ pages.mqtt = async () => {
         banner(`Kick refused: ${e.message}`);
       }
     };
-    box.replaceChildren(table(rows, null, {
+    const subs = (v) => (Array.isArray(v) ? v.map((x) => (x && typeof x === 'object' ? `${x.filter} (QoS ${x.qos})` : x)).join(', ') : cellText(v));
+    const known = ['client_id', 'connected', 'protocol_version', 'user', 'remote', 'subscriptions', 'inflight', 'clean_start', 'expiry_secs', 'since_ms'];
+    const cols = [
+      { key: 'client_id', label: 'client id', fmt: (v) => h('code', {}, v) },
+      { key: 'connected', label: 'state', fmt: (v) => h('span', { class: 'pill ' + (v ? 'master' : 'slave') }, v ? 'connected' : 'offline') },
+      { key: 'protocol_version', label: 'MQTT', fmt: (v) => (v === 5 ? '5' : v === 4 ? '3.1.1' : cellText(v)) },
+      { key: 'user', label: 'user' }, { key: 'remote', label: 'remote' },
+      { key: 'subscriptions', label: 'subscriptions', fmt: subs },
+      { key: 'inflight', label: 'in flight', num: true },
+      { key: 'clean_start', label: 'clean', fmt: (v) => (v ? 'yes' : 'no') },
+      { key: 'expiry_secs', label: 'expiry (s)', num: true },
+      { key: 'since_ms', label: 'since', fmt: fmtTime },
+      // Whatever else the server reports.
+      ...[...new Set(rows.flatMap(Object.keys))].filter((k) => !known.includes(k)).map((k) => ({ key: k, label: k.replace(/_/g, ' ') })),
+    ];
+    const parts = [table(rows, cols, {
       id: 'sessions-table', empty: 'no sessions',
       row: (s) => ({ 'data-client': s.client_id }),
       extra: (s) => writeButton('Kick', { class: 'kick danger', 'data-client': s.client_id }, () => kick(s.client_id)),
-    }));
+    })];
+    try {
+      const all = await api('/v1/connections');
+      parts.push(h('h2', {}, 'Clients of every door'), table(Array.isArray(all) ? all : all.connections || [], null, { id: 'connections-table', empty: 'no clients' }));
+    } catch (e) {
+      if (!missing(e)) throw e;
+    }
+    box.replaceChildren(...parts);
   });
 };
 

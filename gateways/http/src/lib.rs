@@ -4,7 +4,9 @@
 //! ack through the core's POP (any request may go to any gateway process: the
 //! receipt handle says everything), replay by queue offset, Server-Sent Events,
 //! admin (topics, groups, offsets, dead letters, lookups, broker and cluster
-//! info), `/health`, Prometheus `/metrics` and a generated OpenAPI document.
+//! info), `/health`, Prometheus `/metrics`, a generated OpenAPI document, and the
+//! web dashboard at `/dashboard` ([`dashboard`]: embedded static files over the
+//! admin API, docs/dashboard.md).
 //!
 //! It owns only the HTTP mapping: no broker state lives here, every request is
 //! turned into [`MessagingApi`] calls, and errors become statuses only in

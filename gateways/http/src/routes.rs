@@ -402,6 +402,13 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         ),
         ep(
             M::GET,
+            "/v1/session",
+            "session",
+            "Who the caller is and whether they may change things (admin) or only read (monitor)",
+            get(access::session::<B>),
+        ),
+        ep(
+            M::GET,
             "/health",
             "ops",
             "Liveness, with readiness and the disk state",
@@ -520,7 +527,7 @@ pub fn router<B: MessagingApi + 'static>(ctx: Arc<Ctx<B>>) -> Router {
     let auth_on = ctx.settings.auth.enabled();
     for e in endpoints::<B>() {
         let handler = if auth_on {
-            let need = access::Need::of(e.tag);
+            let need = access::Need::of_endpoint(e.tag, &e.method, e.path);
             e.handler.route_layer(axum::middleware::from_fn_with_state(
                 (ctx.clone(), need),
                 access::check::<B>,
