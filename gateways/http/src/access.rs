@@ -82,18 +82,39 @@ pub struct Caller {
     pub monitor: bool,
 }
 
+/// The answer of `GET /v1/session`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Session {
+    /// Whether authentication is on.
+    pub auth: bool,
+    /// The signed-in user (`null` with auth off).
+    pub user: Option<String>,
+    /// May change things (the admin permission; everything with auth off).
+    pub admin: bool,
+    /// May read the admin API (`monitor` or admin).
+    pub monitor: bool,
+}
+
 /// `GET /v1/session`: who the caller is and whether they may change things (the
 /// dashboard disables its buttons for read-only users; the server checks anyway).
 pub async fn session<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     caller: Option<axum::Extension<Caller>>,
-) -> axum::Json<serde_json::Value> {
+) -> axum::Json<Session> {
     let auth = ctx.settings.auth.enabled();
     axum::Json(match caller {
-        Some(axum::Extension(c)) => serde_json::json!({
-            "auth": auth, "user": c.user, "admin": c.admin, "monitor": c.monitor,
-        }),
-        None => serde_json::json!({ "auth": auth, "user": null, "admin": true, "monitor": true }),
+        Some(axum::Extension(c)) => Session {
+            auth,
+            user: Some(c.user),
+            admin: c.admin,
+            monitor: c.monitor,
+        },
+        None => Session {
+            auth,
+            user: None,
+            admin: true,
+            monitor: true,
+        },
     })
 }
 
