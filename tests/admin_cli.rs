@@ -119,6 +119,16 @@ impl Node {
         stderr
     }
 
+    fn post(&self, path: &str, body: &Value) {
+        let out = Command::new("curl")
+            .args(["-sf", "-H", "content-type: application/json", "-d"])
+            .arg(body.to_string())
+            .arg(format!("http://{}{path}", self.http))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "POST {path}: {:?}", out);
+    }
+
     fn get(&self, path: &str) -> (u16, Value) {
         let out = Command::new("curl")
             .args(["-s", "-w", "\n%{http_code}"])
@@ -402,6 +412,63 @@ fn every_admin_command_against_a_running_node() {
     assert_eq!(d["messages"], serde_json::json!([]));
     node.ok(&["dlq", "list", "billing"]);
     node.fails(2, &["dlq", "resend", "billing", "--all"]);
+    // A group that gives up at once: a nacked message is a dead letter.
+    node.json(&["group", "create", "fragile", "--max-reconsume-times", "0"]);
+    node.json(&["topic", "create", "Jobs", "--queues", "1"]);
+    for body in ["job-1", "job-2"] {
+        node.json(&["send", "--topic", "Jobs", body]);
+    }
+    let got = node.json(&[
+        "consume",
+        "--group",
+        "fragile",
+        "--topic",
+        "Jobs",
+        "--no-ack",
+        "--wait-ms",
+        "2000",
+    ]);
+    let handles: Vec<Value> = got["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["receipt_handle"].clone())
+        .collect();
+    assert_eq!(handles.len(), 2, "{got}");
+    node.post(
+        "/v1/groups/fragile/nacks",
+        &serde_json::json!({ "receipt_handles": handles }),
+    );
+    // The next receive moves them to the dead-letter queue instead of delivering them.
+    let again = node.json(&[
+        "consume",
+        "--group",
+        "fragile",
+        "--topic",
+        "Jobs",
+        "--wait-ms",
+        "500",
+    ]);
+    assert_eq!(again["messages"], serde_json::json!([]), "{again}");
+    let started = Instant::now();
+    loop {
+        let d = node.json(&["dlq", "list", "fragile"]);
+        if d["messages"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no dead letters: {d}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(node.ok(&["dlq", "list", "fragile"]).contains("job-1"));
+    let one = node.json(&["dlq", "resend", "fragile", "--offset", "0"]);
+    assert_eq!(one["resent"].as_array().unwrap().len(), 1, "{one}");
+    let all = node.ok(&["dlq", "resend", "fragile", "--all"]);
+    assert_eq!(all.matches("Jobs").count(), 2, "both resent: {all}");
+    let st = node.json(&["topic", "status", "Jobs"]);
+    assert_eq!(st["messages"], 5, "2 sent + 3 resent: {st}");
 
     // ---- config ----
     let cfg = node.json(&["config"]);
