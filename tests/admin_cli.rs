@@ -153,8 +153,19 @@ fn every_admin_command_against_a_running_node() {
         node.get("/healthz"),
         (200, serde_json::json!({"status": "ok"}))
     );
-    let (status, ready) = node.get("/readyz");
-    assert_eq!(status, 200, "{ready}");
+    // Ready once the first registration with the NameServer was taken.
+    let started = Instant::now();
+    let ready = loop {
+        let (status, ready) = node.get("/readyz");
+        if status == 200 {
+            break ready;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{status} {ready}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let checks: Vec<&str> = ready["checks"]
         .as_array()
         .unwrap()

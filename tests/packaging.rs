@@ -364,7 +364,16 @@ fn the_health_check_the_image_runs_answers_on_a_live_node() {
     let mut args = exec_form(hc);
     let s = args.iter().position(|a| a == "--server").unwrap() + 1;
     args[s] = format!("http://{http}");
-    let out = bin().args(&args[1..]).output().unwrap();
+    // Ready once the first registration with the NameServer was taken (as the
+    // image's start period allows).
+    let started = std::time::Instant::now();
+    let out = loop {
+        let out = bin().args(&args[1..]).output().unwrap();
+        if out.status.success() || started.elapsed() > std::time::Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert!(
         out.status.success(),
         "{args:?}: {}{}",
