@@ -71,7 +71,7 @@ async function shot(page, name) {
   if (!out) return;
   mkdirSync(out, { recursive: true });
   const path = join(out, `dashboard-${name}.png`);
-  await page.screenshot({ path, fullPage: name !== 'overview' });
+  await page.screenshot({ path, fullPage: true });
   report.screenshots.push(path);
 }
 
@@ -114,6 +114,21 @@ async function overview(page) {
   await until('the nodes table', async () => (await page.$$('#nodes-table tbody tr')).length === addrs.length);
   for (const [name, , addr] of addrs) {
     check(`overview: node ${name} ${addr}`, (await page.textContent('#nodes-table')).includes(addr), addr);
+  }
+  for (const [name, id, addr] of addrs) {
+    const row = await page.$$eval('#nodes-table tbody tr', (trs, a) => trs.map((tr) => tr.textContent).find((t) => t.includes(a)), addr);
+    const want = id === '0' ? 'master' : 'slave';
+    check(`overview: ${name} ${addr} is a ${want}`, row && row.includes(want), row);
+  }
+  const repl = broker.replication;
+  if (repl && repl.role === 'master') {
+    await until('the slaves table', async () => (await page.$$('#slaves-table tbody tr[data-slave]')).length === repl.slaves.length);
+    for (const sl of repl.slaves) {
+      const row = await page.textContent(`#slaves-table tr[data-slave="${sl.broker_id}"]`);
+      check(`overview: slave ${sl.broker_id} at ${sl.addr}`, row.includes(sl.addr), row);
+    }
+    const mode = await page.textContent('#replication-facts');
+    check('overview: replication mode', mode.includes(repl.mode), repl.mode);
   }
   // Messages in, as shown, is between two scrapes around the page's.
   const metricsIn = async () => {

@@ -72,6 +72,7 @@ struct Traffic {
 }
 
 const MQTT_CLIENT: &str = "dash-sensor";
+const HA_SECRET: &str = "dashboard-group-secret";
 
 /// HTTP publishes with keys and a property, a group (`billing`) that acked a few of
 /// them and lags on the rest, a binary message, a dead letter of group `audit`, and
@@ -253,8 +254,36 @@ fn script_args(h: &str, traffic: &Traffic) -> Vec<String> {
 #[test]
 fn every_page_shows_what_the_api_says_and_the_buttons_work() {
     let started = Instant::now();
-    let node = Node::start().expect("starting rocketgate");
+    // A broker group: this master (async replication) and a slave following it, so
+    // the overview has nodes, roles and replication lag to show.
+    let node = Node::start_with_env(&[
+        ("ROCKETGATE_HA__MODE", "async"),
+        ("ROCKETGATE_HA__SECRET", HA_SECRET),
+        ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms"),
+    ])
+    .expect("starting the master");
+    let ha = node.addr("ha").to_string();
+    let namesrv = node.addr("namesrv").to_string();
+    let _slave = Node::start_with_env(&[
+        ("ROCKETGATE_BROKER__ID", "1"),
+        ("ROCKETGATE_HA__MASTER", &ha),
+        ("ROCKETGATE_HA__SECRET", HA_SECRET),
+        ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms"),
+        ("ROCKETGATE_BROKER__NAMESRV_ADDRS", &namesrv),
+    ])
+    .expect("starting the slave");
     let h = format!("http://{}", node.addr("http"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = json_of(&[&format!("{h}/v1/cluster")], 200);
+        let slaves = c["replication"]["slaves"].as_array().map_or(0, |s| s.len());
+        let addrs = c["brokers"][0]["addrs"].as_object().map_or(0, |a| a.len());
+        if slaves == 1 && addrs == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slave did not join: {c}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // The files: types, caching, 404 for anything else.
     let (status, _) = curl(&["-o", "/dev/null", &format!("{h}/dashboard")]);

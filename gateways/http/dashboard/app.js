@@ -451,7 +451,7 @@ pages.overview = async () => {
             { key: 'offset', label: 'offset', num: true, fmt: fmtInt }, { key: 'lag_bytes', label: 'lag (bytes)', num: true, fmt: fmtInt },
             { key: 'lag_ms', label: 'behind for', num: true, fmt: (v) => fmtDuration(v) },
             { key: 'in_sync', label: 'in sync', fmt: (v) => h('span', { class: 'pill ' + (v ? 'master' : 'bad') }, v ? 'yes' : 'no') },
-          ], { id: 'slaves-table', empty: 'no slaves connected' })
+          ], { id: 'slaves-table', empty: 'no slaves connected', row: (sl) => ({ 'data-slave': sl.broker_id }) })
           : null,
       );
     }
