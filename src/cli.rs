@@ -39,6 +39,10 @@ pub enum Command {
     /// quarantines damaged records, rebuilds consume queues and index from the
     /// commit log (docs/reliability.md). Exit code 0 when it verifies clean after.
     Repair(CheckArgs),
+    /// Operate a running node over its HTTP admin API (docs/operations.md).
+    /// Exit codes: 0 ok, 1 usage or rejected, 2 not found, 3 unreachable,
+    /// 4 unauthorized or forbidden.
+    Admin(crate::admin::AdminArgs),
     /// Benchmarks (see docs/benchmarks.md).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -207,7 +211,9 @@ impl CommonArgs {
             ));
         }
         overrides.append(&mut flags);
-        Ok(Config::load(self.config.as_deref(), &overrides)?)
+        let config = Config::load(self.config.as_deref(), &overrides)?;
+        crate::provenance::record(self.config.as_deref(), &overrides);
+        Ok(config)
     }
 }
 

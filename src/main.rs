@@ -5,9 +5,11 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod cli;
 mod ha;
 mod node;
+mod provenance;
 mod run;
 mod users;
 
@@ -20,7 +22,19 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `rocketgate admin` promises scripts exit code 1 for bad arguments
+        // (clap's own is 2, which the admin CLI uses for "not found").
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("admin") => {
+            let _ = e.print();
+            return std::process::ExitCode::from(admin::exit::USAGE);
+        }
+        Err(e) => e.exit(),
+    };
+    if let Some(cli::Command::Admin(args)) = cli.command {
+        return std::process::ExitCode::from(admin::run(args));
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

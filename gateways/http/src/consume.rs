@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -185,10 +185,12 @@ fn count_out(topic: &str, popped: &[Popped]) {
 /// `GET /v1/groups/{group}/topics/{topic}/messages`
 pub async fn receive<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
+    ConnectInfo(peer): ConnectInfo<crate::Peer>,
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<axum::Json<Messages>> {
     let started = Instant::now();
+    ctx.pop_consumers.seen(&group, &topic, peer.addr);
     declare_order(&ctx, &group, &q).await?;
     apply_start(&ctx, &group, &topic, &q).await?;
     let req = pop_request(&ctx, group, topic.clone(), &q)?;
@@ -211,9 +213,11 @@ pub async fn receive<B: MessagingApi + 'static>(
 /// leased like a receive; ack through `/acks`, or it reappears.
 pub async fn stream<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
+    ConnectInfo(peer): ConnectInfo<crate::Peer>,
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    ctx.pop_consumers.seen(&group, &topic, peer.addr);
     declare_order(&ctx, &group, &q).await?;
     apply_start(&ctx, &group, &topic, &q).await?;
     let mut req = pop_request(&ctx, group, topic.clone(), &q)?;

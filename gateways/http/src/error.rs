@@ -21,6 +21,10 @@ pub enum Error {
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
+    /// Something the path names does not exist (an MQTT session, …).
+    #[error("no {what}")]
+    NotFound { what: String },
+
     #[error("no route for {method} {path}")]
     NoRoute { method: String, path: String },
 
@@ -87,6 +91,7 @@ impl Error {
             Error::BadInput { .. } => C::BadRequest,
             Error::ReservedProperty { .. } => C::ReservedProperty,
             Error::MessageNotFound { .. } => C::MessageNotFound,
+            Error::NotFound { .. } => C::NotFound,
             Error::NoRoute { .. } => C::NoRoute,
             Error::MethodNotAllowed { .. } => C::MethodNotAllowed,
             Error::TooLarge { .. } => C::TooLarge,
@@ -147,6 +152,7 @@ error_codes! {
     ForbiddenOrigin = 403 "forbidden_origin",
     NoPermission = 403 "no_permission",
     MessageNotFound = 404 "message_not_found",
+    NotFound = 404 "not_found",
     NoRoute = 404 "no_route",
     TopicNotFound = 404 "topic_not_found",
     QueueNotFound = 404 "queue_not_found",

@@ -189,8 +189,9 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, Health) {
 }
 
 /// Paths never refused for load: probes and scrapes must work under pressure.
-fn exempt(path: &str) -> bool {
-    path.starts_with("/health") || path == "/metrics"
+/// Paths the in-flight limit never refuses (probes and the scraper).
+pub(crate) fn exempt(path: &str) -> bool {
+    path.starts_with("/health") || path == "/readyz" || path == "/metrics"
 }
 
 /// The in-flight limit (429 above it) and the per-request metrics

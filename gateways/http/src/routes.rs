@@ -26,7 +26,7 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use crate::error::{ErrorBody, ErrorCode};
 use crate::wire::BodyLimit;
-use crate::{Ctx, access, admin, consume, ops, publish, users};
+use crate::{Ctx, access, admin, consume, dashboard, inspect, ops, publish, users};
 
 /// What an answer carries.
 #[derive(Debug, Clone)]
@@ -35,6 +35,8 @@ pub enum Payload {
     Empty,
     /// A body of this content type and JSON Schema (`$ref` to a component or inline).
     Body(&'static str, Value),
+    /// A body of one of these content types (static files), as bytes.
+    Files(&'static [&'static str]),
 }
 
 /// One documented answer of an endpoint.
@@ -162,6 +164,20 @@ impl<B> Endpoint<B> {
             status,
             description,
             payload: Payload::Body(content_type, schema),
+        });
+        self
+    }
+    /// A static file of one of `content_types`.
+    fn file(
+        mut self,
+        status: u16,
+        description: &'static str,
+        content_types: &'static [&'static str],
+    ) -> Self {
+        self.answers.push(Answer {
+            status,
+            description,
+            payload: Payload::Files(content_types),
         });
         self
     }
@@ -534,6 +550,14 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         .errors(&[502]),
         ep(
             M::GET,
+            "/v1/session",
+            "session",
+            "Who the caller is and whether they may change things (admin) or only read (monitor)",
+            get(access::session::<B>),
+        )
+        .answers::<access::Session>(200, "the caller"),
+        ep(
+            M::GET,
             "/health",
             "ops",
             "Liveness, with readiness and the disk state",
@@ -549,6 +573,126 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         )
         .answers::<ops::Health>(200, "ready")
         .answers::<ops::Health>(503, "not ready: `reasons` says why"),
+        // ---- operations API (inspect.rs; docs/http.md "Operations API") ----
+        ep(
+            M::GET,
+            "/healthz",
+            "ops",
+            "Liveness: 200 while the process serves",
+            get(inspect::healthz::<B>),
+        )
+        .answers::<inspect::Healthz>(200, "serving: `{\"status\":\"ok\"}`"),
+        ep(
+            M::GET,
+            "/readyz",
+            "ops",
+            "Readiness: store, disk, NameServer registration, doors listening; 503 lists what is not ready",
+            get(inspect::readyz::<B>),
+        )
+        .answers::<inspect::Readyz>(200, "ready: every check passes")
+        .answers::<inspect::Readyz>(503, "not ready: `not_ready` names the failed checks"),
+        ep(
+            M::GET,
+            "/v1/topics/{topic}/status",
+            "admin",
+            "Per-queue min/max offset and last store time of a topic",
+            get(inspect::topic_status::<B>),
+        )
+        .answers::<inspect::TopicStatus>(200, "the topic's queues")
+        .errors(&[404]),
+        ep(
+            M::GET,
+            "/v1/groups/{group}/progress",
+            "admin",
+            "A group's lag per topic and queue, and its consumers",
+            get(inspect::group_progress::<B>),
+        )
+        .answers::<inspect::GroupProgress>(200, "lag per queue and who consumes")
+        .errors(&[404]),
+        ep(
+            M::GET,
+            "/v1/groups/{group}/connections",
+            "admin",
+            "Who consumes as a group, through which door",
+            get(inspect::group_connections::<B>),
+        )
+        .answers::<inspect::Connections>(200, "the group's consumers")
+        .errors(&[404]),
+        ep(
+            M::GET,
+            "/v1/connections",
+            "admin",
+            "Who is connected, through which door (MQTT, WebSocket, HTTP consumers, native)",
+            get(inspect::connections::<B>),
+        )
+        .answers::<inspect::Connections>(200, "every connection the node knows of"),
+        ep(
+            M::GET,
+            "/v1/messages",
+            "lookup",
+            "Search a topic's messages by key or store-time range, with body previews",
+            get(inspect::search::<B>),
+        )
+        .query::<inspect::SearchQuery>()
+        .answers::<inspect::SearchResult>(200, "by key newest first, by time oldest first")
+        .errors(&[404]),
+        ep(
+            M::GET,
+            "/v1/mqtt/sessions",
+            "admin",
+            "MQTT sessions, connected or offline",
+            get(inspect::mqtt_sessions::<B>),
+        )
+        .answers::<inspect::MqttSessions>(200, "every session")
+        .errors(&[404]),
+        ep(
+            M::DELETE,
+            "/v1/mqtt/sessions/{client_id}",
+            "admin",
+            "Disconnect an MQTT client (v5: reason 0x98); `?discard=true` drops the session",
+            delete(inspect::kick_mqtt::<B>),
+        )
+        .query::<inspect::KickQuery>()
+        .answers::<inspect::KickJson>(200, "what was done")
+        .errors(&[404]),
+        ep(
+            M::GET,
+            "/v1/config",
+            "admin",
+            "Effective settings and where each came from (secrets redacted)",
+            get(inspect::config::<B>),
+        )
+        .answers::<inspect::ConfigJson>(200, "every setting with its source")
+        .errors(&[404]),
+        // ---- the web dashboard (dashboard.rs, docs/dashboard.md): static files ----
+        ep(
+            M::GET,
+            "/dashboard",
+            "dashboard",
+            "The web dashboard's page (embedded; it calls the admin API like any client)",
+            get(dashboard::index),
+        )
+        .file(200, "the page", &[dashboard::HTML])
+        .empty(304, "not modified (`If-None-Match` named the current `ETag`)"),
+        ep(
+            M::GET,
+            "/dashboard/",
+            "dashboard",
+            "The web dashboard's page, as `/dashboard`",
+            get(dashboard::index),
+        )
+        .file(200, "the page", &[dashboard::HTML])
+        .empty(304, "not modified (`If-None-Match` named the current `ETag`)"),
+        ep(
+            M::GET,
+            "/dashboard/{file}",
+            "dashboard",
+            "A file of the web dashboard (script, style sheet, icon)",
+            get(dashboard::file),
+        )
+        .file(200, "the file", dashboard::CONTENT_TYPES)
+        .empty(304, "not modified (`If-None-Match` named the current `ETag`)")
+        .errors(&[404]),
         ep(
             M::GET,
             "/metrics",
@@ -586,7 +730,7 @@ pub fn router<B: MessagingApi + 'static>(ctx: Arc<Ctx<B>>) -> Router {
     let auth_on = ctx.settings.auth.enabled();
     for e in endpoints::<B>() {
         let handler = if auth_on {
-            let need = access::Need::of(e.tag);
+            let need = access::Need::of_endpoint(e.tag, &e.method, e.path);
             e.handler.route_layer(axum::middleware::from_fn_with_state(
                 (ctx.clone(), need),
                 access::check::<B>,
@@ -629,8 +773,18 @@ pub fn openapi_document<B: MessagingApi + 'static>() -> Value {
         let mut responses = Map::new();
         for a in &e.answers {
             let mut r = json!({ "description": a.description });
-            if let Payload::Body(ct, schema) = &a.payload {
-                r["content"] = json!({ *ct: { "schema": schema } });
+            match &a.payload {
+                Payload::Body(ct, schema) => {
+                    r["content"] = json!({ *ct: { "schema": schema } });
+                }
+                Payload::Files(types) => {
+                    let content: Map<String, Value> = types
+                        .iter()
+                        .map(|ct| ((*ct).to_owned(), json!({ "schema": { "type": "string" } })))
+                        .collect();
+                    r["content"] = Value::Object(content);
+                }
+                Payload::Empty => {}
             }
             responses.insert(a.status.to_string(), r);
         }
@@ -704,8 +858,10 @@ pub fn openapi_document<B: MessagingApi + 'static>() -> Value {
 fn applies<B>(e: &Endpoint<B>, status: u16) -> bool {
     let open = access::Need::of(e.tag) == access::Need::Open;
     match status {
-        // Probes and scrapers: no credentials, never refused for load.
-        401 | 403 | 429 => !open,
+        // Probes, scrapers, the dashboard's files: no credentials.
+        401 | 403 => !open,
+        // Probes and the scraper are never refused for load.
+        429 => !ops::exempt(e.path),
         // Nothing to get wrong in a request without parameters or body.
         400 => !(open && e.params.is_empty() && e.body.is_none()),
         413 => e.body.is_some(),
@@ -757,6 +913,11 @@ fn path_param(name: &str) -> Value {
         ),
         "id" => (json!({ "type": "string" }), "the id the publish answered"),
         "name" => (json!({ "type": "string" }), "user name"),
+        "client_id" => (json!({ "type": "string" }), "MQTT client id"),
+        "file" => (
+            json!({ "type": "string", "enum": dashboard::FILE_NAMES }),
+            "file name",
+        ),
         _ => (json!({ "type": "string" }), ""),
     };
     json!({ "name": name, "in": "path", "required": true, "description": description, "schema": schema })

@@ -229,6 +229,7 @@ where
                         "no packet within 1.5 times the keep-alive".into(),
                     );
                 }
+                conn.session.refresh_inflight();
                 Box::pin(conn.commit()).await
             }
             r = drain(&mut wr, conn.out.buf(), &mut unflushed), if !conn.out.is_empty() || unflushed => match r {
