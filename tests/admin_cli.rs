@@ -417,10 +417,7 @@ fn every_admin_command_against_a_running_node() {
     let cs = node.json(&["group", "connections", "console"]);
     assert_eq!(cs["connections"][0]["door"], "websocket", "{cs}");
     assert_eq!(cs["connections"][0]["subscriptions"][0], "Orders");
-    rt.block_on(async {
-        use futures_util::SinkExt;
-        socket.close(None).await.unwrap();
-    });
+    rt.block_on(socket.close(None)).unwrap();
     let started = Instant::now();
     while node.json(&["group", "connections", "console"])["connections"] != serde_json::json!([]) {
         assert!(
