@@ -33,9 +33,13 @@ fn bin() -> Command {
 
 fn start() -> Node {
     let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rocketgate.toml");
+    std::fs::write(&file, "[broker]\nmax_reconsume_times = 7\n").unwrap();
     let mut child = bin()
         .args(["standalone", "--data-dir"])
         .arg(dir.path())
+        .arg("--config")
+        .arg(&file)
         .args([
             "--namesrv",
             "0",
@@ -50,6 +54,8 @@ fn start() -> Node {
         ])
         .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        // A secret `admin config` must not show.
+        .env("ROCKETGATE_AUTH__JWT_SECRET", "hunter2-jwt")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -530,6 +536,28 @@ fn every_admin_command_against_a_running_node() {
         "env ROCKETGATE_STORE__SEGMENT_SIZE"
     );
     assert_eq!(find("store.flush")["source"], "default");
+    let from_file = find("broker.max_reconsume_times");
+    assert_eq!(from_file["value"], 7);
+    assert!(
+        from_file["source"].as_str().unwrap().starts_with("file ")
+            && from_file["source"]
+                .as_str()
+                .unwrap()
+                .ends_with("rocketgate.toml"),
+        "{from_file}"
+    );
+    let jwt = find("auth.jwt_secret");
+    assert_eq!(jwt["value"], "<redacted>");
+    assert_eq!(jwt["source"], "env ROCKETGATE_AUTH__JWT_SECRET");
+    assert_eq!(
+        find("auth.internal_secret")["value"],
+        "",
+        "unset: shown empty"
+    );
+    assert!(
+        !cfg.to_string().contains("hunter2"),
+        "a secret leaked: {cfg}"
+    );
     assert!(node.ok(&["config"]).contains("flag --data-dir"));
 
     // ---- users (auth off: no user store; admin_cli_auth.rs manages users) ----
