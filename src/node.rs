@@ -367,6 +367,8 @@ pub struct Late {
     mqtt: std::sync::OnceLock<rocketgate_mqtt::Streams<Broker>>,
     /// Whether each NameServer took the broker's last registration.
     registrations: std::sync::OnceLock<rocketgate_remoting::Registrations>,
+    /// The WebSocket door's subscribers.
+    ws: std::sync::OnceLock<ws::Subscribers>,
     /// Every door, once all of them listen.
     doors: std::sync::OnceLock<Vec<(String, SocketAddr)>>,
 }
@@ -418,23 +420,46 @@ impl http::Probe for NodeProbe {
     }
 
     fn connections(&self) -> Vec<http::inspect::ConnectionJson> {
+        let mut out = Vec::new();
+        if let Some(subs) = self.late.ws.get() {
+            for s in subs.list() {
+                let mut groups: Vec<String> = Vec::new();
+                for (_, g, _) in &s.subscriptions {
+                    if !groups.contains(g) {
+                        groups.push(g.clone());
+                    }
+                }
+                out.push(http::inspect::ConnectionJson {
+                    door: "websocket".into(),
+                    client_id: s.peer.to_string(),
+                    remote: Some(s.peer.to_string()),
+                    groups,
+                    subscriptions: s.subscriptions.into_iter().map(|(_, _, t)| t).collect(),
+                    since_ms: Some(s.since_ms),
+                    last_seen_ms: None,
+                    user: None,
+                });
+            }
+        }
         let Some(mqtt) = self.late.mqtt.get() else {
-            return Vec::new();
+            return out;
         };
-        mqtt.sessions()
-            .into_iter()
-            .filter(|s| s.connected)
-            .map(|s| http::inspect::ConnectionJson {
-                door: "mqtt".into(),
-                groups: vec![rocketgate_mqtt::session_group(&s.client_id)],
-                client_id: s.client_id,
-                remote: s.peer.map(|p| p.to_string()),
-                subscriptions: s.subscriptions.into_iter().map(|(f, _)| f).collect(),
-                since_ms: s.since_ms,
-                last_seen_ms: None,
-                user: s.user.filter(|u| !u.is_empty()),
-            })
-            .collect()
+        out.extend(
+            mqtt.sessions()
+                .into_iter()
+                .filter(|s| s.connected)
+                .map(|s| http::inspect::ConnectionJson {
+                    door: "mqtt".into(),
+                    groups: vec![rocketgate_mqtt::session_group(&s.client_id)],
+                    client_id: s.client_id,
+                    remote: s.peer.map(|p| p.to_string()),
+                    subscriptions: s.subscriptions.into_iter().map(|(f, _)| f).collect(),
+                    since_ms: s.since_ms,
+                    last_seen_ms: None,
+                    user: s.user.filter(|u| !u.is_empty()),
+                }),
+        );
+        out
     }
 
     fn mqtt_sessions(&self) -> Option<Vec<http::inspect::MqttSessionJson>> {
@@ -662,6 +687,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
         &auth,
     )
     .await?;
+    let _ = late.ws.set(ws.subscribers());
     let _ = late.doors.set(listening());
     println!(
         "rocketgate standalone ready (data in {})",
@@ -755,6 +781,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         &auth,
     )
     .await?;
+    let _ = late.ws.set(ws.subscribers());
     let _ = late.doors.set(listening());
     println!(
         "rocketgate broker {} ready (data in {})",

@@ -16,6 +16,7 @@ struct Node {
     child: Child,
     http: String,
     mqtt: String,
+    ws: String,
     _dir: tempfile::TempDir,
 }
 
@@ -32,9 +33,13 @@ fn bin() -> Command {
 
 fn start() -> Node {
     let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rocketgate.toml");
+    std::fs::write(&file, "[broker]\nmax_reconsume_times = 7\n").unwrap();
     let mut child = bin()
         .args(["standalone", "--data-dir"])
         .arg(dir.path())
+        .arg("--config")
+        .arg(&file)
         .args([
             "--namesrv",
             "0",
@@ -49,12 +54,14 @@ fn start() -> Node {
         ])
         .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        // A secret `admin config` must not show.
+        .env("ROCKETGATE_AUTH__JWT_SECRET", "hunter2-jwt")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut http, mut mqtt) = (String::new(), String::new());
+    let (mut http, mut mqtt, mut ws) = (String::new(), String::new(), String::new());
     for line in lines {
         let line = line.unwrap();
         if let Some(a) = line.strip_prefix("rocketgate: http listening on ") {
@@ -62,6 +69,9 @@ fn start() -> Node {
         }
         if let Some(a) = line.strip_prefix("rocketgate: mqtt listening on ") {
             mqtt = a.to_owned();
+        }
+        if let Some(a) = line.strip_prefix("rocketgate: ws listening on ") {
+            ws = a.to_owned();
         }
         if line.contains("standalone ready") {
             break;
@@ -75,6 +85,7 @@ fn start() -> Node {
         child,
         http,
         mqtt,
+        ws,
         _dir: dir,
     }
 }
@@ -394,6 +405,33 @@ fn every_admin_command_against_a_running_node() {
         .collect();
     assert!(doors.contains(&"mqtt") && doors.contains(&"http"), "{all}");
     assert!(node.ok(&["connections"]).contains("dev-1"));
+    // A WebSocket subscriber is listed while it holds its subscription.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut socket = rt.block_on(async {
+        use futures_util::{SinkExt, StreamExt};
+        let (mut s, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", node.ws))
+            .await
+            .unwrap();
+        let sub = r#"{"op":"subscribe","req":"s","id":"tab1","topic":"Orders","group":"console"}"#;
+        s.send(tokio_tungstenite::tungstenite::Message::text(sub))
+            .await
+            .unwrap();
+        let reply = s.next().await.unwrap().unwrap().into_text().unwrap();
+        assert!(reply.contains("subscribed"), "{reply}");
+        s
+    });
+    let cs = node.json(&["group", "connections", "console"]);
+    assert_eq!(cs["connections"][0]["door"], "websocket", "{cs}");
+    assert_eq!(cs["connections"][0]["subscriptions"][0], "Orders");
+    rt.block_on(socket.close(None)).unwrap();
+    let started = Instant::now();
+    while node.json(&["group", "connections", "console"])["connections"] != serde_json::json!([]) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the closed socket stays listed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let kicked = node.json(&["mqtt", "kick", "dev-1"]);
     assert_eq!(kicked["disconnected"], true);
     assert_eq!(kicked["discarded"], false);
@@ -498,6 +536,28 @@ fn every_admin_command_against_a_running_node() {
         "env ROCKETGATE_STORE__SEGMENT_SIZE"
     );
     assert_eq!(find("store.flush")["source"], "default");
+    let from_file = find("broker.max_reconsume_times");
+    assert_eq!(from_file["value"], 7);
+    assert!(
+        from_file["source"].as_str().unwrap().starts_with("file ")
+            && from_file["source"]
+                .as_str()
+                .unwrap()
+                .ends_with("rocketgate.toml"),
+        "{from_file}"
+    );
+    let jwt = find("auth.jwt_secret");
+    assert_eq!(jwt["value"], "<redacted>");
+    assert_eq!(jwt["source"], "env ROCKETGATE_AUTH__JWT_SECRET");
+    assert_eq!(
+        find("auth.internal_secret")["value"],
+        "",
+        "unset: shown empty"
+    );
+    assert!(
+        !cfg.to_string().contains("hunter2"),
+        "a secret leaked: {cfg}"
+    );
     assert!(node.ok(&["config"]).contains("flag --data-dir"));
 
     // ---- users (auth off: no user store; admin_cli_auth.rs manages users) ----

@@ -283,7 +283,8 @@ function lineChart(series, opts = {}) {
     if (k === 0 && vals.length > 1) {
       svg.append(h('svg:polygon', { class: 'area', points: `${x(0, vals.length)},${H - PAD_B} ${pts.join(' ')} ${W},${H - PAD_B}` }));
     }
-    svg.append(h('svg:polyline', { class: `line l${k}`, points: vals.length > 1 ? pts.join(' ') : `${pts[0]} ${W},${y(vals[0])}` }));
+    if (vals.length > 1) svg.append(h('svg:polyline', { class: `line l${k}`, points: pts.join(' ') }));
+    else svg.append(h('svg:circle', { class: `dot l${k}`, cx: W - 3, cy: y(vals[0]), r: 3 }));
   });
   return svg;
 }

@@ -313,7 +313,16 @@ impl<B: MessagingApi + 'static> Shared<B> {
         if expiry == 0 && will_due.is_none() {
             self.files.remove_session(&client_id);
             let mut sessions = lock(&self.sessions);
-            if matches!(sessions.get(&client_id), Some(Slot::Offline { .. })) {
+            // This connection's own `Online` entry goes too (a connection that took
+            // the client id over meanwhile has another `conn_id` and keeps its
+            // entry): left, every clean client stayed listed as connected, one
+            // entry per client id ever seen.
+            let ours = match sessions.get(&client_id) {
+                Some(Slot::Offline { .. }) => true,
+                Some(Slot::Online { conn_id: c, .. }) => *c == conn_id,
+                None => false,
+            };
+            if ours {
                 sessions.remove(&client_id);
             }
         } else {
