@@ -213,9 +213,17 @@ async fn too_many_requests_in_flight_is_429_but_health_still_answers() {
     publish(a, "t", "", "x").await;
     let first = receive(a, "g", "t", "?wait_ms=10000").await;
     assert_eq!(first.len(), 1);
-    // A long poll holds the only permit...
-    let parked =
-        tokio::spawn(async move { get(a, "/v1/groups/g/topics/t/messages?wait_ms=30000").await });
+    // A long poll holds the only permit... (it races the requests below for it: when
+    // one of them holds the permit, the poll itself is refused, so it tries again;
+    // without that, a refused poll left nobody holding it and nothing was refused)
+    let parked = tokio::spawn(async move {
+        loop {
+            let r = get(a, "/v1/groups/g/topics/t/messages?wait_ms=30000").await;
+            if r.status != 429 {
+                return r;
+            }
+        }
+    });
     // ...so other requests are refused until it ends (retry until it is parked).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
