@@ -92,6 +92,21 @@ fn every_endpoint_documents_its_answers_and_every_ref_resolves() {
         );
     }
     let doc = rocketgate_http::routes::openapi_document::<Broker>();
+    // A JSON answer names its struct (a `$ref`), never a bare object from `json!`;
+    // the document itself is the one exception.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, answer) in op["responses"].as_object().unwrap() {
+                let Some(schema) = answer.pointer("/content/application~1json/schema") else {
+                    continue;
+                };
+                assert!(
+                    schema.get("$ref").is_some() || path == "/v1/openapi.json",
+                    "{method} {path} {status}: a JSON answer without a named schema: {schema}"
+                );
+            }
+        }
+    }
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     let mut refs = Vec::new();
     collect_refs(&doc, &mut refs);
