@@ -48,6 +48,10 @@ pub enum Command {
     /// (docs/reliability.md, "Truncation"). For a slave whose log runs past its
     /// master's, or an old master rejoining its group.
     Truncate(TruncateArgs),
+    /// Operate a running node over its HTTP admin API (docs/operations.md).
+    /// Exit codes: 0 ok, 1 usage or rejected, 2 not found, 3 unreachable,
+    /// 4 unauthorized or forbidden.
+    Admin(crate::admin::AdminArgs),
     /// Benchmarks (see docs/benchmarks.md).
     #[cfg(feature = "bench")]
     #[command(subcommand)]
@@ -327,7 +331,9 @@ impl CommonArgs {
             ));
         }
         overrides.append(&mut flags);
-        Ok(Config::load(self.config.as_deref(), &overrides)?)
+        let config = Config::load(self.config.as_deref(), &overrides)?;
+        crate::provenance::record(self.config.as_deref(), &overrides);
+        Ok(config)
     }
 }
 

@@ -5,10 +5,12 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 mod cli;
 mod controller;
 mod ha;
 mod node;
+mod provenance;
 mod role;
 mod run;
 mod signal;
@@ -23,7 +25,19 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `rocketgate admin` promises scripts exit code 1 for bad arguments
+        // (clap's own is 2, which the admin CLI uses for "not found").
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("admin") => {
+            let _ = e.print();
+            return std::process::ExitCode::from(admin::exit::USAGE);
+        }
+        Err(e) => e.exit(),
+    };
+    if let Some(cli::Command::Admin(args)) = cli.command {
+        return std::process::ExitCode::from(admin::run(args));
+    }
     // openraft logs every unreachable peer at info/error while a controller waits for
     // the others: warn keeps a controller's log readable (RUST_LOG overrides).
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -139,6 +139,7 @@ fn internal_signer(auth: &Auth) -> Option<rocketgate_remoting::Signer> {
 
 /// Prints one machine-readable line per listening door (harnesses parse these).
 fn announce(door: &str, addr: SocketAddr) {
+    rocketgate_core::sync::lock(&ANNOUNCED).push((door.to_owned(), addr));
     println!("rocketgate: {door} listening on {addr}");
     tracing::info!(%addr, "{door} listening");
 }
@@ -356,10 +357,26 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
     Ok(broker)
 }
 
-/// The HTTP door's probe: the store's positions and the broker group's view.
+/// The HTTP door's probe: the store's positions and the broker group's view, and
+/// what the operations API asks of the other doors (`late`: filled in as they start).
 struct NodeProbe {
     store: http::StoreProbe,
     group: crate::ha::View,
+    late: Arc<Late>,
+    config: Config,
+}
+
+/// What the HTTP door's probe learns after the HTTP door started.
+#[derive(Default)]
+pub struct Late {
+    /// The MQTT door's sessions.
+    mqtt: std::sync::OnceLock<rocketgate_mqtt::Streams<Broker>>,
+    /// Whether each NameServer took the broker's last registration.
+    registrations: std::sync::OnceLock<rocketgate_remoting::Registrations>,
+    /// The WebSocket door's subscribers.
+    ws: std::sync::OnceLock<ws::Subscribers>,
+    /// Every door, once all of them listen.
+    doors: std::sync::OnceLock<Vec<(String, SocketAddr)>>,
 }
 
 impl http::Probe for NodeProbe {
@@ -369,6 +386,139 @@ impl http::Probe for NodeProbe {
 
     fn replication(&self) -> Option<http::ReplicationStatus> {
         Some(self.group.status())
+    }
+
+    fn checks(&self) -> Vec<http::inspect::ReadyCheck> {
+        use http::inspect::ReadyCheck;
+        let mut out = Vec::new();
+        if let Some(r) = self.late.registrations.get() {
+            let all = r.snapshot();
+            let missing: Vec<&str> = all
+                .iter()
+                .filter(|(_, ok)| !ok)
+                .map(|(a, _)| a.as_str())
+                .collect();
+            out.push(ReadyCheck {
+                name: "namesrv".into(),
+                // Registered with at least one: routes reach clients through it.
+                ok: all.is_empty() || missing.len() < all.len(),
+                detail: if missing.is_empty() {
+                    format!("registered with {} NameServer(s)", all.len())
+                } else {
+                    format!("not (yet) registered with {}", missing.join(", "))
+                },
+            });
+        }
+        let doors = self.late.doors.get();
+        out.push(ReadyCheck {
+            name: "doors".into(),
+            ok: doors.is_some(),
+            detail: match doors {
+                Some(d) => d
+                    .iter()
+                    .map(|(n, a)| format!("{n} {a}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                None => "still starting".into(),
+            },
+        });
+        out
+    }
+
+    fn connections(&self) -> Vec<http::inspect::ConnectionJson> {
+        let mut out = Vec::new();
+        if let Some(subs) = self.late.ws.get() {
+            for s in subs.list() {
+                let mut groups: Vec<String> = Vec::new();
+                for (_, g, _) in &s.subscriptions {
+                    if !groups.contains(g) {
+                        groups.push(g.clone());
+                    }
+                }
+                out.push(http::inspect::ConnectionJson {
+                    door: "websocket".into(),
+                    client_id: s.peer.to_string(),
+                    remote: Some(s.peer.to_string()),
+                    groups,
+                    subscriptions: s.subscriptions.into_iter().map(|(_, _, t)| t).collect(),
+                    since_ms: Some(s.since_ms),
+                    last_seen_ms: None,
+                    user: None,
+                });
+            }
+        }
+        let Some(mqtt) = self.late.mqtt.get() else {
+            return out;
+        };
+        out.extend(
+            mqtt.sessions()
+                .into_iter()
+                .filter(|s| s.connected)
+                .map(|s| http::inspect::ConnectionJson {
+                    door: "mqtt".into(),
+                    groups: vec![rocketgate_mqtt::session_group(&s.client_id)],
+                    client_id: s.client_id,
+                    remote: s.peer.map(|p| p.to_string()),
+                    subscriptions: s.subscriptions.into_iter().map(|(f, _)| f).collect(),
+                    since_ms: s.since_ms,
+                    last_seen_ms: None,
+                    user: s.user.filter(|u| !u.is_empty()),
+                }),
+        );
+        out
+    }
+
+    fn mqtt_sessions(&self) -> Option<Vec<http::inspect::MqttSessionJson>> {
+        let mqtt = self.late.mqtt.get()?;
+        Some(
+            mqtt.sessions()
+                .into_iter()
+                .map(|s| http::inspect::MqttSessionJson {
+                    client_id: s.client_id,
+                    connected: s.connected,
+                    clean_start: s.clean_start,
+                    expiry_secs: (s.expiry != u32::MAX).then_some(s.expiry),
+                    subscriptions: s
+                        .subscriptions
+                        .into_iter()
+                        .map(|(filter, qos)| http::inspect::MqttSubscriptionJson { filter, qos })
+                        .collect(),
+                    inflight: s.inflight,
+                    will_pending: s.will,
+                    remote: s.peer.map(|p| p.to_string()),
+                    since_ms: s.since_ms,
+                    protocol_version: s.protocol_version,
+                    user: s.user.filter(|u| !u.is_empty()),
+                })
+                .collect(),
+        )
+    }
+
+    fn kick_mqtt(
+        &self,
+        client_id: &str,
+        discard: bool,
+    ) -> http::inspect::Answer<http::inspect::KickOutcome> {
+        use http::inspect::{KickJson, KickOutcome};
+        let mqtt = self.late.mqtt.get().cloned();
+        let client_id = client_id.to_owned();
+        Box::pin(async move {
+            let Some(mqtt) = mqtt else {
+                return KickOutcome::NoMqtt;
+            };
+            match mqtt.kick(&client_id, discard).await {
+                None => KickOutcome::NotFound,
+                Some(k) => KickOutcome::Done(KickJson {
+                    client_id,
+                    disconnected: k.disconnected,
+                    discarded: k.discarded,
+                }),
+            }
+        })
+    }
+
+    fn config(&self) -> Option<Vec<http::inspect::SettingJson>> {
+        Some(crate::provenance::settings(&self.config))
     }
 }
 
@@ -380,6 +530,7 @@ async fn start_http(
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
     group: crate::ha::View,
+    late: Arc<Late>,
 ) -> anyhow::Result<http::Handle> {
     let h = &config.http;
     let settings = http::Settings {
@@ -402,6 +553,8 @@ async fn start_http(
     let probe = Arc::new(NodeProbe {
         store: http::StoreProbe::new(broker.store().clone(), config.store.disk_hard_ratio),
         group,
+        late,
+        config: config.clone(),
     });
     let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
         .await
@@ -479,6 +632,13 @@ fn watch_topics(broker: &Arc<Broker>, registrar: &RegistrarHandle) -> tokio::tas
     })
 }
 
+/// Every door announced so far, as bound (for `/readyz`).
+static ANNOUNCED: std::sync::Mutex<Vec<(String, SocketAddr)>> = std::sync::Mutex::new(Vec::new());
+
+fn listening() -> Vec<(String, SocketAddr)> {
+    rocketgate_core::sync::lock(&ANNOUNCED).clone()
+}
+
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
 pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let l = config.listen.clone();
@@ -513,6 +673,8 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
     let registrar = start_registrar(&config, &broker, namesrvs.clone(), &auth);
+    let late = Arc::new(Late::default());
+    let _ = late.registrations.set(registrar.registrations());
     let tls = start_tls(&config)?;
     let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
     let topic_watch = watch_topics(&broker, &registrar);
@@ -523,9 +685,11 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
         tls_for(&tls, config.tls.http),
         &auth,
         replication.view(&config),
+        late.clone(),
     )
     .await?;
     let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
+    let _ = late.mqtt.set(mqtt.streams());
     let ws = start_ws(
         &config,
         &broker,
@@ -534,6 +698,8 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
         &auth,
     )
     .await?;
+    let _ = late.ws.set(ws.subscribers());
+    let _ = late.doors.set(listening());
     println!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
@@ -617,6 +783,8 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         broker.store().clone(),
         config.listen.native.to_string(),
     )?;
+    let late = Arc::new(Late::default());
+    let _ = late.registrations.set(registrar.registrations());
     let tls = start_tls(&config)?;
     let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
     let topic_watch = watch_topics(&broker, &registrar);
@@ -628,9 +796,11 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         tls_for(&tls, config.tls.http),
         &auth,
         replication.view(&config),
+        late.clone(),
     )
     .await?;
     let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
+    let _ = late.mqtt.set(mqtt.streams());
     let ws = start_ws(
         &config,
         &broker,
@@ -639,6 +809,8 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
         &auth,
     )
     .await?;
+    let _ = late.ws.set(ws.subscribers());
+    let _ = late.doors.set(listening());
     println!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,

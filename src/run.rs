@@ -56,6 +56,8 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Some(Command::User(cmd)) => crate::users::run(cmd),
+        // Exits with the admin CLI's own codes (main.rs handles it first).
+        Some(Command::Admin(_)) => unreachable!("admin is run by main"),
         Some(Command::Verify(args)) => check(&args, false),
         Some(Command::Repair(args)) => check(&args, true),
         Some(Command::Truncate(args)) => truncate(&args),

@@ -33,6 +33,9 @@ pub enum Action {
     Subscribe,
     /// The admin API and the native door's admin requests.
     Admin,
+    /// Reading the admin API without changing anything (`GET`s: what the web
+    /// dashboard shows); `admin` includes it.
+    Monitor,
     /// Every action.
     All,
 }
@@ -168,6 +171,7 @@ pub struct Compiled {
     publish: bool,
     subscribe: bool,
     admin: bool,
+    monitor: bool,
     topics: Vec<String>,
     groups: Vec<String>,
 }
@@ -203,6 +207,7 @@ struct Decisions {
     /// (consumer group, filter) -> allowed.
     subscribe: HashMap<(Option<String>, String), bool>,
     admin: Option<bool>,
+    monitor: Option<bool>,
 }
 
 /// Placeholders a rule may use.
@@ -263,6 +268,7 @@ impl Grant {
                 publish: r.has(Action::Publish),
                 subscribe: r.has(Action::Subscribe),
                 admin: r.has(Action::Admin),
+                monitor: r.has(Action::Monitor),
                 topics: r.topics.iter().map(|t| fill(t)).collect(),
                 groups: r.groups.iter().map(|g| fill(g)).collect(),
             })
@@ -411,6 +417,19 @@ impl Grant {
         d
     }
 
+    /// May this identity read the admin API (`admin` or `monitor`)?
+    pub fn may_monitor(&self) -> bool {
+        if self.may_admin() {
+            return true;
+        }
+        if let Some(d) = lock(&self.cache).monitor {
+            return d;
+        }
+        let d = self.decide(|r| r.monitor, |r| r.monitor);
+        lock(&self.cache).monitor = Some(d);
+        d
+    }
+
     /// Deny wins; no match is a deny.
     fn decide(
         &self,
@@ -499,6 +518,19 @@ mod tests {
         assert!(g.may_subscribe("open/x", None));
         assert!(g.may_admin());
         assert!(!grant(&[]).may_publish("a"));
+    }
+
+    #[test]
+    fn monitor_reads_the_admin_api_and_admin_includes_it() {
+        let m = grant(&[Rule::allow(&[Monitor], &[])]);
+        assert!(m.may_monitor());
+        assert!(!m.may_admin(), "monitor changes nothing");
+        assert!(!m.may_publish("a") && !m.may_subscribe("a", None));
+        assert!(grant(&[Rule::allow(&[Admin], &[])]).may_monitor());
+        assert!(grant(&[Rule::allow(&[All], &["#"])]).may_monitor());
+        assert!(!grant(&[Rule::allow(&[Publish], &["#"])]).may_monitor());
+        let denied = grant(&[Rule::allow(&[Monitor], &[]), Rule::deny(&[Monitor], &[])]);
+        assert!(!denied.may_monitor());
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! rules = [{ effect = "allow", actions = ["publish", "subscribe"], topics = ["a/#"] }]
 //! ```
 //!
-//! The role `admin` is built in: every action on every (non-internal) topic.
+//! The role `admin` is built in: every action on every (non-internal) topic; so is
+//! `monitor`: reading the admin API (what the web dashboard shows), nothing else.
 //! Passwords are argon2id hashes (19 MiB, t = 2, p = 1: OWASP's minimum), API keys
 //! SHA-256 hashes (they are random 256-bit strings, a slow hash adds nothing).
 //! RocketMQ secret keys are kept in plain because the signature is an HMAC keyed
@@ -201,6 +202,11 @@ fn admin_rules() -> Vec<Rule> {
     vec![all]
 }
 
+/// The built-in `monitor` role's rules: read the admin API, change nothing.
+fn monitor_rules() -> Vec<Rule> {
+    vec![Rule::allow(&[Action::Monitor], &[])]
+}
+
 impl Users {
     pub fn new(file: UserFile) -> Users {
         let mut u = Users::default();
@@ -246,6 +252,8 @@ impl Users {
                 out.extend(self.file.roles[i].rules.iter().cloned());
             } else if r == "admin" {
                 out.extend(admin_rules());
+            } else if r == "monitor" {
+                out.extend(monitor_rules());
             }
         }
         out

@@ -755,6 +755,10 @@ pub fn env_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Ov
         .into_iter()
         .filter_map(|(k, v)| {
             let rest = k.strip_prefix(ENV_PREFIX)?;
+            // `rocketgate admin`'s own variables (server, credentials), not settings.
+            if rest.starts_with("ADMIN_") {
+                return None;
+            }
             let path = rest.to_ascii_lowercase().replace("__", ".");
             Some(Override {
                 path,

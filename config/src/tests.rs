@@ -300,3 +300,17 @@ fn controller_settings_from_env_and_their_checks() {
     assert!(err.contains("\"two=x\" is not ID=HOST:PORT"), "{err}");
     assert!(err.contains("controller.raft_heartbeat_interval"), "{err}");
 }
+
+#[test]
+fn the_admin_cli_s_variables_are_not_settings() {
+    let env = env_overrides(vec![
+        (
+            "ROCKETGATE_ADMIN_SERVER".to_owned(),
+            "http://h:1".to_owned(),
+        ),
+        ("ROCKETGATE_ADMIN_API_KEY".to_owned(), "k".to_owned()),
+        ("ROCKETGATE_STORE__FLUSH".to_owned(), "sync".to_owned()),
+    ]);
+    assert_eq!(env.len(), 1);
+    assert_eq!(env[0].path, "store.flush");
+}

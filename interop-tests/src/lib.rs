@@ -11,7 +11,8 @@
 //! table), `tests/crash_story.rs` (1,000 messages, ack 500, `kill -9`, restart, the rest,
 //! reset to a timestamp — per consuming door, scenario helpers in [`story`]),
 //! `tests/delay.rs` (a delayed message from every door to every door, never early),
-//! `tests/dlq.rs` (three failures → `%DLQ%<group>`, listed and re-sent over HTTP).
+//! `tests/dlq.rs` (three failures → `%DLQ%<group>`, listed and re-sent over HTTP),
+//! `tests/dashboard.rs` (the web dashboard in headless Chromium via playwright-core).
 //!
 //! The binary is found at `$ROCKETGATE_BIN`, else next to the test executable's target
 //! directory (`target/<profile>/rocketgate`); `scripts/test` builds it first

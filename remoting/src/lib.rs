@@ -34,4 +34,6 @@ pub mod server;
 
 pub use codec::{CodecError, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
 pub use error::Error;
-pub use registrar::{BrokerIdentity, Registrar, RegistrarHandle, Signer, TopicSource};
+pub use registrar::{
+    BrokerIdentity, Registrar, RegistrarHandle, Registrations, Signer, TopicSource,
+};

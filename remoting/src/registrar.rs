@@ -71,6 +71,18 @@ struct Shared {
     version: Mutex<(Vec<WireTopicConfig>, DataVersion)>,
     /// Signs each request (the internal credential, when the NameServers check it).
     signer: Option<Signer>,
+    /// Per NameServer: whether its last registration succeeded (`/readyz`).
+    registered: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+impl Shared {
+    fn set_registered(&self, addr: &str, ok: bool) {
+        let mut r = lock(&self.registered);
+        match r.iter_mut().find(|(a, _)| a == addr) {
+            Some(entry) => entry.1 = ok,
+            None => r.push((addr.to_owned(), ok)),
+        }
+    }
 }
 
 /// Adds a signature to an outgoing request (see [`Registrar::with_signer`]).
@@ -92,9 +104,28 @@ pub struct RegistrarHandle {
     stop: watch::Sender<Phase>,
     kick: watch::Sender<()>,
     task: JoinHandle<()>,
+    registered: Registrations,
+}
+
+/// Whether each NameServer took the last registration (cheap to clone; read by
+/// the HTTP door's `/readyz`).
+#[derive(Debug, Clone, Default)]
+pub struct Registrations(Arc<Mutex<Vec<(String, bool)>>>);
+
+impl Registrations {
+    /// `(NameServer address, last registration succeeded)`, in the configured
+    /// order; `false` until the first attempt answered.
+    pub fn snapshot(&self) -> Vec<(String, bool)> {
+        lock(&self.0).clone()
+    }
 }
 
 impl RegistrarHandle {
+    /// Whether each NameServer took the last registration.
+    pub fn registrations(&self) -> Registrations {
+        self.registered.clone()
+    }
+
     /// Re-registers with every NameServer now (e.g. after a topic was created).
     pub fn register_now(&self) {
         self.kick.send_replace(());
@@ -151,6 +182,9 @@ impl Registrar {
                 topics,
                 version: Mutex::new((Vec::new(), DataVersion::default())),
                 signer: None,
+                registered: Arc::new(Mutex::new(
+                    namesrv_addrs.iter().map(|a| (a.clone(), false)).collect(),
+                )),
             }),
             namesrv_addrs,
         }
@@ -180,8 +214,14 @@ impl Registrar {
     pub fn spawn(self) -> RegistrarHandle {
         let (stop, _) = watch::channel(Phase::Running);
         let (kick, _) = watch::channel(());
+        let registered = Registrations(self.shared.registered.clone());
         let task = tokio::spawn(self.run_until(stop.clone(), kick.clone(), async {}));
-        RegistrarHandle { stop, kick, task }
+        RegistrarHandle {
+            stop,
+            kick,
+            task,
+            registered,
+        }
     }
 
     /// Dropping this future aborts every link (the JoinSet aborts its tasks on drop).
@@ -297,13 +337,16 @@ async fn keep_registered(
                     .await
                 {
                     Ok(r) if r.code == response::SUCCESS => {
+                        shared.set_registered(&addr, true);
                         debug!(namesrv = %addr, "registered");
                         backoff = FIRST_BACKOFF;
                     }
                     Ok(r) => {
+                        shared.set_registered(&addr, false);
                         warn!(namesrv = %addr, code = r.code, remark = ?r.remark, "registration refused")
                     }
                     Err(e) => {
+                        shared.set_registered(&addr, false);
                         warn!(namesrv = %addr, error = %e, "registration failed; reconnecting");
                         break;
                     }
@@ -335,7 +378,10 @@ async fn keep_registered(
                     }
                 }
             },
-            Err(e) => debug!(namesrv = %addr, error = %e, "connect failed"),
+            Err(e) => {
+                shared.set_registered(&addr, false);
+                debug!(namesrv = %addr, error = %e, "connect failed")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -363,6 +409,7 @@ mod tests {
             signer: None,
             topics: Arc::new(source),
             version: Mutex::new((Vec::new(), DataVersion::default())),
+            registered: Arc::default(),
         }
     }
 

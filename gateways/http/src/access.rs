@@ -7,8 +7,11 @@
 //! - publish: publish on `topic/tag` (`tag` from the query; a batch: on `topic`);
 //! - consume with a group: subscribe on `topic` as that group, or consuming as the
 //!   group when the path names no topic (acks, nacks); replay: subscribe on `topic`;
-//! - admin endpoints and lookups by id or key: the admin permission;
-//! - transactions: any authenticated user; `/health*`, `/metrics` and the OpenAPI
+//! - admin endpoints and lookups by id or key: the admin permission; their `GET`s
+//!   (users excepted) also the `monitor` permission (read-only: the web dashboard of
+//!   a user who may look but not change);
+//! - transactions and `GET /v1/session` (who am I, what may I do): any
+//!   authenticated user; `/health*`, `/metrics` and the OpenAPI
 //!   document: open (probes and scrapers).
 //!
 //! Grants are compiled once per user and store generation ([`Grants`]); a password
@@ -32,7 +35,7 @@ use crate::{Ctx, Peer};
 /// What an endpoint needs of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Nothing: health, metrics, the OpenAPI document.
+    /// Nothing: health, metrics, the OpenAPI document, the dashboard's files.
     Open,
     /// Any authenticated user.
     User,
@@ -42,19 +45,79 @@ pub enum Need {
     Subscribe,
     /// The admin permission.
     Admin,
+    /// Reading the admin API: the `monitor` permission (or admin).
+    Monitor,
 }
 
 impl Need {
     /// What an endpoint tagged `tag` in the table needs (`admin`, `lookup`: admin).
     pub fn of(tag: &str) -> Need {
         match tag {
-            "ops" => Need::Open,
+            // Probes, the scraper, the document and the dashboard's static files
+            // (the page asks for credentials for the API calls it makes).
+            "ops" | "dashboard" => Need::Open,
             "messages" => Need::Publish,
             "consume" => Need::Subscribe,
-            "transactions" => Need::User,
+            "transactions" | "session" => Need::User,
             _ => Need::Admin,
         }
     }
+
+    /// What an endpoint of the table needs: [`Need::of`] its tag, except that an
+    /// admin `GET` (other than the user list) is open to the `monitor` permission.
+    pub fn of_endpoint(tag: &str, method: &axum::http::Method, path: &str) -> Need {
+        match Need::of(tag) {
+            Need::Admin if method == axum::http::Method::GET && !path.starts_with("/v1/users") => {
+                Need::Monitor
+            }
+            need => need,
+        }
+    }
+}
+
+/// Who made a request and what they may do, put into the request's extensions
+/// by [`check`] (absent with auth off).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user: String,
+    pub admin: bool,
+    pub monitor: bool,
+}
+
+/// The answer of `GET /v1/session`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Session {
+    /// Whether authentication is on.
+    pub auth: bool,
+    /// The signed-in user (`null` with auth off).
+    pub user: Option<String>,
+    /// May change things (the admin permission; everything with auth off).
+    pub admin: bool,
+    /// May read the admin API (`monitor` or admin).
+    pub monitor: bool,
+}
+
+/// `GET /v1/session`: who the caller is and whether they may change things (the
+/// dashboard disables its buttons for read-only users; the server checks anyway).
+pub async fn session<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    caller: Option<axum::Extension<Caller>>,
+) -> axum::Json<Session> {
+    let auth = ctx.settings.auth.enabled();
+    axum::Json(match caller {
+        Some(axum::Extension(c)) => Session {
+            auth,
+            user: Some(c.user),
+            admin: c.admin,
+            monitor: c.monitor,
+        },
+        None => Session {
+            auth,
+            user: None,
+            admin: true,
+            monitor: true,
+        },
+    })
 }
 
 /// Compiled grants per user, valid for one generation of the user store. A std
@@ -218,6 +281,7 @@ pub async fn check<B: MessagingApi + 'static>(
     let (allowed, what) = match need {
         Need::Open | Need::User => (true, String::new()),
         Need::Admin => (grant.may_admin(), "the admin API".to_owned()),
+        Need::Monitor => (grant.may_monitor(), "reading the admin API".to_owned()),
         Need::Publish => {
             let topic = topic.unwrap_or_default();
             let name = match query_tag(&req) {
@@ -249,6 +313,12 @@ pub async fn check<B: MessagingApi + 'static>(
         }
         .into_response();
     }
+    let mut req = req;
+    req.extensions_mut().insert(Caller {
+        user: login.identity.user.clone(),
+        admin: grant.may_admin(),
+        monitor: grant.may_monitor(),
+    });
     next.run(req).await
 }
 

@@ -1,6 +1,7 @@
 //! Administration: topics, consumer groups and their offsets, dead letters,
 //! message lookup, broker and cluster information.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -17,17 +18,32 @@ use crate::consume::{self, ReplayQuery};
 use crate::error::{Error, Result};
 use crate::publish::Published;
 use crate::wire::{Encoding, Json, MessageJson, Path, Query};
-use crate::{Ctx, NodeStatus};
+use crate::{Ctx, NodeStatus, ReplicationStatus};
 
 /// A topic as the admin API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct TopicJson {
     pub name: String,
     pub read_queues: u32,
     pub write_queues: u32,
     /// `rw`, `r`, `w` or `-`.
+    #[schema(pattern = "^(rw|r|w|-)$")]
     pub perm: String,
     pub system: bool,
+}
+
+/// `GET /v1/topics`
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TopicList {
+    pub topics: Vec<TopicJson>,
+}
+
+/// `GET /v1/topics/{topic}`: the topic with its per-queue offsets.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TopicDetail {
+    #[serde(flatten)]
+    pub topic: TopicJson,
+    pub queues: Vec<QueueJson>,
 }
 
 fn perm_name(p: Perm) -> String {
@@ -66,14 +82,17 @@ impl From<&TopicConfig> for TopicJson {
 }
 
 /// Body of `POST /v1/topics`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTopic {
+    #[schema(pattern = "^[A-Za-z0-9%|_-]{1,127}$")]
     pub name: String,
     /// Read and write queues (default 4).
     #[serde(default)]
     pub queues: Option<u32>,
+    /// `rw` (default), `r`, `w` or `-`.
     #[serde(default)]
+    #[schema(pattern = "^(rw|r|w|-|6|4|2|0)$")]
     pub perm: Option<String>,
 }
 
@@ -92,14 +111,16 @@ pub async fn create_topic<B: MessagingApi + 'static>(
 }
 
 /// Body of `PATCH /v1/topics/{topic}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTopic {
     #[serde(default)]
     pub read_queues: Option<u32>,
     #[serde(default)]
     pub write_queues: Option<u32>,
+    /// `rw`, `r`, `w` or `-`.
     #[serde(default)]
+    #[schema(pattern = "^(rw|r|w|-|6|4|2|0)$")]
     pub perm: Option<String>,
 }
 
@@ -124,10 +145,12 @@ pub async fn update_topic<B: MessagingApi + 'static>(
 }
 
 /// Query of `GET /v1/topics`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListTopics {
     /// `user` (default), `system` or `all`.
+    #[param(pattern = "^(user|system|all)$")]
     pub kind: Option<String>,
 }
 
@@ -135,7 +158,7 @@ pub struct ListTopics {
 pub async fn list_topics<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Query(q): Query<ListTopics>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<TopicList>> {
     let kind = match q.kind.as_deref().unwrap_or("user") {
         "user" => TopicKind::User,
         "system" => TopicKind::System,
@@ -154,22 +177,23 @@ pub async fn list_topics<B: MessagingApi + 'static>(
         .iter()
         .map(TopicJson::from)
         .collect();
-    Ok(axum::Json(serde_json::json!({ "topics": topics })))
+    Ok(axum::Json(TopicList { topics }))
 }
 
 /// `GET /v1/topics/{topic}`
 pub async fn describe_topic<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(topic): Path<String>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<TopicDetail>> {
     let config = ctx.api.topic(&topic).await?;
-    let mut out = serde_json::to_value(TopicJson::from(&config)).unwrap_or_default();
-    out["queues"] = serde_json::to_value(queue_stats(&ctx, &topic).await?).unwrap_or_default();
-    Ok(axum::Json(out))
+    Ok(axum::Json(TopicDetail {
+        topic: TopicJson::from(&config),
+        queues: queue_stats(&ctx, &topic).await?,
+    }))
 }
 
 /// Per-queue offsets of a topic.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueJson {
     pub queue_id: u32,
     pub min_offset: u64,
@@ -203,15 +227,31 @@ pub async fn delete_topic<B: MessagingApi + 'static>(
 }
 
 /// Body of `POST /v1/groups/{group}/offsets/reset`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetOffsets {
+    #[schema(pattern = "^[A-Za-z0-9%|_-]{1,127}$")]
     pub topic: String,
     /// `earliest`, `latest` or `timestamp`.
+    #[schema(pattern = "^(earliest|latest|timestamp)$")]
     pub to: String,
     /// With `to: "timestamp"`: the first message stored at or after this unix ms.
     #[serde(default)]
     pub timestamp_ms: Option<i64>,
+}
+
+/// Where a reset put a group, per queue.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OffsetsReset {
+    pub topic: String,
+    pub offsets: Vec<QueueOffset>,
+}
+
+/// One queue's new offset.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QueueOffset {
+    pub queue_id: u32,
+    pub offset: u64,
 }
 
 /// `POST /v1/groups/{group}/offsets/reset`
@@ -219,7 +259,7 @@ pub async fn reset_offsets<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(group): Path<String>,
     Json(body): Json<ResetOffsets>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<OffsetsReset>> {
     let to = match (body.to.as_str(), body.timestamp_ms) {
         ("earliest", None) => OffsetReset::Earliest,
         ("latest", None) => OffsetReset::Latest,
@@ -241,13 +281,14 @@ pub async fn reset_offsets<B: MessagingApi + 'static>(
         }
     };
     let moved = ctx.api.reset_offset(&group, "", &body.topic, to).await?;
-    let offsets: Vec<_> = moved
+    let offsets = moved
         .into_iter()
-        .map(|(q, o)| serde_json::json!({ "queue_id": q, "offset": o }))
+        .map(|(queue_id, offset)| QueueOffset { queue_id, offset })
         .collect();
-    Ok(axum::Json(
-        serde_json::json!({ "topic": body.topic, "offsets": offsets }),
-    ))
+    Ok(axum::Json(OffsetsReset {
+        topic: body.topic,
+        offsets,
+    }))
 }
 
 /// `GET /v1/groups/{group}/dlq`: the group's dead letters, by offset.
@@ -274,7 +315,7 @@ pub async fn list_dead_letters<B: MessagingApi + 'static>(
 }
 
 /// Body of `POST /v1/groups/{group}/dlq/resend`: one `offset`, or `all`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resend {
     #[serde(default)]
@@ -283,12 +324,18 @@ pub struct Resend {
     pub all: bool,
 }
 
+/// Dead letters sent back, where each went.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Resent {
+    pub resent: Vec<Published>,
+}
+
 /// `POST /v1/groups/{group}/dlq/resend`: back to the original topic.
 pub async fn resend_dead_letters<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(group): Path<String>,
     Json(body): Json<Resend>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<Resent>> {
     let which = match (body.offset, body.all) {
         (Some(o), false) => DeadLetters::One(o),
         (None, true) => DeadLetters::All,
@@ -304,135 +351,211 @@ pub async fn resend_dead_letters<B: MessagingApi + 'static>(
         r => r?,
     };
     let resent: Vec<Published> = sent.into_iter().map(Published::from).collect();
-    Ok(axum::Json(serde_json::json!({ "resent": resent })))
+    Ok(axum::Json(Resent { resent }))
+}
+
+/// `GET /v1/broker`: this broker.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BrokerInfo {
+    pub broker_name: String,
+    pub cluster: String,
+    pub version: &'static str,
+    pub uptime_ms: u64,
+    pub user_topics: usize,
+    pub store: NodeStatus,
+    pub max_message_size: usize,
+    /// This node's broker group; `null` when it does not replicate.
+    pub replication: Option<ReplicationStatus>,
 }
 
 /// `GET /v1/broker`
 pub async fn broker_info<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<BrokerInfo>> {
     let status: NodeStatus = ctx.probe.status();
     let topics = ctx.api.topics(TopicKind::User).await?.len();
-    Ok(axum::Json(serde_json::json!({
-        "broker_name": ctx.settings.broker_name,
-        "cluster": ctx.settings.cluster,
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_ms": ctx.started.elapsed().as_millis() as u64,
-        "user_topics": topics,
-        "store": status,
-        "max_message_size": ctx.settings.max_body,
-        "replication": ctx.probe.replication(),
-    })))
+    Ok(axum::Json(BrokerInfo {
+        broker_name: ctx.settings.broker_name.clone(),
+        cluster: ctx.settings.cluster.clone(),
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_ms: ctx.started.elapsed().as_millis() as u64,
+        user_topics: topics,
+        store: status,
+        max_message_size: ctx.settings.max_body,
+        replication: ctx.probe.replication(),
+    }))
+}
+
+/// `GET /v1/cluster`: brokers and clusters as a NameServer knows them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ClusterInfo {
+    /// The NameServer that answered.
+    pub namesrv: String,
+    /// Cluster name to the names of its brokers.
+    pub clusters: BTreeMap<String, Vec<String>>,
+    pub brokers: Vec<BrokerAddrs>,
+    /// This node's broker group: role, in-sync set, per-slave offset and lag
+    /// (`null` when it does not replicate).
+    pub replication: Option<ReplicationStatus>,
+}
+
+/// One broker group and its addresses.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BrokerAddrs {
+    pub broker_name: String,
+    pub cluster: String,
+    /// Broker id (`0` = master) to its native address.
+    pub addrs: BTreeMap<String, String>,
 }
 
 /// `GET /v1/cluster`: brokers and clusters as the NameServer knows them.
 pub async fn cluster_info<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<ClusterInfo>> {
     let (addr, info) = crate::cluster::query(&ctx.settings.namesrv_addrs).await?;
-    let clusters: serde_json::Map<String, serde_json::Value> = info
+    let clusters = info
         .cluster_addr_table
         .iter()
-        .map(|(c, names)| (c.clone(), serde_json::json!(names)))
+        .map(|(c, names)| (c.clone(), names.iter().cloned().collect()))
         .collect();
-    let brokers: Vec<_> = info
+    let brokers = info
         .broker_addr_table
         .values()
-        .map(|b| {
-            let addrs: serde_json::Map<String, serde_json::Value> = b
+        .map(|b| BrokerAddrs {
+            broker_name: b.broker_name.clone(),
+            cluster: b.cluster.clone(),
+            addrs: b
                 .broker_addrs
                 .iter()
-                .map(|(id, a)| (id.to_string(), serde_json::json!(a)))
-                .collect();
-            serde_json::json!({
-                "broker_name": b.broker_name,
-                "cluster": b.cluster,
-                "addrs": addrs,
-            })
+                .map(|(id, a)| (id.to_string(), a.clone()))
+                .collect(),
         })
         .collect();
-    Ok(axum::Json(serde_json::json!({
-        "namesrv": addr,
-        "clusters": clusters,
-        "brokers": brokers,
-        // This node's broker group: role, in-sync set, per-slave offset and lag.
-        "replication": ctx.probe.replication(),
-    })))
+    Ok(axum::Json(ClusterInfo {
+        namesrv: addr.to_string(),
+        clusters,
+        brokers,
+        replication: ctx.probe.replication(),
+    }))
 }
 
 // ---- groups ----
 
 /// `GET /v1/groups`
-pub async fn list_groups<B: MessagingApi + 'static>(
-    State(ctx): State<Arc<Ctx<B>>>,
-) -> Result<axum::Json<serde_json::Value>> {
-    let groups = ctx.api.groups().await?;
-    Ok(axum::Json(serde_json::json!({ "groups": groups })))
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct GroupList {
+    pub groups: Vec<String>,
 }
 
-fn group_json(g: &GroupInfo) -> serde_json::Value {
-    let members: Vec<_> = g
-        .members
-        .iter()
-        .map(|m| {
-            let subs: Vec<_> = m
-                .subscriptions
-                .iter()
-                .map(|s| {
-                    serde_json::json!({
-                        "topic": s.topic,
-                        "filter_type": s.filter_type.as_str(),
-                        "expression": s.expression,
+/// `GET /v1/groups`
+pub async fn list_groups<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+) -> Result<axum::Json<GroupList>> {
+    let groups = ctx.api.groups().await?;
+    Ok(axum::Json(GroupList { groups }))
+}
+
+/// A consumer group: members, settings, progress and lag.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct GroupJson {
+    pub group: String,
+    /// `CLUSTERING` or `BROADCASTING` as its members last said; `null` for a group
+    /// never seen in a heartbeat (HTTP consumers send none).
+    pub mode: Option<&'static str>,
+    /// Failed deliveries retried before the DLQ (the group's own, else the broker's).
+    pub max_reconsume_times: u32,
+    /// An ordered (FIFO) group.
+    pub fifo: bool,
+    /// Live members of native and MQTT consumers.
+    pub members: Vec<MemberJson>,
+    pub progress: Vec<ProgressJson>,
+    /// The sum of `progress[].lag`.
+    pub lag: u64,
+}
+
+/// A live member of a group.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MemberJson {
+    pub member: String,
+    pub subscriptions: Vec<SubscriptionJson>,
+    /// Broker clock (unix ms) of its last heartbeat.
+    pub last_seen_ms: i64,
+}
+
+/// What a member subscribed to.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SubscriptionJson {
+    pub topic: String,
+    pub filter_type: &'static str,
+    pub expression: String,
+}
+
+/// How far a group got in one queue.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ProgressJson {
+    pub topic: String,
+    pub queue_id: u32,
+    /// The next offset to consume; `null`: never committed.
+    pub committed: Option<u64>,
+    pub max_offset: u64,
+    pub lag: u64,
+}
+
+fn group_json(g: &GroupInfo) -> GroupJson {
+    GroupJson {
+        group: g.group.clone(),
+        mode: g.mode.map(|m| m.as_str()),
+        max_reconsume_times: g.max_reconsume_times,
+        fifo: g.fifo,
+        members: g
+            .members
+            .iter()
+            .map(|m| MemberJson {
+                member: m.member.clone(),
+                subscriptions: m
+                    .subscriptions
+                    .iter()
+                    .map(|s| SubscriptionJson {
+                        topic: s.topic.clone(),
+                        filter_type: s.filter_type.as_str(),
+                        expression: s.expression.clone(),
                     })
-                })
-                .collect();
-            serde_json::json!({
-                "member": m.member,
-                "subscriptions": subs,
-                "last_seen_ms": m.last_seen_ms,
+                    .collect(),
+                last_seen_ms: m.last_seen_ms,
             })
-        })
-        .collect();
-    let progress: Vec<_> = g
-        .progress
-        .iter()
-        .map(|p| {
-            serde_json::json!({
-                "topic": p.topic,
-                "queue_id": p.queue_id,
-                "committed": p.committed,
-                "max_offset": p.max_offset,
-                "lag": p.lag,
+            .collect(),
+        progress: g
+            .progress
+            .iter()
+            .map(|p| ProgressJson {
+                topic: p.topic.clone(),
+                queue_id: p.queue_id,
+                committed: p.committed,
+                max_offset: p.max_offset,
+                lag: p.lag,
             })
-        })
-        .collect();
-    serde_json::json!({
-        "group": g.group,
-        "mode": g.mode.map(|m| m.as_str()),
-        "max_reconsume_times": g.max_reconsume_times,
-        "fifo": g.fifo,
-        "members": members,
-        "progress": progress,
-        "lag": g.progress.iter().map(|p| p.lag).sum::<u64>(),
-    })
+            .collect(),
+        lag: g.progress.iter().map(|p| p.lag).sum::<u64>(),
+    }
 }
 
 /// `GET /v1/groups/{group}`
 pub async fn describe_group<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(group): Path<String>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<GroupJson>> {
     let info = ctx.api.group_info(&group).await?;
     Ok(axum::Json(group_json(&info)))
 }
 
 /// Body of `PATCH /v1/groups/{group}`: the group's own settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupSettings {
     /// Failed deliveries retried before a message goes to `%DLQ%<group>`; `null`
     /// returns to the broker's `broker.max_reconsume_times`; absent: unchanged.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>, maximum = 64)]
     pub max_reconsume_times: Option<Option<u32>>,
     /// An ordered (FIFO) group (`true`) or a concurrent one (`false`); absent:
     /// unchanged.
@@ -453,7 +576,7 @@ pub async fn update_group<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(group): Path<String>,
     Json(body): Json<GroupSettings>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<GroupJson>> {
     if body
         .max_reconsume_times
         .flatten()
@@ -506,10 +629,13 @@ pub(crate) async fn record_lag<B: MessagingApi>(ctx: &Ctx<B>) {
 // ---- lookup ----
 
 /// Query of `GET /v1/messages/{msg_id}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct LookupQuery {
+    /// `auto` (default) or `base64`.
     #[serde(default)]
+    #[param(inline)]
     pub encoding: Encoding,
 }
 
@@ -524,14 +650,23 @@ pub async fn message_by_id<B: MessagingApi + 'static>(
 }
 
 /// Query of `GET /v1/topics/{topic}/messages`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FindQuery {
+    /// A business key (`KEYS`) or unique key; not with `begin_ms`/`end_ms`.
+    #[param(min_length = 1)]
     pub key: Option<String>,
+    /// Stored at or after (unix ms).
     pub begin_ms: Option<i64>,
+    /// Stored at or before (unix ms).
     pub end_ms: Option<i64>,
+    /// At most this many (default 32).
+    #[param(minimum = 1, maximum = 1024)]
     pub max: Option<usize>,
+    /// `auto` (default) or `base64`.
     #[serde(default)]
+    #[param(inline)]
     pub encoding: Encoding,
 }
 
@@ -573,7 +708,7 @@ pub async fn messages_by_key<B: MessagingApi + 'static>(
 // ---- delayed messages ----
 
 /// A delayed message not delivered yet, as the admin API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct DelayedJson {
     /// The id the publish answered; `DELETE /v1/delayed/{msg_id}` cancels it.
     pub msg_id: String,
@@ -607,10 +742,21 @@ impl From<Delayed> for DelayedJson {
 }
 
 /// Query of `GET /v1/topics/{topic}/delayed`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DelayedQuery {
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 10_000)]
     pub max: Option<usize>,
+}
+
+/// `GET /v1/topics/{topic}/delayed`
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DelayedList {
+    pub topic: String,
+    /// Soonest first.
+    pub delayed: Vec<DelayedJson>,
 }
 
 /// `GET /v1/topics/{topic}/delayed`: pending delayed messages, soonest first.
@@ -618,7 +764,7 @@ pub async fn list_delayed<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(topic): Path<String>,
     Query(q): Query<DelayedQuery>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<DelayedList>> {
     let max = q.max.unwrap_or(100);
     if max == 0 || max > 10_000 {
         return Err(Error::bad("max", "must be between 1 and 10000"));
@@ -630,9 +776,7 @@ pub async fn list_delayed<B: MessagingApi + 'static>(
         .into_iter()
         .map(DelayedJson::from)
         .collect();
-    Ok(axum::Json(
-        serde_json::json!({ "topic": topic, "delayed": delayed }),
-    ))
+    Ok(axum::Json(DelayedList { topic, delayed }))
 }
 
 /// `DELETE /v1/delayed/{id}`: the message is never delivered, also after a
@@ -646,22 +790,46 @@ pub async fn cancel_delayed<B: MessagingApi + 'static>(
 
 // ---- transactions ----
 
+/// How a transaction ended; where the message went when committed.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TransactionEnd {
+    pub transaction_id: String,
+    /// `committed` or `rolled_back`.
+    #[schema(pattern = "^(committed|rolled_back)$")]
+    pub status: String,
+    /// Committed only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Committed only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<u32>,
+    /// Committed only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_offset: Option<u64>,
+}
+
 async fn end<B: MessagingApi>(
     ctx: &Ctx<B>,
     id: &str,
     resolution: Resolution,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<TransactionEnd>> {
     let handle: TransactionHandle = id.parse()?;
     let sent = ctx.api.end_transaction(&handle, resolution).await?;
     Ok(axum::Json(match sent {
-        Some(r) => serde_json::json!({
-            "transaction_id": id,
-            "status": "committed",
-            "topic": r.topic,
-            "queue_id": r.queue_id,
-            "queue_offset": r.append.queue_offset,
-        }),
-        None => serde_json::json!({ "transaction_id": id, "status": "rolled_back" }),
+        Some(r) => TransactionEnd {
+            transaction_id: id.to_owned(),
+            status: "committed".into(),
+            topic: Some(r.topic),
+            queue_id: Some(r.queue_id),
+            queue_offset: Some(r.append.queue_offset),
+        },
+        None => TransactionEnd {
+            transaction_id: id.to_owned(),
+            status: "rolled_back".into(),
+            topic: None,
+            queue_id: None,
+            queue_offset: None,
+        },
     }))
 }
 
@@ -669,7 +837,7 @@ async fn end<B: MessagingApi>(
 pub async fn commit<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(id): Path<String>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<TransactionEnd>> {
     end(&ctx, &id, Resolution::Commit).await
 }
 
@@ -677,6 +845,6 @@ pub async fn commit<B: MessagingApi + 'static>(
 pub async fn rollback<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(id): Path<String>,
-) -> Result<axum::Json<serde_json::Value>> {
+) -> Result<axum::Json<TransactionEnd>> {
     end(&ctx, &id, Resolution::Rollback).await
 }

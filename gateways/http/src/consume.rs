@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -46,21 +46,33 @@ pub(crate) fn parse_filter(filter: Option<&str>, filter_type: Option<&str>) -> R
 }
 
 /// Query parameters of a receive (and of the stream, which ignores `wait_ms`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiveQuery {
+    /// A tag expression (`a || b`, default `*`) or, with `filter_type=sql`, an SQL92
+    /// selector over properties.
     pub filter: Option<String>,
+    /// `tag` (default) or `sql`.
+    #[param(pattern = "^(tag|sql)$")]
     pub filter_type: Option<String>,
-    /// At most this many messages (default 16, capped by the server).
+    /// At most this many messages (default 16; at most `http.max_messages`, 32).
+    #[param(minimum = 1)]
     pub max: Option<usize>,
-    /// Long poll: wait up to this long for a message (default 0, capped by the server).
+    /// Long poll: wait up to this long (ms) for a message (default 0; capped at
+    /// `http.max_wait`). The stream ignores it.
     pub wait_ms: Option<u64>,
-    /// How long received messages stay invisible to others without an ack.
+    /// How long (ms) received messages stay invisible to others without an ack
+    /// (default 30000; 100 .. 43200000).
+    #[param(minimum = 100, maximum = 43_200_000)]
     pub invisible_ms: Option<u64>,
+    /// `auto` (default: text when UTF-8, else base64) or `base64`.
     #[serde(default)]
+    #[param(inline)]
     pub encoding: Encoding,
     /// `fifo`: the group is an ordered (FIFO) group from now on (remembered; see
     /// `PATCH /v1/groups/{group}`); `concurrent` (or absent): the group as it is.
+    #[param(pattern = "^(fifo|concurrent)$")]
     pub order: Option<String>,
     /// Where the group starts if it has no position on the topic yet: `earliest`
     /// (the default for a new group), `latest`, or a time in ms since the epoch.
@@ -68,7 +80,7 @@ pub struct ReceiveQuery {
 }
 
 /// Received messages.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Messages {
     pub messages: Vec<MessageJson>,
 }
@@ -179,10 +191,12 @@ fn count_out(topic: &str, popped: &[Popped]) {
 /// `GET /v1/groups/{group}/topics/{topic}/messages`
 pub async fn receive<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
+    ConnectInfo(peer): ConnectInfo<crate::Peer>,
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<axum::Json<Messages>> {
     let started = Instant::now();
+    ctx.pop_consumers.seen(&group, &topic, peer.addr);
     declare_order(&ctx, &group, &q).await?;
     apply_start(&ctx, &group, &topic, &q).await?;
     let req = pop_request(&ctx, group, topic.clone(), &q)?;
@@ -204,9 +218,11 @@ pub async fn receive<B: MessagingApi + 'static>(
 /// leased like a receive; ack through `/acks`, or it reappears.
 pub async fn stream<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
+    ConnectInfo(peer): ConnectInfo<crate::Peer>,
     Path((group, topic)): Path<(String, String)>,
     Query(q): Query<ReceiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    ctx.pop_consumers.seen(&group, &topic, peer.addr);
     declare_order(&ctx, &group, &q).await?;
     apply_start(&ctx, &group, &topic, &q).await?;
     let mut req = pop_request(&ctx, group, topic.clone(), &q)?;
@@ -271,7 +287,7 @@ fn error_event(e: &Error) -> Event {
 }
 
 /// Receipt handles in a request body: `receipt_handle` or `receipt_handles`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandlesBody {
     #[serde(default)]
@@ -304,20 +320,41 @@ impl HandlesBody {
 }
 
 /// Per-handle outcome when some handles of a request failed.
-#[derive(Debug, Serialize)]
-struct Outcome {
-    receipt_handle: String,
-    ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<serde_json::Value>,
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Outcome {
+    pub receipt_handle: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<error::ErrorDetail>,
 }
 
-/// Acts on every handle; all fine: `200 {key: n}`. Otherwise the status of the
-/// first failure, with the usual error plus `results` saying what happened to each.
-async fn each_handle<F, Fut>(handles: Vec<String>, key: &str, act: F) -> Response
+/// The answer of an ack where every handle was acked.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Acked {
+    pub acked: usize,
+}
+
+/// The answer of a nack where every handle was nacked.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Nacked {
+    pub nacked: usize,
+}
+
+/// An ack or nack where some handle failed: the first failure's error, and what
+/// happened to each handle, in order (the others were done).
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HandlesFailed {
+    pub error: error::ErrorDetail,
+    pub results: Vec<Outcome>,
+}
+
+/// Acts on every handle; all fine: `200` with `done(n)`. Otherwise the status of
+/// the first failure, with the usual error plus `results` saying what happened to each.
+async fn each_handle<F, Fut, T>(handles: Vec<String>, done: fn(usize) -> T, act: F) -> Response
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = rocketgate_core::Result<()>>,
+    T: Serialize,
 {
     let mut results = Vec::with_capacity(handles.len());
     let mut first: Option<Error> = None;
@@ -334,18 +371,26 @@ where
                 results.push(Outcome {
                     receipt_handle: h,
                     ok: false,
-                    error: Some(error::body(code, &e.to_string())["error"].clone()),
+                    error: Some(error::ErrorDetail {
+                        code: code.to_owned(),
+                        message: e.to_string(),
+                    }),
                 });
                 first.get_or_insert(e);
             }
         }
     }
     match first {
-        None => axum::Json(serde_json::json!({ key: results.len() })).into_response(),
+        None => axum::Json(done(results.len())).into_response(),
         Some(e) => {
             let (status, code) = e.status();
-            let mut body = error::body(code, &e.to_string());
-            body["results"] = serde_json::to_value(&results).unwrap_or_default();
+            let body = HandlesFailed {
+                error: error::ErrorDetail {
+                    code: code.to_owned(),
+                    message: e.to_string(),
+                },
+                results,
+            };
             (status, axum::Json(body)).into_response()
         }
     }
@@ -362,7 +407,12 @@ pub async fn ack<B: MessagingApi + 'static>(
     }
     let handles = body.handles(&group)?;
     let api = &ctx.api;
-    Ok(each_handle(handles, "acked", |h| async move { api.ack(&h).await }).await)
+    Ok(each_handle(
+        handles,
+        |acked| Acked { acked },
+        |h| async move { api.ack(&h).await },
+    )
+    .await)
 }
 
 /// `POST /v1/groups/{group}/nacks`: the messages reappear after `delay_ms`
@@ -384,14 +434,14 @@ pub async fn nack<B: MessagingApi + 'static>(
     let api = &ctx.api;
     Ok(each_handle(
         handles,
-        "nacked",
+        |nacked| Nacked { nacked },
         |h| async move { api.nack(&h, delay).await },
     )
     .await)
 }
 
 /// Body of `PATCH /v1/groups/{group}/invisibility`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InvisibilityBody {
     pub receipt_handle: String,
@@ -399,7 +449,7 @@ pub struct InvisibilityBody {
 }
 
 /// The replacement of a handle whose invisibility changed.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Renewed {
     pub receipt_handle: String,
     pub invisible_until: i64,
@@ -432,25 +482,35 @@ pub async fn invisibility<B: MessagingApi + 'static>(
 }
 
 /// Query parameters of a replay.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayQuery {
     /// The queue offset to start at (default 0; below the queue's minimum the
     /// answer says `offset_moved` and where to go on).
     pub offset: Option<u64>,
+    /// At most this many messages (default 16; at most `http.max_messages`, 32).
+    #[param(minimum = 1)]
     pub max: Option<usize>,
+    /// A tag expression (default `*`) or, with `filter_type=sql`, an SQL92 selector.
     pub filter: Option<String>,
+    /// `tag` (default) or `sql`.
+    #[param(pattern = "^(tag|sql)$")]
     pub filter_type: Option<String>,
-    /// Wait up to this long when there is nothing at `offset` yet.
+    /// Wait up to this long (ms) when there is nothing at `offset` yet (capped at
+    /// `http.max_wait`).
     pub wait_ms: Option<u64>,
+    /// `auto` (default) or `base64`.
     #[serde(default)]
+    #[param(inline)]
     pub encoding: Encoding,
 }
 
 /// A page of a queue.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Replay {
     /// `found`, `no_new_message` or `offset_moved`.
+    #[schema(pattern = "^(found|no_new_message|offset_moved)$")]
     pub status: String,
     pub messages: Vec<MessageJson>,
     /// Where the next page starts.

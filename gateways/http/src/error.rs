@@ -21,6 +21,10 @@ pub enum Error {
     #[error("no message {what}")]
     MessageNotFound { what: String },
 
+    /// Something the path names does not exist (an MQTT session, …).
+    #[error("no {what}")]
+    NotFound { what: String },
+
     #[error("no route for {method} {path}")]
     NoRoute { method: String, path: String },
 
@@ -76,72 +80,178 @@ impl Error {
 
     /// The status and stable error code of this error.
     pub fn status(&self) -> (StatusCode, &'static str) {
-        use StatusCode as S;
+        let code = self.code();
+        (code.status(), code.as_str())
+    }
+
+    /// The stable error code of this error (its status follows from it).
+    pub fn code(&self) -> ErrorCode {
+        use ErrorCode as C;
         match self {
-            Error::BadInput { .. } => (S::BAD_REQUEST, "bad_request"),
-            Error::ReservedProperty { .. } => (S::BAD_REQUEST, "reserved_property"),
-            Error::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
-            Error::NoRoute { .. } => (S::NOT_FOUND, "no_route"),
-            Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Error::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "too_large"),
-            Error::Overloaded { .. } => (S::TOO_MANY_REQUESTS, "overloaded"),
-            Error::ForbiddenOrigin { .. } => (S::FORBIDDEN, "forbidden_origin"),
-            Error::ShuttingDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
-            Error::NameServer { .. } => (S::BAD_GATEWAY, "namesrv_unavailable"),
-            Error::Bind { .. } => (S::INTERNAL_SERVER_ERROR, "internal"),
-            Error::Unauthorized { .. } => (S::UNAUTHORIZED, "unauthorized"),
-            Error::Forbidden { .. } => (S::FORBIDDEN, "forbidden"),
-            Error::Core(e) => core_status(e),
+            Error::BadInput { .. } => C::BadRequest,
+            Error::ReservedProperty { .. } => C::ReservedProperty,
+            Error::MessageNotFound { .. } => C::MessageNotFound,
+            Error::NotFound { .. } => C::NotFound,
+            Error::NoRoute { .. } => C::NoRoute,
+            Error::MethodNotAllowed { .. } => C::MethodNotAllowed,
+            Error::TooLarge { .. } => C::TooLarge,
+            Error::Overloaded { .. } => C::Overloaded,
+            Error::ForbiddenOrigin { .. } => C::ForbiddenOrigin,
+            Error::ShuttingDown => C::ShuttingDown,
+            Error::NameServer { .. } => C::NamesrvUnavailable,
+            Error::Bind { .. } => C::Internal,
+            Error::Unauthorized { .. } => C::Unauthorized,
+            Error::Forbidden { .. } => C::Forbidden,
+            Error::Core(e) => core_code(e),
         }
     }
+}
+
+/// Declares [`ErrorCode`]: each code once, with its status and its JSON name.
+macro_rules! error_codes {
+    ($($variant:ident = $status:literal $name:literal,)*) => {
+        /// Every `error.code` the HTTP door answers, each with one status. The
+        /// OpenAPI document lists them from [`ErrorCode::ALL`], so a code added
+        /// here is documented.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode { $($variant,)* }
+
+        impl ErrorCode {
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code as it appears in `error.code`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $name,)* }
+            }
+
+            /// The HTTP status that goes with the code.
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => match StatusCode::from_u16($status) {
+                        Ok(s) => s,
+                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    BadRequest = 400 "bad_request",
+    ReservedProperty = 400 "reserved_property",
+    InvalidMessage = 400 "invalid_message",
+    OffsetOutOfRange = 400 "offset_out_of_range",
+    InvalidArgument = 400 "invalid_argument",
+    InvalidName = 400 "invalid_name",
+    InvalidFilter = 400 "invalid_filter",
+    InvalidReceiptHandle = 400 "invalid_receipt_handle",
+    DelayTooLong = 400 "delay_too_long",
+    Unauthorized = 401 "unauthorized",
+    Forbidden = 403 "forbidden",
+    ForbiddenOrigin = 403 "forbidden_origin",
+    NoPermission = 403 "no_permission",
+    MessageNotFound = 404 "message_not_found",
+    NotFound = 404 "not_found",
+    NoRoute = 404 "no_route",
+    TopicNotFound = 404 "topic_not_found",
+    QueueNotFound = 404 "queue_not_found",
+    MemberNotFound = 404 "member_not_found",
+    GroupNotFound = 404 "group_not_found",
+    TransactionNotFound = 404 "transaction_not_found",
+    MethodNotAllowed = 405 "method_not_allowed",
+    TopicExists = 409 "topic_exists",
+    GroupModeConflict = 409 "group_mode_conflict",
+    QueueLocked = 409 "queue_locked",
+    TransactionEnded = 409 "transaction_ended",
+    StaleReceiptHandle = 410 "stale_receipt_handle",
+    TooLarge = 413 "too_large",
+    Overloaded = 429 "overloaded",
+    Internal = 500 "internal",
+    NamesrvUnavailable = 502 "namesrv_unavailable",
+    DiskFull = 503 "disk_full",
+    FlushTimeout = 503 "flush_timeout",
+    FlushFailed = 503 "flush_failed",
+    ReplicationTimeout = 503 "replication_timeout",
+    ReadOnlyReplica = 503 "read_only_replica",
+    ShuttingDown = 503 "shutting_down",
 }
 
 /// Core errors by what the client can do about them: fix the request (4xx),
 /// wait for the broker (503), or nothing (500: a fault of the server itself).
-fn core_status(e: &CoreError) -> (StatusCode, &'static str) {
-    use StatusCode as S;
+fn core_code(e: &CoreError) -> ErrorCode {
+    use ErrorCode as C;
     match e {
-        CoreError::InvalidMessage(_) => (S::BAD_REQUEST, "invalid_message"),
-        CoreError::MessageTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "too_large"),
-        CoreError::OffsetOutOfRange { .. } => (S::BAD_REQUEST, "offset_out_of_range"),
-        CoreError::DiskFull { .. } => (S::SERVICE_UNAVAILABLE, "disk_full"),
-        CoreError::FlushTimeout { .. } => (S::SERVICE_UNAVAILABLE, "flush_timeout"),
+        CoreError::InvalidMessage(_) => C::InvalidMessage,
+        CoreError::MessageTooLarge { .. } => C::TooLarge,
+        CoreError::OffsetOutOfRange { .. } => C::OffsetOutOfRange,
+        CoreError::DiskFull { .. } => C::DiskFull,
+        CoreError::FlushTimeout { .. } => C::FlushTimeout,
         // Sync replication: stored on the master but not (yet) on enough copies; the
         // outcome is unknown (it may still be delivered).
         CoreError::ReplicationTimeout { .. } | CoreError::NoInSyncReplica { .. } => {
-            (S::SERVICE_UNAVAILABLE, "replication_timeout")
+            C::ReplicationTimeout
         }
         // A slave of a broker group: the message names the master to send to.
-        CoreError::ReadOnlyReplica { .. } => (S::SERVICE_UNAVAILABLE, "read_only_replica"),
+        CoreError::ReadOnlyReplica { .. } => C::ReadOnlyReplica,
         // A failed sync: not acknowledged; the node takes writes again after a restart.
-        CoreError::FlushFailed(_) => (S::SERVICE_UNAVAILABLE, "flush_failed"),
-        CoreError::ShutDown => (S::SERVICE_UNAVAILABLE, "shutting_down"),
-        CoreError::InvalidArgument(_) => (S::BAD_REQUEST, "invalid_argument"),
-        CoreError::InvalidTopicName { .. } | CoreError::InvalidName(_) => {
-            (S::BAD_REQUEST, "invalid_name")
-        }
-        CoreError::InvalidFilter(_) => (S::BAD_REQUEST, "invalid_filter"),
-        CoreError::TopicNotFound { .. } => (S::NOT_FOUND, "topic_not_found"),
-        CoreError::TopicExists { .. } => (S::CONFLICT, "topic_exists"),
-        CoreError::NoPermission { .. } => (S::FORBIDDEN, "no_permission"),
-        CoreError::QueueNotFound { .. } => (S::NOT_FOUND, "queue_not_found"),
-        CoreError::MemberNotFound { .. } => (S::NOT_FOUND, "member_not_found"),
-        CoreError::GroupModeConflict { .. } => (S::CONFLICT, "group_mode_conflict"),
-        CoreError::QueueLocked { .. } => (S::CONFLICT, "queue_locked"),
-        CoreError::InvalidReceiptHandle { .. } => (S::BAD_REQUEST, "invalid_receipt_handle"),
-        CoreError::StaleReceiptHandle { .. } => (S::GONE, "stale_receipt_handle"),
-        CoreError::MessageNotFound { .. } => (S::NOT_FOUND, "message_not_found"),
-        CoreError::GroupNotFound { .. } => (S::NOT_FOUND, "group_not_found"),
-        CoreError::TransactionNotFound { .. } => (S::NOT_FOUND, "transaction_not_found"),
-        CoreError::TransactionEnded { .. } => (S::CONFLICT, "transaction_ended"),
-        CoreError::DelayTooLong { .. } => (S::BAD_REQUEST, "delay_too_long"),
-        _ => (S::INTERNAL_SERVER_ERROR, "internal"),
+        CoreError::FlushFailed(_) => C::FlushFailed,
+        CoreError::ShutDown => C::ShuttingDown,
+        CoreError::InvalidArgument(_) => C::InvalidArgument,
+        CoreError::InvalidTopicName { .. } | CoreError::InvalidName(_) => C::InvalidName,
+        CoreError::InvalidFilter(_) => C::InvalidFilter,
+        CoreError::TopicNotFound { .. } => C::TopicNotFound,
+        CoreError::TopicExists { .. } => C::TopicExists,
+        CoreError::NoPermission { .. } => C::NoPermission,
+        CoreError::QueueNotFound { .. } => C::QueueNotFound,
+        CoreError::MemberNotFound { .. } => C::MemberNotFound,
+        CoreError::GroupModeConflict { .. } => C::GroupModeConflict,
+        CoreError::QueueLocked { .. } => C::QueueLocked,
+        CoreError::InvalidReceiptHandle { .. } => C::InvalidReceiptHandle,
+        CoreError::StaleReceiptHandle { .. } => C::StaleReceiptHandle,
+        CoreError::MessageNotFound { .. } => C::MessageNotFound,
+        CoreError::GroupNotFound { .. } => C::GroupNotFound,
+        CoreError::TransactionNotFound { .. } => C::TransactionNotFound,
+        CoreError::TransactionEnded { .. } => C::TransactionEnded,
+        CoreError::DelayTooLong { .. } => C::DelayTooLong,
+        _ => C::Internal,
     }
+}
+
+/// The error envelope every error answer has (the OpenAPI schema `Error`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable `code` (see [`ErrorCode`]) and a message for people.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    #[schema(schema_with = code_schema)]
+    pub code: String,
+    pub message: String,
+}
+
+/// `error.code`: one of [`ErrorCode::ALL`].
+fn code_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
+        .description(Some(
+            "stable error code; the status follows from it (docs/http.md, Errors)",
+        ))
+        .build()
 }
 
 /// The JSON error body.
 pub(crate) fn body(code: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({ "error": { "code": code, "message": message } })
+    serde_json::json!(ErrorBody {
+        error: ErrorDetail {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        },
+    })
 }
 
 impl IntoResponse for Error {

@@ -4,7 +4,9 @@
 //! ack through the core's POP (any request may go to any gateway process: the
 //! receipt handle says everything), replay by queue offset, Server-Sent Events,
 //! admin (topics, groups, offsets, dead letters, lookups, broker and cluster
-//! info), `/health`, Prometheus `/metrics` and a generated OpenAPI document.
+//! info), `/health`, Prometheus `/metrics`, an OpenAPI 3.1 document generated
+//! from the handlers' own types (utoipa), and the web dashboard at `/dashboard`
+//! ([`dashboard`]: embedded static files over the admin API, docs/dashboard.md).
 //!
 //! It owns only the HTTP mapping: no broker state lives here, every request is
 //! turned into [`MessagingApi`] calls, and errors become statuses only in
@@ -18,7 +20,9 @@ pub mod access;
 pub mod admin;
 mod cluster;
 pub mod consume;
+pub mod dashboard;
 pub mod error;
+pub mod inspect;
 mod listener;
 mod meters;
 pub mod ops;
@@ -95,10 +99,38 @@ pub trait Probe: Send + Sync + 'static {
     fn replication(&self) -> Option<ReplicationStatus> {
         None
     }
+
+    /// Readiness conditions the door cannot see itself (NameServer registration,
+    /// every door listening) for `/readyz`; the door adds store, disk and shutdown.
+    fn checks(&self) -> Vec<inspect::ReadyCheck> {
+        Vec::new()
+    }
+
+    /// Connections of the other doors (MQTT sessions, WebSocket subscriptions)
+    /// for `/v1/connections`; native clients and HTTP consumers the door finds itself.
+    fn connections(&self) -> Vec<inspect::ConnectionJson> {
+        Vec::new()
+    }
+
+    /// The MQTT door's sessions; `None`: no MQTT door on this node.
+    fn mqtt_sessions(&self) -> Option<Vec<inspect::MqttSessionJson>> {
+        None
+    }
+
+    /// Disconnects an MQTT client (and with `discard` drops its session).
+    fn kick_mqtt(&self, _client_id: &str, _discard: bool) -> inspect::Answer<inspect::KickOutcome> {
+        Box::pin(std::future::ready(inspect::KickOutcome::NoMqtt))
+    }
+
+    /// The effective configuration and each setting's source, secrets redacted;
+    /// `None`: unknown (a door built without the binary's config).
+    fn config(&self) -> Option<Vec<inspect::SettingJson>> {
+        None
+    }
 }
 
 /// A broker group as one node sees it (docs/replication.md).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReplicationStatus {
     /// `master` or `slave`.
     pub role: &'static str,
@@ -127,7 +159,7 @@ pub struct ReplicationStatus {
 }
 
 /// One slave of a master.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SlaveLag {
     pub broker_id: u64,
     pub addr: String,
@@ -140,7 +172,7 @@ pub struct SlaveLag {
 }
 
 /// Positions of the commit log and the disk state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NodeStatus {
     /// Oldest byte still stored.
     pub log_min: u64,
@@ -226,6 +258,8 @@ pub struct Ctx<B> {
     pub(crate) meters: ops::Meters,
     /// Compiled grants per user (see [`access`]).
     pub(crate) grants: access::Grants,
+    /// HTTP POP consumers seen recently (`/v1/connections`).
+    pub(crate) pop_consumers: inspect::PopConsumers,
 }
 
 impl<B> Ctx<B> {
@@ -269,6 +303,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             openapi: std::sync::OnceLock::new(),
             meters: ops::Meters::default(),
             grants: access::Grants::default(),
+            pop_consumers: inspect::PopConsumers::default(),
         });
         let mode = match &ctx.settings.tls {
             Some(acceptor) => rocketgate_tls::Mode::Tls(acceptor.clone()),

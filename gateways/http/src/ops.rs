@@ -152,7 +152,28 @@ pub async fn ready<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) ->
     (status, axum::Json(body)).into_response()
 }
 
-fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
+/// `GET /health` and `GET /health/ready`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`: the process serves.
+    pub status: String,
+    /// Whether publishing works now (`/health/ready` answers 503 when not).
+    pub ready: bool,
+    /// Why it is not ready (empty when it is).
+    pub reasons: Vec<String>,
+    pub disk: Disk,
+    pub store: crate::NodeStatus,
+}
+
+/// The disk as health checks see it.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Disk {
+    pub usage_ratio: f64,
+    pub hard_ratio: f64,
+    pub full: bool,
+}
+
+fn readiness<B>(ctx: &Ctx<B>) -> (bool, Health) {
     let s = ctx.probe.status();
     let stopping = *ctx.shutdown.borrow();
     let mut reasons = Vec::new();
@@ -170,23 +191,24 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, serde_json::Value) {
         reasons.push("shutting down".to_owned());
     }
     let ok = reasons.is_empty();
-    let body = serde_json::json!({
-        "status": "ok",
-        "ready": ok,
-        "reasons": reasons,
-        "disk": {
-            "usage_ratio": s.disk_usage,
-            "hard_ratio": s.disk_hard_ratio,
-            "full": s.disk_full(),
+    let body = Health {
+        status: "ok".into(),
+        ready: ok,
+        reasons,
+        disk: Disk {
+            usage_ratio: s.disk_usage,
+            hard_ratio: s.disk_hard_ratio,
+            full: s.disk_full(),
         },
-        "store": s,
-    });
+        store: s,
+    };
     (ok, body)
 }
 
 /// Paths never refused for load: probes and scrapes must work under pressure.
-fn exempt(path: &str) -> bool {
-    path.starts_with("/health") || path == "/metrics"
+/// Paths the in-flight limit never refuses (probes and the scraper).
+pub(crate) fn exempt(path: &str) -> bool {
+    path.starts_with("/health") || path == "/readyz" || path == "/metrics"
 }
 
 /// The in-flight limit (429 above it) and the per-request metrics

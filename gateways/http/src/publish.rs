@@ -14,34 +14,40 @@ use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::wire::{self, Json, Path, Query, RawBody};
+use crate::wire::{self, JsonArray, Path, Query, RawBody};
 use crate::{Ctx, Peer};
 
 /// Query parameters of `POST /v1/topics/{topic}/messages`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PublishQuery {
+    /// The message tag (MQTT topic `orders/a/b` = topic `orders`, tag `a/b`).
+    #[param(min_length = 1)]
     pub tag: Option<String>,
     /// Comma-separated business keys (lookup by key finds the message).
     pub keys: Option<String>,
-    /// A delay: a number of seconds (`60`) or a duration (`30s`, `1m30s`).
+    /// A delay: a number of seconds (`60`) or a duration (`30s`, `1m30s`); at most
+    /// 3 days. At most one of `delay`, `delay_level`, `deliver_at`.
     pub delay: Option<String>,
     /// A delay level of the broker's table (`1`..`18` by default: 1s 5s 10s 30s 1m ... 2h).
     pub delay_level: Option<String>,
-    /// Deliver at this time (unix ms).
+    /// Deliver at this time (unix ms, not in the past, at most 3 days ahead).
     pub deliver_at: Option<i64>,
     /// Messages with the same key go to the same queue, in order.
+    #[param(min_length = 1)]
     pub sharding_key: Option<String>,
-    /// This queue id.
+    /// This queue id (not with `sharding_key`).
     pub queue: Option<u32>,
     /// `begin`: store a transactional half message (see `/v1/transactions`).
+    #[param(pattern = "^begin$")]
     pub transaction: Option<String>,
     /// The producer group of a transactional message.
     pub producer_group: Option<String>,
 }
 
 /// Where a published message went.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Published {
     pub msg_id: String,
     pub topic: String,
@@ -225,12 +231,13 @@ pub async fn publish<B: MessagingApi + 'static>(
 }
 
 /// One entry of a batch publish.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEntry {
     pub body: String,
     /// `utf8` (default) or `base64`.
     #[serde(default)]
+    #[schema(pattern = "^(utf8|text|base64)$")]
     pub body_encoding: Option<String>,
     #[serde(default)]
     pub tag: Option<String>,
@@ -241,15 +248,19 @@ pub struct BatchEntry {
 }
 
 /// Query parameters of a batch publish.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BatchQuery {
+    /// The whole batch goes to this key's queue.
+    #[param(min_length = 1)]
     pub sharding_key: Option<String>,
+    /// This queue id (not with `sharding_key`).
     pub queue: Option<u32>,
 }
 
 /// The answer to a batch publish.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchPublished {
     pub messages: Vec<Published>,
 }
@@ -260,7 +271,7 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     Path(topic): Path<String>,
     ConnectInfo(Peer { addr: peer, .. }): ConnectInfo<Peer>,
     Query(q): Query<BatchQuery>,
-    Json(entries): Json<Vec<BatchEntry>>,
+    JsonArray(entries): JsonArray<BatchEntry>,
 ) -> Result<(StatusCode, axum::Json<BatchPublished>)> {
     let started = Instant::now();
     check_user_topic(&topic)?;

@@ -10,8 +10,7 @@ use axum::extract::State;
 use axum::response::Response;
 use rocketgate_auth::{AccessKey, Rule, UserEntry, store};
 use rocketgate_core::broker::MessagingApi;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::wire::{Json, Path};
@@ -19,17 +18,55 @@ use crate::{Ctx, consume};
 
 /// Body of `PUT /v1/users/{name}`: what is given replaces what the user had;
 /// API keys are kept (make them with `POST /v1/users/{name}/api_keys`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutUser {
     #[serde(default)]
     pub password: Option<String>,
     #[serde(default)]
     pub roles: Option<Vec<String>>,
+    /// ACL rules (`effect`, `actions`, `topics`, `groups`; docs/security.md).
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
     pub rules: Option<Vec<Rule>>,
+    /// RocketMQ AccessKey/SecretKey pairs (`access_key`, `secret_key`).
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
     pub access_keys: Option<Vec<AccessKey>>,
+}
+
+/// A user as `GET /v1/users` shows it: no secrets.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct UserJson {
+    pub name: String,
+    /// Whether a password is set.
+    pub password: bool,
+    pub roles: Vec<String>,
+    /// How many API keys the user has.
+    pub api_keys: usize,
+    /// The access keys (without their secrets).
+    pub access_keys: Vec<String>,
+    /// ACL rules (docs/security.md).
+    #[schema(value_type = Vec<Object>)]
+    pub rules: Vec<Rule>,
+}
+
+/// `GET /v1/users`
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct UserList {
+    pub users: Vec<UserJson>,
+}
+
+/// `PUT /v1/users/{name}`: whether the user was new.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct UserPut {
+    pub created: bool,
+}
+
+/// `POST /v1/users/{name}/api_keys`: the key, shown this once.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApiKey {
+    pub api_key: String,
 }
 
 fn auth_off<B>(ctx: &Ctx<B>) -> Result<()> {
@@ -56,25 +93,23 @@ fn store_error(e: rocketgate_auth::Error) -> Error {
 /// `GET /v1/users`
 pub async fn list<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
-) -> Result<axum::Json<Value>> {
+) -> Result<axum::Json<UserList>> {
     auth_off(&ctx)?;
     let users = ctx.settings.auth.users();
-    let list: Vec<Value> = users
+    let users = users
         .file()
         .users
         .iter()
-        .map(|u| {
-            json!({
-                "name": u.name,
-                "password": !u.password.is_empty(),
-                "roles": u.roles,
-                "api_keys": u.api_keys.len(),
-                "access_keys": u.access_keys.iter().map(|a| &a.access_key).collect::<Vec<_>>(),
-                "rules": u.rules,
-            })
+        .map(|u| UserJson {
+            name: u.name.clone(),
+            password: !u.password.is_empty(),
+            roles: u.roles.clone(),
+            api_keys: u.api_keys.len(),
+            access_keys: u.access_keys.iter().map(|a| a.access_key.clone()).collect(),
+            rules: u.rules.clone(),
         })
         .collect();
-    Ok(axum::Json(json!({ "users": list })))
+    Ok(axum::Json(UserList { users }))
 }
 
 /// `PUT /v1/users/{name}`
@@ -82,7 +117,7 @@ pub async fn put<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(name): Path<String>,
     Json(body): Json<PutUser>,
-) -> Result<axum::Json<Value>> {
+) -> Result<axum::Json<UserPut>> {
     auth_off(&ctx)?;
     if name.is_empty() || name.contains(char::is_control) {
         return Err(Error::bad(
@@ -121,7 +156,7 @@ pub async fn put<B: MessagingApi + 'static>(
         .map_err(store_error)
     })
     .await?;
-    Ok(axum::Json(json!({ "created": created })))
+    Ok(axum::Json(UserPut { created }))
 }
 
 /// `DELETE /v1/users/{name}`
@@ -143,7 +178,7 @@ pub async fn delete<B: MessagingApi + 'static>(
 pub async fn new_api_key<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
     Path(name): Path<String>,
-) -> Result<axum::Json<Value>> {
+) -> Result<axum::Json<ApiKey>> {
     auth_off(&ctx)?;
     let auth = ctx.settings.auth.clone();
     let key = store::new_api_key();
@@ -163,7 +198,7 @@ pub async fn new_api_key<B: MessagingApi + 'static>(
     if !found {
         return Err(Error::bad("name", format!("no user {shown:?}")));
     }
-    Ok(axum::Json(json!({ "api_key": key })))
+    Ok(axum::Json(ApiKey { api_key: key }))
 }
 
 /// `POST /v1/users/reload`: read the user store file again.

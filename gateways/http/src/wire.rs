@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 pub const PROPERTY_HEADER_PREFIX: &str = "x-rg-prop-";
 
 /// How message bodies are written in JSON answers (`?encoding=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// `body` is the text when the bytes are valid UTF-8 (`body_encoding: "utf8"`),
@@ -57,7 +57,7 @@ pub fn decode_body(body: &str, encoding: Option<&str>, field: &str) -> Result<By
 }
 
 /// One message as a consumer sees it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct MessageJson {
     /// `UNIQ_KEY` when the producer set one, else the offset message id.
     pub msg_id: String,
@@ -70,6 +70,7 @@ pub struct MessageJson {
     pub properties: BTreeMap<String, String>,
     pub body: String,
     /// `utf8` or `base64`: how to read `body`.
+    #[schema(pattern = "^(utf8|base64)$")]
     pub body_encoding: String,
     pub born_timestamp: i64,
     pub store_timestamp: i64,
@@ -245,22 +246,53 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
     }
 }
 
-/// A JSON body.
+/// A JSON object body. Only an object: serde would also fill a struct from an
+/// array of its fields in order (`[null, null]`), which no client means.
 pub struct Json<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self> {
-        let limit = body_limit(&req);
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(j) => Ok(Json(j.0)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(Error::TooLarge { max: limit })
-            }
-            Err(e) => Err(Error::bad("body", e.body_text())),
-        }
+        json_of_shape(req, state, "a JSON object", serde_json::Value::is_object)
+            .await
+            .map(Json)
     }
+}
+
+/// A JSON array body (batch publish).
+pub struct JsonArray<T>(pub Vec<T>);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonArray<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self> {
+        json_of_shape(req, state, "a JSON array", serde_json::Value::is_array)
+            .await
+            .map(JsonArray)
+    }
+}
+
+/// Reads a JSON body (content type and size as axum's `Json` checks them) of the
+/// shape `is_shape` accepts.
+async fn json_of_shape<T: DeserializeOwned, S: Send + Sync>(
+    req: Request,
+    state: &S,
+    shape: &str,
+    is_shape: fn(&serde_json::Value) -> bool,
+) -> Result<T> {
+    let limit = body_limit(&req);
+    let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+        Ok(j) => j.0,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(Error::TooLarge { max: limit });
+        }
+        Err(e) => return Err(Error::bad("body", e.body_text())),
+    };
+    if !is_shape(&value) {
+        return Err(Error::bad("body", format!("must be {shape}")));
+    }
+    serde_json::from_value(value).map_err(|e| Error::bad("body", e.to_string()))
 }
 
 /// The raw request body, byte for byte.

@@ -406,7 +406,7 @@ async fn health_metrics_and_the_openapi_document() {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
     let doc = get(a, "/v1/openapi.json").await.json();
-    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
     for (path, method) in [
         ("/v1/topics/{topic}/messages", "post"),

@@ -28,6 +28,12 @@ fn auth(dir: &std::path::Path) -> Arc<Auth> {
             ..UserEntry::default()
         });
         f.upsert(UserEntry {
+            name: "watcher".into(),
+            api_keys: vec![store::hash_api_key("watcher-key")],
+            roles: vec!["monitor".into()],
+            ..UserEntry::default()
+        });
+        f.upsert(UserEntry {
             name: "root".into(),
             api_keys: vec![store::hash_api_key("root-key")],
             roles: vec!["admin".into()],
@@ -210,4 +216,74 @@ async fn users_managed_over_the_admin_api_take_effect_at_once() {
         "a deleted user's key is void at once"
     );
     node.stop().await;
+}
+
+/// The built-in `monitor` role reads the admin API (what the dashboard shows) and
+/// changes nothing; `GET /v1/session` tells a page which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_reads_the_admin_api_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings();
+    settings.auth = auth(dir.path());
+    let node = start_with(settings, broker_options()).await;
+    let base = format!("http://{}", node.addr);
+    let call = |key: &str, extra: &[&str], path: &str| {
+        let mut a = bearer(key);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.push(format!("{base}{path}"));
+        curl_json(a)
+    };
+    let json = ["-H", "content-type: application/json", "-d"];
+    let create = [&json[..], &[r#"{"name":"t1","queues":2}"#]].concat();
+    assert_eq!(call("root-key", &create, "/v1/topics").await.0, 201);
+
+    let (status, me) = call("watcher-key", &[], "/v1/session").await;
+    assert_eq!(status, 200, "{me}");
+    assert_eq!(me["user"], "watcher");
+    assert_eq!(me["admin"], false);
+    assert_eq!(me["monitor"], true);
+    let (_, me) = call("root-key", &[], "/v1/session").await;
+    assert_eq!(
+        (me["admin"].clone(), me["monitor"].clone()),
+        (true.into(), true.into())
+    );
+    let (_, me) = call("alice-key", &[], "/v1/session").await;
+    assert_eq!(
+        (me["admin"].clone(), me["monitor"].clone()),
+        (false.into(), false.into())
+    );
+    assert_eq!(curl_json(vec![format!("{base}/v1/session")]).await.0, 401);
+
+    // Reads: allowed.
+    for path in [
+        "/v1/topics",
+        "/v1/topics/t1",
+        "/v1/groups",
+        "/v1/broker",
+        "/v1/topics/t1/status",
+    ] {
+        let (status, body) = call("watcher-key", &[], path).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+    }
+    // Changes, and the user list: refused.
+    let create2 = [&json[..], &[r#"{"name":"t2"}"#]].concat();
+    let (status, body) = call("watcher-key", &create2, "/v1/topics").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    let resend = [&json[..], &[r#"{"all":true}"#]].concat();
+    assert_eq!(
+        call("watcher-key", &resend, "/v1/groups/g1/dlq/resend")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        call("watcher-key", &["-X", "DELETE"], "/v1/topics/t1")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(call("watcher-key", &[], "/v1/users").await.0, 403);
+    // A user without monitor reads nothing of the admin API.
+    assert_eq!(call("alice-key", &[], "/v1/topics").await.0, 403);
 }

@@ -213,9 +213,17 @@ async fn too_many_requests_in_flight_is_429_but_health_still_answers() {
     publish(a, "t", "", "x").await;
     let first = receive(a, "g", "t", "?wait_ms=10000").await;
     assert_eq!(first.len(), 1);
-    // A long poll holds the only permit...
-    let parked =
-        tokio::spawn(async move { get(a, "/v1/groups/g/topics/t/messages?wait_ms=30000").await });
+    // A long poll holds the only permit... (it races the requests below for it: when
+    // one of them holds the permit, the poll itself is refused, so it tries again;
+    // without that, a refused poll left nobody holding it and nothing was refused)
+    let parked = tokio::spawn(async move {
+        loop {
+            let r = get(a, "/v1/groups/g/topics/t/messages?wait_ms=30000").await;
+            if r.status != 429 {
+                return r;
+            }
+        }
+    });
     // ...so other requests are refused until it ends (retry until it is parked).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -301,5 +309,43 @@ async fn nothing_a_client_sends_is_a_500() {
     call(a, "POST", "/v1/topics/%25DLQ%25g/messages", &[], "x")
         .await
         .expect_error(403, "no_permission");
+    node.stop().await;
+}
+
+/// Found by the schemathesis run (interop-tests/tests/schemathesis.rs): a
+/// `deliver_at` far in the past overflowed the "ms in the past" subtraction and
+/// panicked the request task (the connection closed without an answer), and a
+/// JSON array where an object belongs was read as the object's fields in order
+/// (`[null, null]` on `PATCH /v1/groups/g` reset the group's retry limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_numbers_and_arrays_for_objects_are_400() {
+    let node = start().await;
+    let a = node.addr;
+    publish(a, "t", "", "exists").await;
+    for (q, code) in [
+        ("deliver_at=-9223372036854775808", "bad_request"),
+        ("deliver_at=9223372036854775807", "delay_too_long"),
+    ] {
+        call(a, "POST", &format!("/v1/topics/t/messages?{q}"), &[], "x")
+            .await
+            .expect_error(400, code);
+    }
+    let json = [("content-type", "application/json")];
+    patch_json(a, "/v1/groups/g", json!({ "max_reconsume_times": 3 }))
+        .await
+        .json();
+    for (method, path, body) in [
+        ("PATCH", "/v1/groups/g", "[null, null]"),
+        ("PATCH", "/v1/topics/t", "[null, null]"),
+        ("POST", "/v1/topics", "[\"x\"]"),
+        ("POST", "/v1/groups/g/acks", "[[\"h\"]]"),
+        ("POST", "/v1/topics/t/messages/batch", "{\"body\":\"x\"}"),
+    ] {
+        call(a, method, path, &json, body)
+            .await
+            .expect_error(400, "bad_request");
+    }
+    let g = get(a, "/v1/groups/g").await.json();
+    assert_eq!(g["max_reconsume_times"], 3, "{g}");
     node.stop().await;
 }

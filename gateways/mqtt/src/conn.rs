@@ -230,6 +230,7 @@ where
                     );
                 }
                 conn.sys_tick();
+                conn.session.refresh_inflight();
                 Box::pin(conn.commit()).await
             }
             r = drain(&mut wr, conn.out.buf(), &mut unflushed), if !conn.out.is_empty() || unflushed => match r {

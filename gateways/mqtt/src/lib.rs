@@ -78,4 +78,5 @@ mod topic;
 mod window;
 
 pub use error::{Error, Result};
-pub use server::{Handle, Server, Settings, Streams};
+pub use server::{Handle, Kicked, Server, SessionInfo, Settings, Streams};
+pub use state::session_group;

@@ -18,7 +18,7 @@ use rocketgate_tls::{Acceptor, Incoming, Mode};
 use crate::conn::TlsIdentity;
 use crate::error::{Error, Result};
 pub use crate::settings::Settings;
-use crate::shared::{Shared, Slot};
+use crate::shared::{Shared, Slot, Takeover};
 
 /// A bound, not yet running MQTT server.
 pub struct Server<B> {
@@ -231,6 +231,168 @@ impl<B: MessagingApi + 'static> Streams<B> {
         }
         let _guard = Active::new(self.shared.clone());
         crate::conn::run(self.shared.clone(), io, peer, tls_identity).await;
+    }
+}
+
+/// A session as the admin API shows it ([`Streams::sessions`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    pub client_id: String,
+    pub connected: bool,
+    /// Seconds the session outlives its connection (`u32::MAX`: never).
+    pub expiry: u32,
+    /// (filter, QoS)
+    pub subscriptions: Vec<(String, u8)>,
+    /// Messages sent and not yet acknowledged (as of the last second).
+    pub inflight: usize,
+    /// A will waiting to be published.
+    pub will: bool,
+    /// While connected: the client's address, when it connected (unix ms),
+    /// its protocol version (4 or 5), clean start and user.
+    pub peer: Option<SocketAddr>,
+    pub since_ms: Option<i64>,
+    pub protocol_version: Option<u8>,
+    pub clean_start: Option<bool>,
+    pub user: Option<String>,
+}
+
+/// What [`Streams::kick`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kicked {
+    /// It had a connection, now closed (v5: DISCONNECT 0x98 Administrative action).
+    pub disconnected: bool,
+    /// The session (subscriptions, offsets, pending will) was dropped too; a
+    /// pending will was published.
+    pub discarded: bool,
+}
+
+impl<B: MessagingApi + 'static> Streams<B> {
+    /// Every session of the door, connected or kept offline, by client id.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        let sessions = rocketgate_core::sync::lock(&self.shared.sessions);
+        let mut out: Vec<SessionInfo> = sessions
+            .iter()
+            .map(|(id, slot)| match slot {
+                Slot::Offline { session, .. } => SessionInfo {
+                    client_id: id.clone(),
+                    connected: false,
+                    expiry: session.expiry,
+                    subscriptions: session
+                        .subs
+                        .iter()
+                        .map(|s| (s.filter.raw.clone(), s.qos as u8))
+                        .collect(),
+                    inflight: session.inflight.len(),
+                    will: session.will.is_some(),
+                    peer: None,
+                    since_ms: None,
+                    protocol_version: None,
+                    clean_start: None,
+                    user: None,
+                },
+                Slot::Online { card, .. } => {
+                    let live = rocketgate_core::sync::lock(&card.live).clone();
+                    SessionInfo {
+                        client_id: id.clone(),
+                        connected: true,
+                        expiry: live.expiry,
+                        subscriptions: live.subscriptions,
+                        inflight: live.inflight,
+                        will: false,
+                        peer: Some(card.peer),
+                        since_ms: Some(card.since_ms),
+                        protocol_version: Some(card.protocol_version),
+                        clean_start: Some(card.clean_start),
+                        user: Some(card.user.clone()),
+                    }
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        out
+    }
+
+    /// Closes the connection holding `client_id`'s session (a v5 client gets
+    /// DISCONNECT 0x98 Administrative action; its will goes out as for any
+    /// server-side close). `discard`: the session ends too (subscriptions and
+    /// stored state dropped; a will still pending is published now). `None`:
+    /// no such session.
+    pub async fn kick(&self, client_id: &str, discard: bool) -> Option<Kicked> {
+        let shared = &self.shared;
+        let slot = {
+            let mut sessions = rocketgate_core::sync::lock(&shared.sessions);
+            match sessions.get(client_id)? {
+                Slot::Offline { .. } if !discard => {
+                    return Some(Kicked {
+                        disconnected: false,
+                        discarded: false,
+                    });
+                }
+                _ => sessions.remove(client_id)?,
+            }
+        };
+        match slot {
+            Slot::Offline { session, .. } => {
+                self.end_session(session).await;
+                Some(Kicked {
+                    disconnected: false,
+                    discarded: true,
+                })
+            }
+            Slot::Online { takeover, .. } => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let handed = if takeover
+                    .send(Takeover {
+                        to: tx,
+                        admin: true,
+                    })
+                    .is_ok()
+                {
+                    tokio::time::timeout(Duration::from_secs(5), rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                };
+                match handed {
+                    Some(session) if discard => self.end_session(session).await,
+                    Some(session) => {
+                        // Offline as after any server-side close (a delayed will waits).
+                        let _ = shared.session_offline(session, true, 0).await;
+                    }
+                    None if discard => {
+                        // It ended by itself meanwhile and went offline: end that.
+                        let slot = {
+                            let mut sessions = rocketgate_core::sync::lock(&shared.sessions);
+                            match sessions.get(client_id) {
+                                Some(Slot::Offline { .. }) => sessions.remove(client_id),
+                                _ => None,
+                            }
+                        };
+                        if let Some(Slot::Offline { session, .. }) = slot {
+                            self.end_session(session).await;
+                        }
+                    }
+                    None => {}
+                }
+                Some(Kicked {
+                    disconnected: true,
+                    discarded: discard,
+                })
+            }
+        }
+    }
+
+    /// A session removed from the registry ends: its file goes, a pending will
+    /// is published.
+    async fn end_session(&self, mut session: Box<crate::session::Session>) {
+        self.shared.files.remove_session(&session.client_id);
+        if let Some(w) = session.will.take() {
+            self.shared
+                .fire_will(&session.client_id, w.to_publish())
+                .await;
+        }
     }
 }
 

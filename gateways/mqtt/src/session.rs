@@ -117,6 +117,32 @@ pub struct Session {
     /// What the connection holding the session may do: set at each CONNECT,
     /// cleared when the connection ends, never saved (`None`: not connected).
     pub access: Option<Box<Access>>,
+    /// While connected: what the admin API shows of it (see [`Card`]).
+    pub card: Option<Arc<Card>>,
+}
+
+/// A connected session as the admin API shows it (`GET /v1/mqtt/sessions`):
+/// kept beside its registry entry, refreshed at CONNECT, at each
+/// (UN)SUBSCRIBE and once a second (in-flight count), never on the message path.
+#[derive(Debug)]
+pub struct Card {
+    pub peer: std::net::SocketAddr,
+    /// Unix ms of the CONNECT.
+    pub since_ms: i64,
+    /// 4 (3.1.1) or 5.
+    pub protocol_version: u8,
+    pub clean_start: bool,
+    pub user: String,
+    pub live: std::sync::Mutex<CardLive>,
+}
+
+/// The parts of a [`Card`] that change while connected.
+#[derive(Debug, Clone, Default)]
+pub struct CardLive {
+    /// (filter, QoS)
+    pub subscriptions: Vec<(String, u8)>,
+    pub inflight: usize,
+    pub expiry: u32,
 }
 
 /// A connection's identity and ACL decisions, and its place in the limit of
@@ -163,6 +189,7 @@ impl Session {
             will: None,
             next_pkid: 1,
             access: None,
+            card: None,
         }
     }
 
@@ -196,6 +223,27 @@ impl Session {
             subscriptions: self.subs.iter().map(Sub::record).collect(),
             will: self.will.clone(),
             qos2_incoming: self.qos2_in.iter().copied().collect(),
+        }
+    }
+
+    /// Copies the subscriptions, in-flight count and expiry into the card.
+    pub fn refresh_card(&self) {
+        if let Some(card) = &self.card {
+            let mut live = rocketgate_core::sync::lock(&card.live);
+            live.subscriptions = self
+                .subs
+                .iter()
+                .map(|s| (s.filter.raw.clone(), s.qos as u8))
+                .collect();
+            live.inflight = self.inflight.len();
+            live.expiry = self.expiry;
+        }
+    }
+
+    /// Only the in-flight count into the card (each second).
+    pub fn refresh_inflight(&self) {
+        if let Some(card) = &self.card {
+            rocketgate_core::sync::lock(&card.live).inflight = self.inflight.len();
         }
     }
 

@@ -24,8 +24,23 @@ use crate::state::{Files, Retained};
 use crate::topic;
 use rocketgate_core::sync::lock;
 
-/// How a taken-over connection hands its session to the new one.
-pub(crate) type Takeover = oneshot::Sender<Box<Session>>;
+/// How a taken-over connection hands its session to the new one (or, `admin`,
+/// to an administrator's kick: the client is told 0x98 Administrative action
+/// instead of 0x8E Session taken over).
+pub(crate) struct Takeover {
+    pub to: oneshot::Sender<Box<Session>>,
+    pub admin: bool,
+}
+
+impl Takeover {
+    pub fn new(to: oneshot::Sender<Box<Session>>) -> Takeover {
+        Takeover { to, admin: false }
+    }
+
+    pub fn send(self, session: Box<Session>) -> Result<(), Box<Session>> {
+        self.to.send(session)
+    }
+}
 
 pub(crate) enum Slot {
     Offline {
@@ -39,6 +54,8 @@ pub(crate) enum Slot {
         conn_id: u64,
         /// Taken by the connection that takes the session over.
         takeover: oneshot::Sender<Takeover>,
+        /// What the admin API shows of the connection (`Streams::sessions`).
+        card: Arc<crate::session::Card>,
     },
 }
 
@@ -189,6 +206,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
 
     /// Saves a session that outlives its connection (or carries a will).
     pub fn save_if_kept(&self, session: &Session) {
+        session.refresh_card();
         if (session.expiry > 0 || session.will.is_some())
             && let Err(e) = self.files.save_session(&session.record())
         {
@@ -316,9 +334,10 @@ impl<B: MessagingApi + 'static> Shared<B> {
         if expiry == 0 && will_due.is_none() {
             self.files.remove_session(&client_id);
             let mut sessions = lock(&self.sessions);
-            // This connection's own entry goes too: left `Online`, every clean
-            // session ever connected stayed in the registry (and in `$SYS`'s
-            // connected count) after its connection closed.
+            // This connection's own `Online` entry goes too (a connection that took
+            // the client id over meanwhile has another `conn_id` and keeps its
+            // entry): left, every clean client stayed listed as connected, one
+            // entry per client id ever seen.
             let ours = match sessions.get(&client_id) {
                 Some(Slot::Offline { .. }) => true,
                 Some(Slot::Online { conn_id: c, .. }) => *c == conn_id,

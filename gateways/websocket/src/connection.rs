@@ -42,6 +42,56 @@ pub(crate) struct Context<B> {
     pub auth: Arc<dyn Authenticator>,
     /// `ws.allowed_origins`, checked at the upgrade.
     pub origins: rocketgate_tls::Origins,
+    /// Connections with subscriptions, for the admin API.
+    pub subscribers: Subscribers,
+}
+
+/// The `/v1/ws` connections that hold subscriptions (`GET /v1/connections`),
+/// updated at each subscribe and unsubscribe and when a connection ends, never
+/// on the message path. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Subscribers(Arc<SubscribersInner>);
+
+#[derive(Debug, Default)]
+struct SubscribersInner {
+    next: std::sync::atomic::AtomicU64,
+    by_conn: std::sync::Mutex<HashMap<u64, Subscriber>>,
+}
+
+/// One `/v1/ws` connection with subscriptions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subscriber {
+    pub peer: SocketAddr,
+    /// Unix ms the connection was opened.
+    pub since_ms: i64,
+    /// (subscription id, group, topic)
+    pub subscriptions: Vec<(String, String, String)>,
+}
+
+impl Subscribers {
+    /// Every connection with subscriptions, oldest first.
+    pub fn list(&self) -> Vec<Subscriber> {
+        let mut v: Vec<(u64, Subscriber)> = rocketgate_core::sync::lock(&self.0.by_conn)
+            .iter()
+            .map(|(id, s)| (*id, s.clone()))
+            .collect();
+        v.sort_by_key(|(id, _)| *id);
+        v.into_iter().map(|(_, s)| s).collect()
+    }
+
+    fn next_id(&self) -> u64 {
+        self.0
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set(&self, conn: u64, s: Option<Subscriber>) {
+        let mut map = rocketgate_core::sync::lock(&self.0.by_conn);
+        match s {
+            Some(s) => map.insert(conn, s),
+            None => map.remove(&conn),
+        };
+    }
 }
 
 struct Sub {
@@ -66,6 +116,9 @@ type Failure = (&'static str, String);
 
 struct Conn<B> {
     ctx: Arc<Context<B>>,
+    /// Its key in [`Subscribers`], and when it was opened (unix ms).
+    id: u64,
+    since_ms: i64,
     peer: SocketAddr,
     /// The verified TLS client certificate's name (WSS with mTLS); the
     /// authentication layer takes it from here (a certificate can stand for a user).
@@ -101,6 +154,8 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
         tracing::info!(%peer, tls_identity = %id, "WebSocket connection with a client certificate");
     }
     let mut conn = Conn {
+        id: ctx.subscribers.next_id(),
+        since_ms: rocketgate_core::clock::now_ms(),
         ctx,
         peer,
         tls_identity,
@@ -193,6 +248,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     // Let the subscriptions finish (commit, give leases back) without the socket.
     budget.close();
     drop(outbound);
+    conn.ctx.subscribers.set(conn.id, None);
     for (_, sub) in conn.subs.drain() {
         sub.end().await;
     }
@@ -232,6 +288,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
         }
     }
 
+    /// Updates this connection's entry in [`Subscribers`].
+    fn show_subscriptions(&self) {
+        let subs: Vec<(String, String, String)> = self
+            .subs
+            .iter()
+            .map(|(id, s)| (id.clone(), s.spec.group.clone(), s.spec.topic.clone()))
+            .collect();
+        let entry = (!subs.is_empty()).then_some(Subscriber {
+            peer: self.peer,
+            since_ms: self.since_ms,
+            subscriptions: subs,
+        });
+        self.ctx.subscribers.set(self.id, entry);
+    }
+
     /// Handles one text frame; returns the frames to answer with.
     async fn handle(&mut self, text: &str) -> Vec<String> {
         let Envelope { req, request } = match protocol::parse(text) {
@@ -249,10 +320,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Request::Ping => Ok(Some(protocol::pong_frame(&req))),
             Request::Auth { .. } => Ok(Some(protocol::authenticated_frame(&req))),
             Request::Publish(p) => self.publish(*p, &req).await.map(Some),
-            Request::Subscribe(s) => self.subscribe(s, &req).await.map(Some),
+            Request::Subscribe(s) => {
+                let r = self.subscribe(s, &req).await.map(Some);
+                self.show_subscriptions();
+                r
+            }
             Request::Unsubscribe { id } => match self.subs.remove(&id) {
                 Some(sub) => {
                     sub.end().await;
+                    self.show_subscriptions();
                     Ok(Some(protocol::unsubscribed_frame(&req, &id)))
                 }
                 None => Err(unknown(&id)),

@@ -34,6 +34,7 @@ mod stream;
 mod subscription;
 
 pub use auth::{AllowAll, AuthAttempt, AuthDecision, Authenticator, Door};
+pub use connection::{Subscriber, Subscribers};
 pub use rocketgate_core::broker::MessagingApi;
 pub use server::{Handle, Hooks, Server};
 pub use settings::Settings;

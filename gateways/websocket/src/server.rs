@@ -17,7 +17,7 @@ use tracing::{debug, info};
 
 use crate::Error;
 use crate::auth::{AllowAll, Authenticator, Door};
-use crate::connection::{self, Context};
+use crate::connection::{self, Context, Subscribers};
 use crate::handshake::{self, Refusal};
 use crate::settings::Settings;
 use crate::stream::{StreamHandler, WsByteStream};
@@ -55,9 +55,15 @@ pub struct Server<B> {
 pub struct Handle {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    subscribers: Subscribers,
 }
 
 impl Handle {
+    /// The `/v1/ws` connections holding subscriptions (for the admin API).
+    pub fn subscribers(&self) -> Subscribers {
+        self.subscribers.clone()
+    }
+
     /// Stops accepting, closes every connection (1001 "going away"; `/mqtt`
     /// streams read end of stream), and returns when the JSON connections are done.
     pub async fn stop(self) {
@@ -89,6 +95,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             broker,
             settings: Arc::new(settings),
             auth: hooks.auth,
+            subscribers: Subscribers::default(),
         });
         Ok((
             Server {
@@ -103,10 +110,15 @@ impl<B: MessagingApi + 'static> Server<B> {
     /// Runs the server on its own task.
     pub fn spawn(self) -> Handle {
         let (stop, mut stopped) = watch::channel(false);
+        let subscribers = self.ctx.subscribers.clone();
         let task = tokio::spawn(self.run(async move {
             let _ = stopped.wait_for(|s| *s).await;
         }));
-        Handle { stop, task }
+        Handle {
+            stop,
+            task,
+            subscribers,
+        }
     }
 
     /// Serves until `shutdown` completes, then closes every connection.

@@ -177,7 +177,7 @@ impl DelayLimits {
             }
             DelayRequest::At(at) if at < now_ms => Err(Error::InvalidArgument(format!(
                 "{at} is {} ms in the past (broker time {now_ms})",
-                now_ms - at
+                now_ms.saturating_sub(at)
             ))),
             DelayRequest::At(at) => {
                 let delay = Duration::from_millis(at.saturating_sub(now_ms).unsigned_abs());

@@ -3,6 +3,7 @@
 //! resuming; and at the end, DISCONNECT where due, the session handed over or
 //! put offline, the will published or scheduled.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -18,7 +19,8 @@ use tokio::sync::oneshot;
 use super::Conn;
 use crate::codec::{self, CodecError, Version};
 use crate::end::End;
-use crate::session::{Access, Session};
+use crate::message;
+use crate::session::{Access, Card, Session};
 use crate::shared::{Slot, Takeover};
 use crate::state::WillRecord;
 use crate::topic;
@@ -261,18 +263,27 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let server_keep_alive = (keep_alive != c.keep_alive).then_some(keep_alive);
 
         // Take the session: from the registry, or from the connection holding it.
+        let card = Arc::new(Card {
+            peer: self.peer,
+            since_ms: message::now_ms(),
+            protocol_version: if v5 { 5 } else { 4 },
+            clean_start: c.clean_session,
+            user: access.user.clone(),
+            live: Default::default(),
+        });
         let previous = lock(&self.shared.sessions).insert(
             client_id.clone(),
             Slot::Online {
                 conn_id: self.following.id(),
                 takeover,
+                card: card.clone(),
             },
         );
         let mut old = match previous {
             Some(Slot::Offline { session, .. }) => Some(session),
             Some(Slot::Online { takeover, .. }) => {
                 let (tx, rx) = oneshot::channel();
-                if takeover.send(tx).is_ok() {
+                if takeover.send(Takeover::new(tx)).is_ok() {
                     tokio::time::timeout(Duration::from_secs(5), rx)
                         .await
                         .ok()
@@ -303,6 +314,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 .may_subscribe(&sub.filter.filter, sub.filter.share.as_deref())
         });
         session.access = Some(access);
+        session.card = Some(card);
         self.session = session;
         self.shared.save_if_kept(&self.session);
 
@@ -343,8 +355,13 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let client_id = self.session.client_id.clone();
         // The login ends with the connection (and frees its place in the limit).
         self.session.access = None;
+        self.session.card = None;
         let disconnect = match &end {
             End::Server(code, why) => Some((*code, why.clone())),
+            End::Takeover(t) if t.admin => Some((
+                DisconnectReasonCode::AdministrativeAction,
+                "disconnected by an administrator".to_string(),
+            )),
             End::Takeover(_) => Some((
                 DisconnectReasonCode::SessionTakenOver,
                 "another connection took the session over".to_string(),
