@@ -391,8 +391,12 @@ fn cargo_lock_is_current_for_cargo_install_locked() {
     // `cargo install --path . --locked` fails when Cargo.lock needs a change; this
     // resolves the same way without building.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Only this machine's platform: the packages of others (Android, Windows, …) are
+    // never downloaded here, and `--offline` must not need them.
+    let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let out = Command::new(cargo)
         .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+        .args(["--filter-platform", &platform])
         .current_dir(root())
         .stdout(Stdio::null())
         .output()
