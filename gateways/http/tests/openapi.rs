@@ -187,11 +187,3 @@ fn routes_are_added_only_from_the_table() {
          (docs/http.md, \"The OpenAPI document\")"
     );
 }
-
-/// Prints the document (`cargo test -p rocketgate-http --test openapi print -- --ignored --nocapture`).
-#[test]
-#[ignore = "prints the document"]
-fn print() {
-    let doc = rocketgate_http::routes::openapi_document::<Broker>();
-    println!("{}", serde_json::to_string_pretty(&doc).unwrap());
-}
