@@ -119,10 +119,72 @@ pub fn read(
             "AUTH (enhanced authentication) is not supported".into(),
         ));
     }
+    if kind == 10 && version == Version::V5 {
+        // Read here: mqttbytes 0.6's v5 UNSUBSCRIBE reader has a stray `dbg!` that
+        // prints every packet id to the broker's stderr.
+        let unsubscribe = read_unsubscribe_v5(&buf[header_len..size])?;
+        buf.advance(size);
+        return Ok(Some(Packet::Unsubscribe(unsubscribe)));
+    }
     match version {
         Version::V5 => v5::read(buf, max).map(Some).map_err(malformed),
         Version::V4 => v4::read(buf, max).map(|p| Some(lift(p))).map_err(malformed),
     }
+}
+
+/// The variable header and payload of a v5 UNSUBSCRIBE: packet id, properties (user
+/// properties only), then one or more UTF-8 filters, as `mqttbytes` would return them.
+fn read_unsubscribe_v5(body: &[u8]) -> Result<v5::Unsubscribe, CodecError> {
+    let bad = |why: &str| CodecError::Malformed(format!("UNSUBSCRIBE: {why}"));
+    let mut r = body;
+    let take = |r: &mut &[u8], n: usize| -> Result<Vec<u8>, CodecError> {
+        if r.len() < n {
+            return Err(CodecError::Malformed("UNSUBSCRIBE: cut short".into()));
+        }
+        let (a, b) = r.split_at(n);
+        *r = b;
+        Ok(a.to_vec())
+    };
+    let string = |r: &mut &[u8]| -> Result<String, CodecError> {
+        let len = take(r, 2)?;
+        let bytes = take(r, usize::from(u16::from_be_bytes([len[0], len[1]])))?;
+        String::from_utf8(bytes)
+            .map_err(|_| CodecError::Malformed("UNSUBSCRIBE: a string is not UTF-8".into()))
+    };
+    let pkid = take(&mut r, 2)?;
+    let pkid = u16::from_be_bytes([pkid[0], pkid[1]]);
+    let mut props_len = 0usize;
+    for i in 0.. {
+        if i == 4 {
+            return Err(bad("property length longer than 4 bytes"));
+        }
+        let b = take(&mut r, 1)?[0];
+        props_len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    let mut props = &take(&mut r, props_len)?[..];
+    let mut user_properties = Vec::new();
+    while !props.is_empty() {
+        match take(&mut props, 1)?[0] {
+            0x26 => {
+                let k = string(&mut props)?;
+                let v = string(&mut props)?;
+                user_properties.push((k, v));
+            }
+            other => return Err(bad(&format!("property {other:#04x} is not allowed"))),
+        }
+    }
+    let mut filters = Vec::with_capacity(1);
+    while !r.is_empty() {
+        filters.push(string(&mut r)?);
+    }
+    Ok(v5::Unsubscribe {
+        pkid,
+        filters,
+        properties: (props_len > 0).then_some(v5::UnsubscribeProperties { user_properties }),
+    })
 }
 
 /// What `mqttbytes` reads without complaint but MQTT requires the server to
@@ -548,6 +610,41 @@ fn v4_connack_code(code: v5::ConnectReturnCode) -> v4::ConnectReturnCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_v5_unsubscribe_reads_as_mqttbytes_writes_it() {
+        use super::*;
+        let mut u = v5::Unsubscribe::new("a/+/b");
+        u.filters.push("c/#".into());
+        u.pkid = 7;
+        u.properties = Some(v5::UnsubscribeProperties {
+            user_properties: vec![("k".into(), "v".into())],
+        });
+        for case in [u.clone(), v5::Unsubscribe::new("x")] {
+            let mut wire = BytesMut::new();
+            case.write(&mut wire).unwrap();
+            match read(Version::V5, &mut wire, 1024).unwrap() {
+                Some(Packet::Unsubscribe(back)) => assert_eq!(back, case),
+                other => panic!("{other:?}"),
+            }
+            assert!(wire.is_empty());
+        }
+        // A property UNSUBSCRIBE may not carry, a filter that is not UTF-8, a cut string.
+        for bad in [
+            &[0xA2, 6, 0, 1, 2, 0x0b, 1, 0][..],
+            &[0xA2, 6, 0, 1, 0, 0, 1, 0xff][..],
+            &[0xA2, 5, 0, 1, 0, 0, 9][..],
+        ] {
+            let mut wire = BytesMut::from(bad);
+            assert!(
+                matches!(
+                    read(Version::V5, &mut wire, 1024),
+                    Err(CodecError::Malformed(_))
+                ),
+                "{bad:02x?}"
+            );
+        }
+    }
+
     use super::*;
 
     fn outgoing(topic: &str, qos: QoS, pkid: u16, payload: &[u8]) -> Outgoing {
