@@ -7,6 +7,7 @@ pub mod commit_log;
 pub mod consume_queue;
 pub mod disk;
 mod engine;
+pub mod epoch;
 pub mod flush;
 pub mod ha;
 pub mod index;
