@@ -5,15 +5,23 @@
 //!
 //! | kind | name    | direction      | payload                                                        |
 //! |------|---------|----------------|----------------------------------------------------------------|
-//! | 1    | HELLO   | slave → master | version u16, broker_id u64, log_end u64, segment_size u64, group (u16 len + UTF-8), secret (u16 len + bytes) |
-//! | 2    | WELCOME | master → slave | version u16, start u64, master_end u64                         |
+//! | 1    | HELLO   | slave → master | version u16, broker_id u64, log_end u64, segment_size u64, group (u16 len + UTF-8), secret (u16 len + bytes); version 2 adds epoch u64, epochs |
+//! | 2    | WELCOME | master → slave | version u16, start u64, master_end u64; version 2 adds epoch u64, epochs |
 //! | 3    | REFUSE  | master → slave | code u16, reason UTF-8 (rest of the frame); then close          |
 //! | 4    | DATA    | master → slave | offset u64, confirmed u64, log bytes (empty = heartbeat)       |
 //! | 5    | ACK     | slave → master | log_end u64 (what it holds; also where the stream continues)   |
 //! | 6    | OFFSETS | slave → master | consumer positions committed on the slave (JSON: owner → topic → queue → offset) |
+//!
+//! `epochs` is `count u32` then `count` × `(epoch u64, start u64)`: an epoch file
+//! (core's `store::epoch`). A master answers a HELLO in the version it came in.
 
-/// The protocol version both ends must speak.
-pub const VERSION: u16 = 1;
+/// The newest protocol version: HELLO and WELCOME carry master epochs (controller
+/// mode, docs/controller.md).
+pub const VERSION: u16 = 2;
+/// The first version, without epochs: what a slave sends while no epochs are in play
+/// (byte for byte what slaves sent before version 2, so an older master admits it),
+/// and what a master answers it with.
+pub const VERSION_1: u16 = 1;
 /// The largest frame accepted (a run is at most a few MiB; a record at most 2 GiB is
 /// impossible here: records are bounded by `store.max_message_size`).
 pub const MAX_FRAME: usize = 64 << 20;
@@ -38,6 +46,11 @@ pub struct Hello {
     /// `broker.name`: master and slave must be one group.
     pub group: String,
     pub secret: Vec<u8>,
+    /// Version 2: the master epoch the slave learned from the controller (0: not in
+    /// controller mode). A master at a lower epoch refuses it (`StaleMaster`).
+    pub epoch: u64,
+    /// Version 2: the slave's epoch file, `(epoch, start)` oldest first.
+    pub epochs: Vec<(u64, u64)>,
 }
 
 /// Why a master refuses a slave.
@@ -56,6 +69,9 @@ pub enum RefuseCode {
     BrokerId = 7,
     /// A frame the master did not expect.
     Protocol = 8,
+    /// The slave knows a higher master epoch than this master's: a newer master
+    /// exists, and this one must gather no copies (version 2).
+    StaleMaster = 9,
 }
 
 impl RefuseCode {
@@ -70,6 +86,7 @@ impl RefuseCode {
             SegmentSize,
             BrokerId,
             Protocol,
+            StaleMaster,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -80,10 +97,17 @@ impl RefuseCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     Hello(Hello),
+    /// `start`: where the stream begins. Below the slave's end (version 2 only) it is
+    /// where the slave's log parts from the master's: the slave cuts its log there
+    /// before it may follow.
     Welcome {
         version: u16,
         start: u64,
         master_end: u64,
+        /// Version 2: the master's epoch (0: not in controller mode).
+        epoch: u64,
+        /// Version 2: the master's epoch file.
+        epochs: Vec<(u64, u64)>,
     },
     Refuse {
         code: RefuseCode,
@@ -145,16 +169,24 @@ impl Frame {
                 out.extend_from_slice(&h.segment_size.to_be_bytes());
                 put_short(out, h.group.as_bytes());
                 put_short(out, &h.secret);
+                if h.version >= VERSION {
+                    put_epochs(out, h.epoch, &h.epochs);
+                }
                 HELLO
             }
             Frame::Welcome {
                 version,
                 start,
                 master_end,
+                epoch,
+                epochs,
             } => {
                 out.extend_from_slice(&version.to_be_bytes());
                 out.extend_from_slice(&start.to_be_bytes());
                 out.extend_from_slice(&master_end.to_be_bytes());
+                if *version >= VERSION {
+                    put_epochs(out, *epoch, epochs);
+                }
                 WELCOME
             }
             Frame::Refuse { code, reason } => {
@@ -216,7 +248,7 @@ impl Frame {
                 let group =
                     String::from_utf8(group.to_vec()).map_err(|_| bad("group not UTF-8"))?;
                 let secret = r.short().ok_or(bad("short secret"))?.to_vec();
-                r.end().ok_or(bad("bytes after the hello"))?;
+                let (epoch, epochs) = r.epochs(version).ok_or(bad("malformed hello epochs"))?;
                 Frame::Hello(Hello {
                     version,
                     broker_id,
@@ -224,17 +256,21 @@ impl Frame {
                     segment_size,
                     group,
                     secret,
+                    epoch,
+                    epochs,
                 })
             }
             WELCOME => {
                 let version = r.u16().ok_or(bad("short welcome"))?;
                 let start = r.u64().ok_or(bad("short welcome"))?;
                 let master_end = r.u64().ok_or(bad("short welcome"))?;
-                r.end().ok_or(bad("bytes after the welcome"))?;
+                let (epoch, epochs) = r.epochs(version).ok_or(bad("malformed welcome epochs"))?;
                 Frame::Welcome {
                     version,
                     start,
                     master_end,
+                    epoch,
+                    epochs,
                 }
             }
             REFUSE => {
@@ -262,6 +298,15 @@ impl Frame {
             },
         };
         Ok(Some((frame, HEADER + len)))
+    }
+}
+
+fn put_epochs(out: &mut Vec<u8>, epoch: u64, epochs: &[(u64, u64)]) {
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(&(epochs.len() as u32).to_be_bytes());
+    for (e, start) in epochs {
+        out.extend_from_slice(&e.to_be_bytes());
+        out.extend_from_slice(&start.to_be_bytes());
     }
 }
 
@@ -296,6 +341,31 @@ impl<'a> Reader<'a> {
     fn end(&self) -> Option<()> {
         self.0.is_empty().then_some(())
     }
+    /// The rest of a HELLO or WELCOME after its version-1 fields: nothing in version
+    /// 1, the epochs in version 2; in a version this build does not know, the rest is
+    /// skipped (the master then refuses the version by name, not as garbage).
+    fn epochs(&mut self, version: u16) -> Option<(u64, Vec<(u64, u64)>)> {
+        match version {
+            VERSION_1 => self.end().map(|_| (0, Vec::new())),
+            VERSION => {
+                let epoch = self.u64()?;
+                let n = self
+                    .take(4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))?;
+                if self.0.len() != (n as usize).checked_mul(16)? {
+                    return None;
+                }
+                let epochs = (0..n)
+                    .map(|_| Some((self.u64()?, self.u64()?)))
+                    .collect::<Option<Vec<_>>>()?;
+                Some((epoch, epochs))
+            }
+            _ => {
+                self.0 = &[];
+                Some((0, Vec::new()))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -305,17 +375,52 @@ mod tests {
     fn frames() -> Vec<Frame> {
         vec![
             Frame::Hello(Hello {
-                version: VERSION,
+                version: VERSION_1,
                 broker_id: 1,
                 log_end: 12345,
                 segment_size: 1 << 30,
                 group: "broker-a".into(),
                 secret: b"s3cret".to_vec(),
+                epoch: 0,
+                epochs: vec![],
+            }),
+            Frame::Hello(Hello {
+                version: VERSION,
+                broker_id: 2,
+                log_end: 12345,
+                segment_size: 1 << 30,
+                group: "broker-a".into(),
+                secret: b"s3cret".to_vec(),
+                epoch: 7,
+                epochs: vec![(1, 0), (4, 4096), (7, 1 << 40)],
+            }),
+            Frame::Hello(Hello {
+                version: VERSION,
+                broker_id: 2,
+                log_end: 0,
+                segment_size: 1 << 30,
+                group: "g".into(),
+                secret: vec![],
+                epoch: 3,
+                epochs: vec![],
             }),
             Frame::Welcome {
-                version: VERSION,
+                version: VERSION_1,
                 start: 0,
                 master_end: 99,
+                epoch: 0,
+                epochs: vec![],
+            },
+            Frame::Welcome {
+                version: VERSION,
+                start: 40,
+                master_end: 99,
+                epoch: u64::MAX,
+                epochs: vec![(2, 0), (u64::MAX, 50)],
+            },
+            Frame::Refuse {
+                code: RefuseCode::StaleMaster,
+                reason: "this master is at epoch 2, the slave knows 3".into(),
             },
             Frame::Refuse {
                 code: RefuseCode::Secret,
@@ -353,6 +458,98 @@ mod tests {
             at += n;
         }
         assert_eq!(at, all.len());
+    }
+
+    #[test]
+    fn version_1_frames_are_the_old_bytes_and_other_versions_are_read_for_their_number() {
+        // Version 1 is what slaves sent before epochs existed: no field added.
+        let mut v1 = Vec::new();
+        Frame::Hello(Hello {
+            version: VERSION_1,
+            broker_id: 1,
+            log_end: 5,
+            segment_size: 64,
+            group: "g".into(),
+            secret: b"k".to_vec(),
+            epoch: 0,
+            epochs: vec![],
+        })
+        .encode(&mut v1);
+        let mut want = vec![1u8, 0, 0, 0, 2 + 8 + 8 + 8 + 3 + 3, 0, 1];
+        want.extend_from_slice(&1u64.to_be_bytes());
+        want.extend_from_slice(&5u64.to_be_bytes());
+        want.extend_from_slice(&64u64.to_be_bytes());
+        want.extend_from_slice(&[0, 1, b'g', 0, 1, b'k']);
+        assert_eq!(v1, want);
+        let mut w = Vec::new();
+        Frame::Welcome {
+            version: VERSION_1,
+            start: 1,
+            master_end: 2,
+            epoch: 0,
+            epochs: vec![],
+        }
+        .encode(&mut w);
+        assert_eq!(w.len(), HEADER + 2 + 8 + 8);
+        // A version-1 HELLO with bytes after it is malformed (as it always was).
+        let mut long = v1.clone();
+        long.push(0);
+        long[4] += 1;
+        assert!(matches!(
+            Frame::decode(&long),
+            Err(FrameError::Malformed { .. })
+        ));
+        // A version from the future: its number is read, the rest skipped, so the
+        // master can refuse it as a version (not as garbage).
+        let mut v9 = v1.clone();
+        v9[6] = 9;
+        v9.extend_from_slice(b"future fields");
+        v9[4] += 13;
+        match Frame::decode(&v9).unwrap().unwrap().0 {
+            Frame::Hello(h) => assert_eq!((h.version, h.epoch, h.epochs), (9, 0, vec![])),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_2_epoch_list_must_fill_the_frame_exactly() {
+        let mut w = Vec::new();
+        Frame::Welcome {
+            version: VERSION,
+            start: 1,
+            master_end: 2,
+            epoch: 3,
+            epochs: vec![(1, 0), (3, 1)],
+        }
+        .encode(&mut w);
+        // A count that claims more entries than there are bytes (no allocation of
+        // 4 G entries, an error).
+        let count_at = HEADER + 2 + 8 + 8 + 8;
+        let mut big = w.clone();
+        big[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            Frame::decode(&big),
+            Err(FrameError::Malformed { .. })
+        ));
+        // Fewer entries than bytes: trailing bytes are an error too.
+        let mut less = w.clone();
+        less[count_at..count_at + 4].copy_from_slice(&1u32.to_be_bytes());
+        assert!(matches!(
+            Frame::decode(&less),
+            Err(FrameError::Malformed { .. })
+        ));
+        // A refusal code this build does not know is malformed, not a panic.
+        let mut r = Vec::new();
+        Frame::Refuse {
+            code: RefuseCode::StaleMaster,
+            reason: String::new(),
+        }
+        .encode(&mut r);
+        r[HEADER + 1] = 99;
+        assert!(matches!(
+            Frame::decode(&r),
+            Err(FrameError::Malformed { .. })
+        ));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::codec::{Frame, RefuseCode, VERSION};
+use super::codec::{Frame, RefuseCode, VERSION, VERSION_1};
 use super::{BoxIo, read_frame};
 
 /// Where the master's slave connections come from: a `TcpListener`, or the binary's
@@ -49,6 +49,31 @@ pub trait Source: Send + Sync + 'static {
     /// logged, the slave stays.
     fn slave_offsets(&self, _conn: u64, _body: &[u8]) -> Result<(), String> {
         Ok(())
+    }
+    /// The master epoch this node took writes at (controller mode); 0 outside
+    /// controller mode. A slave that knows a higher one is refused (`StaleMaster`), and
+    /// a change while slaves are connected closes their streams (they reconnect and
+    /// learn the new list).
+    fn epoch(&self) -> u64 {
+        0
+    }
+    /// This master's epoch file, `(epoch, start)` oldest first (empty outside
+    /// controller mode).
+    fn epochs(&self) -> Vec<(u64, u64)> {
+        vec![]
+    }
+    /// Where a slave's log (`slave`'s epochs, ending at `slave_end`) stops agreeing
+    /// with this master's (`master`, ending at `master_end`): core's
+    /// `store::epoch::divergence`. Asked only when both lists are non-empty. The
+    /// default (`slave_end`: no divergence known) suits a source without epochs.
+    fn divergence(
+        &self,
+        _slave: &[(u64, u64)],
+        slave_end: u64,
+        _master: &[(u64, u64)],
+        _master_end: u64,
+    ) -> u64 {
+        slave_end
     }
 }
 
@@ -135,17 +160,39 @@ async fn refuse(
     ))
 }
 
-/// Checks a slave's HELLO; the start offset of its stream, or why it is refused.
+/// What the master answers an admitted HELLO with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Admitted {
+    /// WELCOME's `start`.
+    start: u64,
+    /// The master's end (WELCOME's `master_end`), read once with the divergence.
+    end: u64,
+    /// The slave's log parts from this master's at `start`, below its end: it must cut
+    /// its log there first, so it is not streamed to (nor counted) on this connection.
+    diverged: bool,
+    epoch: u64,
+    epochs: Vec<(u64, u64)>,
+}
+
+/// Whether an epoch list from the wire keeps the epoch file's order rules.
+fn well_ordered(epochs: &[(u64, u64)]) -> bool {
+    epochs.iter().all(|(e, _)| *e > 0)
+        && epochs
+            .windows(2)
+            .all(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1)
+}
+
+/// Checks a slave's HELLO; where its stream starts, or why it is refused.
 fn admit(
     hello: &super::Hello,
     source: &impl Source,
     settings: &Settings,
-) -> Result<u64, (RefuseCode, String)> {
-    if hello.version != VERSION {
+) -> Result<Admitted, (RefuseCode, String)> {
+    if hello.version != VERSION && hello.version != VERSION_1 {
         return Err((
             RefuseCode::Version,
             format!(
-                "protocol version {} (this master speaks {VERSION})",
+                "protocol version {} (this master speaks {VERSION_1} and {VERSION})",
                 hello.version
             ),
         ));
@@ -175,7 +222,43 @@ fn admit(
             ),
         ));
     }
+    if !well_ordered(&hello.epochs) {
+        return Err((
+            RefuseCode::Protocol,
+            format!(
+                "the slave's epoch list {:?} is out of order (epochs must rise, starts must not fall)",
+                hello.epochs
+            ),
+        ));
+    }
+    let (epoch, epochs) = (source.epoch(), source.epochs());
     let (min, end) = source.bounds();
+    let admitted = |start, diverged| Admitted {
+        start,
+        end,
+        diverged,
+        epoch,
+        epochs: epochs.clone(),
+    };
+    // The newest epoch the slave knows of: from the controller, or its own file (a
+    // node that was master at an epoch is never to follow an older master).
+    let known = hello.epoch.max(hello.epochs.last().map_or(0, |(e, _)| *e));
+    if known > epoch {
+        return Err((
+            RefuseCode::StaleMaster,
+            format!(
+                "this master is at epoch {epoch}, the slave knows epoch {known}: a newer master exists"
+            ),
+        ));
+    }
+    if !hello.epochs.is_empty() && !epochs.is_empty() {
+        let point = source
+            .divergence(&hello.epochs, hello.log_end, &epochs, end)
+            .min(hello.log_end);
+        if point < hello.log_end {
+            return Ok(admitted(point, true));
+        }
+    }
     if hello.log_end > end {
         return Err((
             RefuseCode::BeyondEnd,
@@ -187,7 +270,7 @@ fn admit(
     }
     // A slave behind the oldest retained byte starts over there (its log must be
     // empty; it checks that itself). A brand-new slave copies the whole retained log.
-    Ok(hello.log_end.max(min))
+    Ok(admitted(hello.log_end.max(min), false))
 }
 
 async fn run(
@@ -236,19 +319,31 @@ async fn run(
             .await;
         }
     };
-    let mut next = match admit(&hello, source, settings) {
-        Ok(start) => start,
+    let admitted = match admit(&hello, source, settings) {
+        Ok(a) => a,
         Err((code, reason)) => return refuse(&mut sock, peer, code, reason).await,
     };
-    let (_, end) = source.bounds();
+    let (epoch, end, mut next) = (admitted.epoch, admitted.end, admitted.start);
     let mut out = Vec::with_capacity(settings.batch + 64);
     Frame::Welcome {
-        version: VERSION,
+        version: hello.version,
         start: next,
         master_end: end,
+        epoch,
+        epochs: admitted.epochs,
     }
     .encode(&mut out);
     sock.write_all(&out).await?;
+    if admitted.diverged {
+        // The slave cuts its log back to `next` (durably) and comes back; until then
+        // it holds bytes this master never wrote there, so it is not a copy of anything.
+        warn!(%peer, conn, broker_id = hello.broker_id, slave_end = hello.log_end, truncate_to = next, master_end = end, "replication: the slave's log parts from this master's; it must truncate before following");
+        if next < source.bounds().0 {
+            warn!(%peer, conn, truncate_to = next, "replication: the slave's common point is below this master's oldest retained byte: after its cut it cannot follow (empty its data directory)");
+        }
+        let _ = sock.shutdown().await;
+        return Ok(());
+    }
     source.joined(conn, hello.broker_id, peer, next);
     info!(%peer, conn, broker_id = hello.broker_id, from = next, master_end = end, "replication: slave joined");
 
@@ -335,6 +430,10 @@ async fn run(
                     ));
                 }
             }
+        }
+        if source.epoch() != epoch {
+            info!(%peer, conn, from = epoch, to = source.epoch(), "replication: this master's epoch changed; closing the stream (the slave reconnects)");
+            return Ok(());
         }
         if last_heard.elapsed() > silence {
             return Err(std::io::Error::new(

@@ -16,7 +16,7 @@ pub mod codec;
 pub mod master;
 pub mod slave;
 
-pub use codec::{Frame, FrameError, Hello, RefuseCode, VERSION};
+pub use codec::{Frame, FrameError, Hello, RefuseCode, VERSION, VERSION_1};
 
 /// A byte stream the replication channel runs over: a `TcpStream`, or TLS over one
 /// (the binary wraps it with `rocketgate-tls`; this crate knows no TLS).

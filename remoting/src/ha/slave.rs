@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::codec::{Frame, Hello, VERSION};
+use super::codec::{Frame, Hello, VERSION, VERSION_1};
 use super::{BoxIo, read_frame};
 
 /// Wraps a connected `TcpStream` for the stream (the binary's TLS client: a
@@ -52,6 +52,32 @@ pub trait Target: Send + Sync + 'static {
     /// heartbeat acks while there are any); `None`: nothing to send.
     fn local_offsets(&self) -> Option<Vec<u8>> {
         None
+    }
+    /// The newest master epoch this slave learned from the controller (0: not in
+    /// controller mode). It may rise while following: a master below it is refused at
+    /// WELCOME, and a stream from one is dropped at its next frame.
+    fn known_epoch(&self) -> u64 {
+        0
+    }
+    /// This slave's epoch file, `(epoch, start)` oldest first. While it is empty and
+    /// [`Target::known_epoch`] is 0 the slave speaks protocol version 1, as before.
+    fn epochs(&self) -> Vec<(u64, u64)> {
+        vec![]
+    }
+    /// The master says this log parts from its own at `to` (below the log's end): cut
+    /// the log back to `to` durably — and the epoch file after it — before anything
+    /// is appended. The follow loop returns after the call and reconnects after its
+    /// back-off; `Ok` means the cut was taken in hand (the broker's supervisor stops
+    /// the node, truncates, restarts it as a slave). The default refuses: a slave
+    /// without epochs never gets such an answer.
+    fn truncate(&self, to: u64) -> Result<(), String> {
+        Err(format!("cannot truncate the log to {to}"))
+    }
+    /// The master's epoch file (version 2 WELCOME), before anything from it is
+    /// appended: the slave records the entries for what it holds, and the rest as the
+    /// bytes they describe arrive (each before its bytes). An error drops the stream.
+    fn adopt_epochs(&self, _master: &[(u64, u64)]) -> Result<(), String> {
+        Ok(())
     }
 }
 
@@ -142,13 +168,23 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
         None => Box::new(sock),
     };
     let mut out = Vec::new();
+    let (known, epochs) = (target.known_epoch(), target.epochs());
+    // Without epochs in play, version 1: the bytes an older master admits.
+    let version = if known == 0 && epochs.is_empty() {
+        VERSION_1
+    } else {
+        VERSION
+    };
+    let log_end = target.log_end();
     Frame::Hello(Hello {
-        version: VERSION,
+        version,
         broker_id: settings.broker_id,
-        log_end: target.log_end(),
+        log_end,
         segment_size: target.segment_size(),
         group: settings.group.clone(),
         secret: settings.secret.clone(),
+        epoch: known,
+        epochs,
     })
     .encode(&mut out);
     sock.write_all(&out).await?;
@@ -156,12 +192,21 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
     let welcome = tokio::time::timeout(timeout, read_frame(&mut sock, &mut buf))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer to HELLO"))??;
-    let start = match welcome {
+    let (start, master_epoch, master_epochs) = match welcome {
         Some(Frame::Welcome {
-            start, master_end, ..
+            version: answered,
+            start,
+            master_end,
+            epoch,
+            epochs,
         }) => {
+            if answered != version {
+                return Err(bad(format!(
+                    "the master answered protocol version {version} with version {answered}"
+                )));
+            }
             status.master_end.store(master_end, Ordering::Release);
-            start
+            (start, epoch, epochs)
         }
         Some(Frame::Refuse { code, reason }) => {
             return Err(std::io::Error::new(
@@ -172,7 +217,30 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
         Some(other) => return Err(bad(format!("expected WELCOME, got {}", other.name()))),
         None => return Ok(()),
     };
-    if start != target.log_end() {
+    // A master older than the newest this slave knows of must gather no copies.
+    let known = target.known_epoch();
+    if master_epoch < known {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the master is at epoch {master_epoch}, this slave knows epoch {known}: a newer master exists"
+            ),
+        ));
+    }
+    if start < log_end {
+        // Only a version-2 master answers so: the logs part at `start`.
+        warn!(master = %settings.master, log_end, truncate_to = start, master_epoch, "replication: this log parts from the master's; truncating before following");
+        target
+            .truncate(start)
+            .map_err(|e| bad(format!("cannot truncate the log to {start}: {e}")))?;
+        return Ok(());
+    }
+    if version == VERSION {
+        target
+            .adopt_epochs(&master_epochs)
+            .map_err(|e| bad(format!("cannot record the master's epochs: {e}")))?;
+    }
+    if start != log_end {
         target
             .restart_at(start)
             .map_err(|e| bad(format!("cannot start at {start}: {e}")))?;
@@ -199,6 +267,12 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
                     format!("master silent for {timeout:?}"),
                 )
             })??;
+        if target.known_epoch() > master_epoch {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("a master newer than epoch {master_epoch} was elected; leaving this one"),
+            ));
+        }
         match frame {
             None => return Ok(()),
             Some(Frame::Data {
