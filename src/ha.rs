@@ -1,9 +1,14 @@
 //! Replication wiring: the store (core's `store::ha`) on one side, the HA stream
 //! (remoting's `ha`) on the other. A master serves its slaves on `listen.ha`; a slave
 //! follows `ha.master` and refuses writes at every door (docs/replication.md).
+//!
+//! In controller mode ([`Epochs`]) the stream also carries master epochs: the master
+//! names its epoch file, a slave mirrors it and is told where its log parts from the
+//! master's (docs/replication.md, "Epochs and truncation").
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,6 +16,7 @@ use rocketgate_config::Config;
 use rocketgate_core::broker::{Broker, OffsetPublisher};
 use rocketgate_core::clock::SystemClock;
 use rocketgate_core::store::Store;
+use rocketgate_core::store::epoch::{self, EpochEntry, EpochFile};
 use rocketgate_core::store::ha::{Gate, Replicas};
 use rocketgate_http as http;
 use rocketgate_remoting::ha::BoxIo;
@@ -58,9 +64,41 @@ fn tls_connector(config: &Config) -> anyhow::Result<Option<slave::Connector>> {
     }))))
 }
 
+/// Controller mode's part of the replication of a node (`None` to [`start`]: no
+/// controller, the stream without epochs, as before). The supervisor that talks to the
+/// controller owns the other ends: it begins epochs in `file` when elected, raises
+/// `known` as it learns of elections, and acts on `truncate`.
+#[derive(Clone)]
+pub struct Epochs {
+    /// The data directory's epoch file. One short std lock: a compare and at most one
+    /// small file write under it, never held across an `.await`.
+    pub file: Arc<Mutex<EpochFile>>,
+    /// The newest master epoch the controller announced to this node.
+    pub known: Arc<AtomicU64>,
+    /// A slave whose log parts from its master's sends the common offset here and
+    /// stops following: the receiver stops the node, runs
+    /// `store::truncate::truncate(dir, settings, to)`, then
+    /// `EpochFile::truncate_after(to)` (in that order: the log's cut is durable
+    /// first), and restarts it as a slave.
+    pub truncate: tokio::sync::mpsc::UnboundedSender<u64>,
+}
+
+impl Epochs {
+    fn file(&self) -> MutexGuard<'_, EpochFile> {
+        // A panic under the lock leaves the file as it was on disk: the list is valid.
+        self.file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn entries(pairs: &[(u64, u64)]) -> Vec<EpochEntry> {
+    pairs.iter().copied().map(EpochEntry::from).collect()
+}
+
 /// A master's log and group, as the stream's source (and its broker, which takes
 /// the consumer positions a slave's doors committed).
-struct Source(Arc<Replicas>, Arc<Broker>);
+struct Source(Arc<Replicas>, Arc<Broker>, Option<Epochs>);
 
 impl master::Source for Source {
     fn bounds(&self) -> (u64, u64) {
@@ -101,34 +139,120 @@ impl master::Source for Source {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+
+    fn epoch(&self) -> u64 {
+        self.2
+            .as_ref()
+            .and_then(|e| e.file().last())
+            .map_or(0, |e| e.epoch)
+    }
+
+    fn epochs(&self) -> Vec<(u64, u64)> {
+        self.2.as_ref().map_or_else(Vec::new, |e| e.file().pairs())
+    }
+
+    fn divergence(
+        &self,
+        slave: &[(u64, u64)],
+        slave_end: u64,
+        master: &[(u64, u64)],
+        master_end: u64,
+    ) -> u64 {
+        epoch::divergence(&entries(slave), slave_end, &entries(master), master_end)
+    }
 }
 
 /// A slave's store, as the stream's target (and its broker, whose consumers'
 /// positions go back to the master).
-struct Target(Arc<Store>, Arc<Broker>);
+struct Target {
+    store: Arc<Store>,
+    broker: Arc<Broker>,
+    epochs: Option<Epochs>,
+    /// The entries of the master followed now (its last WELCOME), recorded in the
+    /// epoch file as the bytes they describe arrive. `None` until a version-2 WELCOME.
+    /// A short std lock, never held across an `.await`.
+    master_epochs: Mutex<Option<Vec<EpochEntry>>>,
+}
+
+impl Target {
+    /// Records the master's entries that start at or before `upto` (durably, before
+    /// the bytes up to there are appended).
+    fn record_epochs(&self, upto: u64) -> Result<(), String> {
+        let Some(epochs) = &self.epochs else {
+            return Ok(());
+        };
+        let master = self
+            .master_epochs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*master {
+            Some(list) => epochs.file().adopt(list, upto).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
 
 impl slave::Target for Target {
     fn log_end(&self) -> u64 {
-        self.0.positions().written
+        self.store.positions().written
     }
 
     fn segment_size(&self) -> u64 {
-        self.0.segment_size()
+        self.store.segment_size()
     }
 
     fn restart_at(&self, start: u64) -> Result<(), String> {
-        self.0.restart_empty_at(start).map_err(|e| e.to_string())
+        self.store
+            .restart_empty_at(start)
+            .map_err(|e| e.to_string())
     }
 
     async fn append(&self, offset: u64, bytes: bytes::Bytes) -> Result<u64, String> {
-        self.0
+        self.record_epochs(offset + bytes.len() as u64)?;
+        self.store
             .append_replicated(offset, &bytes)
             .await
             .map_err(|e| e.to_string())
     }
 
     fn local_offsets(&self) -> Option<Vec<u8>> {
-        self.1.local_offset_changes()
+        self.broker.local_offset_changes()
+    }
+
+    fn known_epoch(&self) -> u64 {
+        self.epochs
+            .as_ref()
+            .map_or(0, |e| e.known.load(Ordering::Acquire))
+    }
+
+    fn epochs(&self) -> Vec<(u64, u64)> {
+        self.epochs
+            .as_ref()
+            .map_or_else(Vec::new, |e| e.file().pairs())
+    }
+
+    fn truncate(&self, to: u64) -> Result<(), String> {
+        match &self.epochs {
+            Some(e) => e.truncate.send(to).map_err(|_| {
+                format!("nobody takes the truncation to {to} (the supervisor is gone)")
+            }),
+            None => Err(format!(
+                "cannot truncate the log to {to} outside controller mode"
+            )),
+        }
+    }
+
+    fn adopt_epochs(&self, master: &[(u64, u64)]) -> Result<(), String> {
+        if self.epochs.is_none() {
+            return Ok(());
+        }
+        let list = entries(master);
+        epoch::check(&list).map_err(|e| format!("the master's epoch list is malformed: {e}"))?;
+        *self
+            .master_epochs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(list);
+        self.record_epochs(self.store.positions().written)
     }
 }
 
@@ -193,11 +317,13 @@ pub async fn bind(config: &mut Config) -> anyhow::Result<Option<TcpListener>> {
 
 /// Starts serving slaves (master) or following the master (slave). Fails when the
 /// replication channel's TLS files (`tls.ha`, `ha.master_ca`) cannot be used.
+/// `epochs`: controller mode (`None`: without a controller, no epochs on the stream).
 pub fn start(
     config: &Config,
     broker: &Arc<Broker>,
     gate: Arc<Gate>,
     listener: Option<TcpListener>,
+    epochs: Option<Epochs>,
 ) -> anyhow::Result<Replication> {
     let store = broker.store();
     let ha = &config.ha;
@@ -215,7 +341,7 @@ pub fn start(
                 heartbeat: ha.heartbeat_interval,
                 batch: BATCH,
             };
-            let source = Arc::new(Source(replicas.clone(), broker.clone()));
+            let source = Arc::new(Source(replicas.clone(), broker.clone(), epochs));
             let mut tls_reload = None;
             let server = match listener {
                 None => None,
@@ -301,7 +427,12 @@ pub fn start(
         (true, _) => {
             tracing::info!(master = %ha.master, broker_id = config.broker.id, "replication: this broker is a read-only slave");
             let follower = slave::spawn(
-                Arc::new(Target(store.clone(), broker.clone())),
+                Arc::new(Target {
+                    store: store.clone(),
+                    broker: broker.clone(),
+                    epochs,
+                    master_epochs: Mutex::new(None),
+                }),
                 slave::Settings {
                     master: ha.master.clone(),
                     group: config.broker.name.clone(),
@@ -460,5 +591,212 @@ impl View {
                 ),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Controller mode over real stores and the real stream: an old master that comes
+    //! back as a slave of the master elected after it is told to cut its tail, and
+    //! after the cut (what the supervisor does) holds the new master's bytes exactly.
+
+    use std::path::Path;
+
+    use rocketgate_config::ByteSize;
+    use rocketgate_core::store::{Message, StoreDeps, truncate};
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    struct Node {
+        config: Config,
+        broker: Arc<Broker>,
+        replication: Replication,
+        truncations: mpsc::UnboundedReceiver<u64>,
+    }
+
+    fn config(dir: &Path, id: u64, master: &str) -> Config {
+        let mut c = Config {
+            data_dir: dir.to_owned(),
+            ..Config::default()
+        };
+        c.broker.name = "g".into();
+        c.broker.id = id;
+        c.ha.secret = "s3cret".into();
+        c.ha.master = master.into();
+        c.ha.heartbeat_interval = Duration::from_millis(100);
+        c.listen.ha = "127.0.0.1:0".parse().unwrap();
+        c.store.segment_size = ByteSize(64 * 1024);
+        c.store.max_message_size = ByteSize(8 * 1024);
+        c.store.consume_queue_entries_per_file = 64;
+        c.store.index_slots = 16;
+        c.store.index_entries_per_file = 64;
+        c
+    }
+
+    /// Opens `dir` as a master (`master` empty) or a slave of `master`, in controller
+    /// mode with `file` and the known epoch `known`.
+    async fn start_node(
+        dir: &Path,
+        master: &str,
+        file: &Arc<Mutex<EpochFile>>,
+        known: u64,
+    ) -> Node {
+        let mut config = config(dir, u64::from(!master.is_empty()), master);
+        let listener = bind(&mut config).await.unwrap();
+        let store = Arc::new(
+            Store::open(
+                dir,
+                crate::node::store_options(&config),
+                StoreDeps::default(),
+            )
+            .unwrap()
+            .0,
+        );
+        let gate = attach(&config, &store).unwrap();
+        let broker = Arc::new(
+            Broker::open(
+                store,
+                crate::node::broker_options(&config),
+                Arc::new(SystemClock),
+            )
+            .unwrap(),
+        );
+        let (truncate, truncations) = mpsc::unbounded_channel();
+        let epochs = Epochs {
+            file: file.clone(),
+            known: Arc::new(AtomicU64::new(known)),
+            truncate,
+        };
+        let replication = start(&config, &broker, gate, listener, Some(epochs)).unwrap();
+        Node {
+            config,
+            broker,
+            replication,
+            truncations,
+        }
+    }
+
+    impl Node {
+        fn end(&self) -> u64 {
+            self.broker.store().positions().written
+        }
+        async fn put(&self, n: usize, what: &str) {
+            let msgs: Vec<Message> = (0..n)
+                .map(|i| Message::new("t", 0, format!("{what} {i}").into_bytes()))
+                .collect();
+            self.broker.store().put_batch_async(&msgs).await.unwrap();
+        }
+        async fn stop(self) {
+            self.replication.stop().await;
+            self.broker.close().unwrap();
+            self.broker.store().close().unwrap();
+        }
+    }
+
+    fn log_bytes(store: &Store) -> Vec<u8> {
+        let (mut at, mut all) = (0, Vec::new());
+        while let Some(s) = store.ship(at, 1 << 20).unwrap() {
+            all.extend_from_slice(&s.bytes);
+            at = s.next;
+        }
+        all
+    }
+
+    async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+        for _ in 0..400 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_old_master_returns_truncates_its_unreplicated_tail_and_converges() {
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let file_a = Arc::new(Mutex::new(EpochFile::open(dir_a.path()).unwrap()));
+        let file_b = Arc::new(Mutex::new(EpochFile::open(dir_b.path()).unwrap()));
+
+        // Epoch 1: A is master, B copies it.
+        rocketgate_core::sync::lock(&file_a).begin(1, 0).unwrap();
+        let a = start_node(dir_a.path(), "", &file_a, 1).await;
+        a.put(20, "epoch 1").await;
+        let b = start_node(dir_b.path(), &a.config.listen.ha.to_string(), &file_b, 1).await;
+        wait_until("B's copy", || {
+            let end = b.broker.store().positions().written;
+            end > 0 && end == a.end()
+        })
+        .await;
+        assert_eq!(
+            rocketgate_core::sync::lock(&file_b).pairs(),
+            vec![(1, 0)],
+            "B mirrors A's epochs"
+        );
+        b.stop().await;
+        let common = EpochFile::open(dir_b.path()).unwrap();
+        assert_eq!(common.pairs(), vec![(1, 0)], "durable");
+
+        // B is cut off; A writes a tail nobody copies, then dies.
+        a.put(7, "unreplicated tail").await;
+        let a_end = a.end();
+        a.stop().await;
+
+        // B is elected at epoch 2 from its end and takes writes.
+        let b_end = Store::open(
+            dir_b.path(),
+            crate::node::store_options(&config(dir_b.path(), 0, "")),
+            StoreDeps::default(),
+        )
+        .unwrap()
+        .0
+        .positions()
+        .written;
+        assert!(b_end < a_end);
+        rocketgate_core::sync::lock(&file_b)
+            .begin(2, b_end)
+            .unwrap();
+        let b = start_node(dir_b.path(), "", &file_b, 2).await;
+        b.put(5, "epoch 2").await;
+
+        // A comes back as a slave of B: told to cut at B's epoch-2 start.
+        let mut a = start_node(dir_a.path(), &b.config.listen.ha.to_string(), &file_a, 2).await;
+        let to = tokio::time::timeout(Duration::from_secs(10), a.truncations.recv())
+            .await
+            .expect("a truncation request")
+            .unwrap();
+        assert_eq!(to, b_end);
+        assert_eq!(a.end(), a_end, "nothing appended before the cut");
+        let a_config = a.config.clone();
+        a.stop().await;
+
+        // The supervisor's part: the durable cut, then the epoch file.
+        let report =
+            truncate::truncate(dir_a.path(), &crate::node::store_options(&a_config), to).unwrap();
+        assert_eq!(report.new_end, b_end);
+        rocketgate_core::sync::lock(&file_a)
+            .truncate_after(to)
+            .unwrap();
+
+        let a = start_node(dir_a.path(), &b.config.listen.ha.to_string(), &file_a, 2).await;
+        b.put(3, "epoch 2 later").await;
+        wait_until("A's copy of B", || a.end() == b.end()).await;
+        assert_eq!(
+            log_bytes(a.broker.store()),
+            log_bytes(b.broker.store()),
+            "byte-identical logs"
+        );
+        assert_eq!(
+            rocketgate_core::sync::lock(&file_a).pairs(),
+            vec![(1, 0), (2, b_end)]
+        );
+        assert_eq!(
+            EpochFile::open(dir_a.path()).unwrap().pairs(),
+            vec![(1, 0), (2, b_end)],
+            "durable"
+        );
+        a.stop().await;
+        b.stop().await;
     }
 }

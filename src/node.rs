@@ -660,7 +660,7 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let store = open_store(&config)?;
     let gate = crate::ha::attach(&config, &store)?;
     let broker = open_broker(&config, store)?;
-    let replication = crate::ha::start(&config, &broker, gate, ha_listener)?;
+    let replication = crate::ha::start(&config, &broker, gate, ha_listener, None)?;
     if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
         announce("ha", addr);
     }
@@ -773,7 +773,7 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     let store = open_store(&config)?;
     let gate = crate::ha::attach(&config, &store)?;
     let broker = open_broker(&config, store)?;
-    let replication = crate::ha::start(&config, &broker, gate, ha_listener)?;
+    let replication = crate::ha::start(&config, &broker, gate, ha_listener, None)?;
     if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
         announce("ha", addr);
     }
