@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use interop_tests::doors::{create_topic, curl, native_config};
 use interop_tests::{Node, wait_for};
 use rocketgate_native::client::{Message as NativeMessage, Producer};
-use rocketgate_remoting::ha::{Frame, Hello, RefuseCode, VERSION};
+use rocketgate_remoting::ha::{Frame, Hello, RefuseCode, VERSION, VERSION_1};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -399,19 +399,23 @@ async fn ha_exchange(node: &Node, bytes: &[u8]) -> Vec<Frame> {
 async fn bogus_replication_clients_are_refused_and_change_nothing() {
     let master = start_master().expect("master");
     let before = commit_log(&master).unwrap();
-    let hello = |secret: &str, log_end: u64| {
+    let hello_v = |version: u16, secret: &str, log_end: u64| {
         let mut out = Vec::new();
         Frame::Hello(Hello {
-            version: VERSION,
+            version,
             broker_id: 1,
             log_end,
             segment_size: 8 << 20,
             group: "broker-a".into(),
             secret: secret.as_bytes().to_vec(),
+            // Outside controller mode: no epochs, the rules without them.
+            epoch: 0,
+            epochs: vec![],
         })
         .encode(&mut out);
         out
     };
+    let hello = |secret: &str, log_end: u64| hello_v(VERSION, secret, log_end);
     let refusal = |frames: Vec<Frame>| match frames.first() {
         Some(Frame::Refuse { code, .. }) => *code,
         other => panic!("expected a refusal, got {other:?}"),
@@ -432,11 +436,22 @@ async fn bogus_replication_clients_are_refused_and_change_nothing() {
         commit_log(&master).unwrap() == before,
         "the refused clients changed nothing in the log"
     );
-    // Admitted (the right secret), then it claims an offset beyond the master's end:
+    // Admitted (the right secret, protocol version 1 as slaves without epochs speak
+    // it: answered in version 1), then it claims an offset beyond the master's end:
     // dropped; a sync send is still not acknowledged on its word.
-    let mut bytes = hello(SECRET, 0);
+    let mut bytes = hello_v(VERSION_1, SECRET, 0);
     Frame::Ack { log_end: 1 << 40 }.encode(&mut bytes);
     let frames = ha_exchange(&master, &bytes).await;
+    assert!(
+        matches!(
+            frames.first(),
+            Some(Frame::Welcome {
+                version: VERSION_1,
+                ..
+            })
+        ),
+        "{frames:?}"
+    );
     assert!(
         frames.iter().any(|f| matches!(
             f,
