@@ -9,6 +9,12 @@
 //! - [`slave::spawn`]: the slave's connect-and-follow loop, appending every run to its
 //!   [`slave::Target`] and acknowledging what it holds; reconnects with back-off.
 //!
+//! In controller mode (protocol version 2) HELLO and WELCOME carry master epochs: a
+//! master refuses a slave that knows a newer epoch (`StaleMaster`), tells a slave whose
+//! log parts from its own where to cut it, and a slave refuses a master below the
+//! epoch it knows. Both sides' epoch defaults (0, no list) keep version 1 and its rules
+//! (docs/replication.md, "Epochs and truncation").
+//!
 //! What the log *is* stays the caller's: the binary implements [`master::Source`] and
 //! [`slave::Target`] over the store.
 
