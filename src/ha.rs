@@ -79,7 +79,9 @@ pub struct Epochs {
     /// stops following: the receiver stops the node, runs
     /// `store::truncate::truncate(dir, settings, to)`, then
     /// `EpochFile::truncate_after(to)` (in that order: the log's cut is durable
-    /// first), and restarts it as a slave.
+    /// first), and restarts it as a slave. Until the node is stopped the follow loop
+    /// keeps retrying after its back-off, so the same point may arrive more than once:
+    /// act on the first.
     pub truncate: tokio::sync::mpsc::UnboundedSender<u64>,
 }
 
