@@ -235,17 +235,23 @@ impl Group {
     /// Switches to the membership rule with the controller's in-sync set `ids` (slave
     /// broker ids, the master excluded) at sync epoch `epoch`, or back to the count
     /// rule (`None`). A set older than the one held (a lower epoch) is ignored
-    /// (returns `false`). Forgets what earlier proposals added: call it with the
-    /// controller's answer to every proposal, accepted or not. The confirmed offset
-    /// does not move back.
+    /// (returns `false`). What proposals added keeps counting until the epoch moves:
+    /// a proposal carries the epoch it was made at, so only then is it certain never
+    /// to apply. The confirmed offset does not move back.
     pub fn set_members(
         &mut self,
         members: Option<(BTreeSet<u64>, u64)>,
         end: u64,
         now_ms: i64,
     ) -> bool {
-        match (members, &self.members) {
-            (Some((_, epoch)), Some(held)) if epoch < held.epoch => return false,
+        match (members, self.members.take()) {
+            (Some((ids, epoch)), Some(held)) if epoch <= held.epoch => {
+                if epoch < held.epoch {
+                    self.members = Some(held);
+                    return false;
+                }
+                self.members = Some(Members { ids, ..held });
+            }
             (Some((ids, epoch)), _) => {
                 self.members = Some(Members {
                     ids,
@@ -269,7 +275,10 @@ impl Group {
     /// connected, within `max_lag` bytes, and not stale (short of its target for
     /// longer than the lag time); adds a connected slave that is all of that and holds
     /// the confirmed offset. From this call on, the slaves it adds count for
-    /// confirmation until the next [`Group::set_members`].
+    /// confirmation until the set's epoch moves ([`Group::set_members`]). When an
+    /// earlier proposal added a slave that is no longer fit, the answer leaves it out
+    /// even if that is the current set: accepted, it moves the epoch, and the earlier
+    /// proposal can no longer apply.
     pub fn proposal(&mut self, end: u64, now_ms: i64) -> Option<BTreeSet<u64>> {
         self.refresh(end, now_ms);
         let lag_time = self.max_lag_time_ms;
@@ -282,7 +291,7 @@ impl Group {
             .filter(|(id, s)| fit(s) && (members.ids.contains(id) || s.acked >= confirmed))
             .map(|(id, _)| *id)
             .collect();
-        if next == members.ids {
+        if next == members.ids && members.proposed.is_subset(&next) {
             return None;
         }
         let added: Vec<u64> = next.difference(&members.ids).copied().collect();
@@ -518,7 +527,9 @@ mod tests {
         assert_eq!(g.confirmed(), 1000, "waits for the proposed member too");
         g.acked(12, 1400, 1500, 7).unwrap();
         assert_eq!(g.confirmed(), 1400);
-        // The controller refused and still holds {1}: the pending addition is dropped.
+        // Slave 2 goes away before the controller answered. An answer at the same
+        // epoch (a heartbeat's, or a refusal) does not say the proposal will never
+        // apply: it still counts.
         g.left(12, 1500, 8);
         assert_eq!(
             g.confirmed(),
@@ -526,7 +537,13 @@ mod tests {
             "the proposed member is away: held back"
         );
         assert!(g.set_members(Some((ids(&[1]), 1)), 1500, 9));
+        assert_eq!(g.confirmed(), 1400, "still held back");
+        // The master proposes the current set over it; once that moves the epoch the
+        // earlier proposal is dead and member 1 alone confirms.
+        assert_eq!(g.proposal(1500, 10), Some(ids(&[1])));
+        assert!(g.set_members(Some((ids(&[1]), 2)), 1500, 11));
         assert_eq!(g.confirmed(), 1500, "member 1 alone holds 1500");
+        assert_eq!(g.proposal(1500, 12), None);
     }
 
     #[test]

@@ -420,10 +420,9 @@ impl Replicas {
     /// hold a message before it is acknowledged, a member not connected holds
     /// everything back, and a send fails at once when the set plus the master is below
     /// `min_in_sync_replicas`. `None`: back to the count rule (no controller). Call it
-    /// with the set of every controller answer (heartbeat, or the answer to a
-    /// [`Replicas::proposal`], accepted or refused). A set older than the one held
-    /// (lower epoch) is ignored and `false` returned. The confirmed offset never moves
-    /// back.
+    /// with the set of every controller answer (heartbeats, and the answer to a
+    /// [`Replicas::proposal`]). A set older than the one held (lower epoch) is ignored
+    /// and `false` returned. The confirmed offset never moves back.
     pub fn set_members(&self, members: Option<(BTreeSet<u64>, u64)>) -> bool {
         self.step(|g, end, now| g.set_members(members, end, now))
     }
@@ -440,9 +439,13 @@ impl Replicas {
     /// than `max_lag` bytes, or has stayed short of the master's end it is catching
     /// up to for longer than the lag time; adds a connected slave that is none of
     /// that and holds the confirmed offset. The slaves it adds count for confirmation
-    /// at once, until the next [`Replicas::set_members`]: the controller may accept
-    /// at any moment, and then they must already hold every acknowledged message.
-    /// Call it every 100–200 ms, one proposal in flight at a time.
+    /// at once, until the set's epoch moves: the controller may accept at any moment
+    /// (also after a timeout), and then they must already hold every acknowledged
+    /// message. A proposed slave that is no longer fit is left out of the next answer
+    /// even when that equals the current set: accepted, it moves the epoch and
+    /// retires the earlier proposal. Call it every 100–200 ms, one proposal in flight
+    /// at a time, each sent with the sync epoch it was made at
+    /// ([`Replicas::members`]).
     pub fn proposal(&self) -> Option<BTreeSet<u64>> {
         self.step(|g, end, now| g.proposal(end, now))
     }
