@@ -80,6 +80,15 @@ pub enum Error {
     #[error("this broker is a read-only slave; send to the master ({master})")]
     ReadOnlyReplica { master: String },
 
+    /// A write to a master that may no longer be the only one: under a controller its
+    /// write lease expired (no controller majority answered in time) or it was fenced
+    /// (another broker is master at a higher epoch). Refused at append time, or —
+    /// when the lease ended while the write waited — after it is in the log: then
+    /// its outcome is unknown, as with [`Error::ReplicationTimeout`]. `reason` says
+    /// which.
+    #[error("{reason}")]
+    NotLeader { reason: String },
+
     #[error("malformed record: {0}")]
     Record(#[from] RecordError),
 

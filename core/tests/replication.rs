@@ -2,9 +2,10 @@
 //! confirmed offset and its consumers never read past it; a slave refuses writes and
 //! builds its own queues from shipped runs (docs/replication.md).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rocketgate_core::Error;
 use rocketgate_core::clock::SystemClock;
@@ -316,4 +317,153 @@ async fn consumer_offsets_reach_the_slave_through_the_log() {
         Some(30)
     );
     assert!(slave.local_offset_changes().is_none());
+}
+
+fn not_leader(e: &Error) -> &str {
+    match e {
+        Error::NotLeader { reason } => reason,
+        other => panic!("expected NotLeader, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_master_writes_only_under_its_lease_and_an_ack_across_the_expiry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), asynchronous());
+    let gate = Arc::new(Gate::master(2, Duration::from_secs(2), 0).with_lease());
+    store.attach_replication(gate.clone()).unwrap();
+    let replicas = Replicas::new(store.clone(), gate.clone(), 1 << 20, Arc::new(SystemClock));
+    replicas.joined(1, 1, "slave".into(), 0);
+    let send = |body: &'static [u8]| {
+        let s = store.clone();
+        tokio::spawn(async move {
+            s.put_batch_async(&[Message::new("t", 0, body.to_vec())])
+                .await
+        })
+    };
+
+    // Lease mode starts expired: refused before anything is written, at both APIs.
+    let e = send(b"early").await.unwrap().unwrap_err();
+    assert!(not_leader(&e).contains("no master lease yet"), "{e}");
+    let e = store
+        .put(&Message::new("t", 0, b"early".to_vec()))
+        .unwrap_err();
+    not_leader(&e);
+    assert_eq!(store.positions().written, 0, "nothing appended");
+
+    // Renewed: a send is acknowledged once its copy arrives.
+    gate.set_lease_deadline(Some(Instant::now() + Duration::from_secs(30)));
+    let s = send(b"one");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replicas.acked(1, store.positions().written).unwrap();
+    s.await.unwrap().expect("acknowledged under the lease");
+
+    // The lease ends while a send waits for its copy: the copy arrives, the send is
+    // refused anyway (another master may be acking by now) — in the log, outcome unknown.
+    gate.set_lease_deadline(Some(Instant::now() + Duration::from_millis(100)));
+    let before = store.positions().written;
+    let s = send(b"two");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = store.positions().written;
+    assert!(after > before, "appended while the lease held");
+    replicas.acked(1, after).unwrap();
+    assert_eq!(gate.confirmed(), after);
+    let e = s.await.unwrap().unwrap_err();
+    let why = not_leader(&e);
+    assert!(
+        why.contains("lease expired") && why.contains("outcome is unknown"),
+        "{why}"
+    );
+    // And a new one is refused at once, unwritten.
+    let e = send(b"three").await.unwrap().unwrap_err();
+    assert!(not_leader(&e).contains("not taking writes"), "{e}");
+    assert_eq!(store.positions().written, after);
+
+    // The blocking API checks after its wait too.
+    gate.set_lease_deadline(Some(Instant::now() + Duration::from_millis(100)));
+    let s = {
+        let s = store.clone();
+        tokio::task::spawn_blocking(move || s.put(&Message::new("t", 0, b"four".to_vec())))
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replicas.acked(1, store.positions().written).unwrap();
+    not_leader(&s.await.unwrap().unwrap_err());
+
+    // Fenced: for good, whatever the lease says.
+    gate.set_lease_deadline(Some(Instant::now() + Duration::from_secs(30)));
+    gate.fence("broker 1 is master at epoch 3");
+    let e = send(b"five").await.unwrap().unwrap_err();
+    assert!(not_leader(&e).contains("epoch 3"), "{e}");
+    gate.set_lease_deadline(None);
+    not_leader(&send(b"six").await.unwrap().unwrap_err());
+}
+
+#[tokio::test]
+async fn an_async_master_checks_its_lease_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), asynchronous());
+    let gate = Arc::new(Gate::master(1, Duration::from_secs(2), 0).with_lease());
+    store.attach_replication(gate.clone()).unwrap();
+    let m = [Message::new("t", 0, b"x".to_vec())];
+    not_leader(&store.put_batch_async(&m).await.unwrap_err());
+    gate.set_lease_deadline(Some(Instant::now() + Duration::from_secs(30)));
+    store.put_batch_async(&m).await.expect("under the lease");
+    // A deadline already past: refused; the lease turned off (no controller): taken.
+    gate.set_lease_deadline(Some(Instant::now() - Duration::from_millis(1)));
+    not_leader(&store.put_batch_async(&m).await.unwrap_err());
+    gate.set_lease_deadline(None);
+    store.put_batch_async(&m).await.expect("lease off");
+}
+
+#[tokio::test]
+async fn under_a_controller_every_member_confirms_and_an_absent_one_holds_sends_until_the_set_shrinks()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), asynchronous());
+    let gate = Arc::new(Gate::master(2, Duration::from_secs(5), 0));
+    store.attach_replication(gate.clone()).unwrap();
+    let replicas = Replicas::new(store.clone(), gate.clone(), 1 << 20, Arc::new(SystemClock));
+    replicas.joined(1, 1, "a".into(), 0);
+    replicas.joined(2, 2, "b".into(), 0);
+    assert!(replicas.set_members(Some((BTreeSet::from([1, 2]), 1))));
+    assert_eq!(replicas.proposal(), None);
+
+    // Slave 1 confirms, slave 2 is gone: under the count rule one copy would do; a
+    // member of the controller's set holds the send.
+    replicas.left(2);
+    let s = {
+        let s = store.clone();
+        tokio::spawn(async move {
+            s.put_batch_async(&[Message::new("t", 0, b"a".to_vec())])
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replicas.acked(1, store.positions().written).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!s.is_finished(), "waits for member 2");
+    assert_eq!(gate.confirmed(), 0);
+
+    // The master asks the controller for {1}; once it holds that, the send is acked.
+    assert_eq!(replicas.proposal(), Some(BTreeSet::from([1])));
+    assert!(replicas.set_members(Some((BTreeSet::from([1]), 2))));
+    s.await.unwrap().expect("acknowledged once the set shrank");
+    assert_eq!(gate.confirmed(), store.positions().written);
+
+    // A set too small for min_in_sync_replicas = 2: sends fail at once.
+    assert!(replicas.set_members(Some((BTreeSet::new(), 3))));
+    let e = store
+        .put_batch_async(&[Message::new("t", 0, b"b".to_vec())])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NoInSyncReplica {
+                needed: 2,
+                in_sync: 0
+            }
+        ),
+        "{e}"
+    );
 }

@@ -174,6 +174,7 @@ error_codes! {
     FlushFailed = 503 "flush_failed",
     ReplicationTimeout = 503 "replication_timeout",
     ReadOnlyReplica = 503 "read_only_replica",
+    NotLeader = 503 "not_leader",
     ShuttingDown = 503 "shutting_down",
 }
 
@@ -194,6 +195,9 @@ fn core_code(e: &CoreError) -> ErrorCode {
         }
         // A slave of a broker group: the message names the master to send to.
         CoreError::ReadOnlyReplica { .. } => C::ReadOnlyReplica,
+        // A master whose controller lease expired, or fenced: the message says which,
+        // and whether the write is in the log (outcome unknown).
+        CoreError::NotLeader { .. } => C::NotLeader,
         // A failed sync: not acknowledged; the node takes writes again after a restart.
         CoreError::FlushFailed(_) => C::FlushFailed,
         CoreError::ShutDown => C::ShuttingDown,
@@ -261,5 +265,26 @@ impl IntoResponse for Error {
             tracing::error!(error = %self, "request failed");
         }
         (status, Json(body(code, &self.to_string()))).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_without_its_lease_is_503_not_leader() {
+        let e = Error::Core(CoreError::NotLeader {
+            reason: "this broker was fenced as master (broker 1 is master at epoch 3)".into(),
+        });
+        assert_eq!(e.status(), (StatusCode::SERVICE_UNAVAILABLE, "not_leader"));
+        assert!(ErrorCode::ALL.contains(&ErrorCode::NotLeader), "documented");
+        let sibling = Error::Core(CoreError::ReadOnlyReplica {
+            master: "m:10912".into(),
+        });
+        assert_eq!(
+            sibling.status(),
+            (StatusCode::SERVICE_UNAVAILABLE, "read_only_replica")
+        );
     }
 }

@@ -345,11 +345,14 @@ impl Inbound {
         use rocketgate_core::Error as E;
         if matches!(
             e,
-            E::ReplicationTimeout { .. } | E::NoInSyncReplica { .. } | E::ReadOnlyReplica { .. }
+            E::ReplicationTimeout { .. }
+                | E::NoInSyncReplica { .. }
+                | E::ReadOnlyReplica { .. }
+                | E::NotLeader { .. }
         ) {
             // Sync replication without its copies (the outcome is unknown: it is in the
-            // master's log) or a read-only slave: 0x80 with the reason; a 3.1.1 client
-            // is disconnected without an ack.
+            // master's log), a read-only slave, or a master without its controller
+            // lease: 0x80 with the reason; a 3.1.1 client is disconnected without an ack.
             tracing::warn!(client = %client_id, error = %e, "publish not acknowledged: replication");
             return Refused {
                 code: 0x80,
@@ -535,4 +538,29 @@ impl Inbound {
 fn is_delayed(m: &Message) -> bool {
     m.property(rocketgate_core::store::record::property::TIMER_DELAY_MS)
         .is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_without_its_lease_refuses_with_0x80_and_the_reason() {
+        let reason = "this broker's master lease expired 1.2s ago; not taking writes";
+        let r = Inbound::not_stored(
+            "c1",
+            rocketgate_core::Error::NotLeader {
+                reason: reason.into(),
+            },
+        );
+        assert_eq!((r.code, r.reason.as_str()), (0x80, reason));
+        let r = Inbound::not_stored(
+            "c1",
+            rocketgate_core::Error::ReadOnlyReplica {
+                master: "m:10912".into(),
+            },
+        );
+        assert_eq!(r.code, 0x80);
+        assert!(r.reason.contains("read-only slave"), "{}", r.reason);
+    }
 }

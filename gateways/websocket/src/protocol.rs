@@ -578,7 +578,8 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
         | E::ShutDown
         | E::ReplicationTimeout { .. }
         | E::NoInSyncReplica { .. }
-        | E::ReadOnlyReplica { .. } => "unavailable",
+        | E::ReadOnlyReplica { .. }
+        | E::NotLeader { .. } => "unavailable",
         _ => "internal",
     };
     (code, e.to_string())
@@ -587,6 +588,19 @@ pub(crate) fn error_code(e: &rocketgate_core::Error) -> (&'static str, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replication_refusals_are_unavailable() {
+        use rocketgate_core::Error as E;
+        let e = E::NotLeader {
+            reason: "this broker's master lease expired 2s ago; not taking writes".into(),
+        };
+        assert_eq!(error_code(&e), ("unavailable", e.to_string()));
+        let e = E::ReadOnlyReplica {
+            master: "m:10912".into(),
+        };
+        assert_eq!(error_code(&e).0, "unavailable");
+    }
 
     #[test]
     fn bad_frames_get_their_code_and_request_id() {

@@ -80,6 +80,9 @@ pub(crate) fn core_fail(e: CoreError) -> Fail {
         CoreError::ReplicationTimeout { .. } => response::FLUSH_SLAVE_TIMEOUT,
         CoreError::NoInSyncReplica { .. } => response::SLAVE_NOT_AVAILABLE,
         CoreError::ReadOnlyReplica { .. } => response::SERVICE_NOT_AVAILABLE,
+        // A master without its controller lease, or fenced: like a slave, not the
+        // broker to send to now (clients retry SERVICE_NOT_AVAILABLE elsewhere).
+        CoreError::NotLeader { .. } => response::SERVICE_NOT_AVAILABLE,
         CoreError::DiskFull { .. } | CoreError::ShutDown | CoreError::FlushFailed(_) => {
             response::SERVICE_NOT_AVAILABLE
         }
@@ -93,4 +96,23 @@ pub(crate) fn core_fail(e: CoreError) -> Fail {
         _ => response::SYSTEM_ERROR,
     };
     Fail::new(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_without_its_lease_answers_like_a_slave() {
+        let reason = "this broker's master lease expired 1.2s ago; not taking writes";
+        let f = core_fail(CoreError::NotLeader {
+            reason: reason.into(),
+        });
+        assert_eq!(f.code, response::SERVICE_NOT_AVAILABLE);
+        assert_eq!(f.remark, reason);
+        let f = core_fail(CoreError::ReadOnlyReplica {
+            master: "m:10912".into(),
+        });
+        assert_eq!(f.code, response::SERVICE_NOT_AVAILABLE);
+    }
 }
