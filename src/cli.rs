@@ -109,7 +109,8 @@ pub struct GroupArgs {
     /// Replication port a master serves its slaves on (PORT or HOST:PORT).
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub ha: Option<std::net::SocketAddr>,
-    /// 0 = master, > 0 = slave (`broker.id`).
+    /// 0 = master, > 0 = slave (`broker.id`); under a controller (`controller.addresses`), this
+    /// broker's id in its group (1, 2, …) and the controller picks the master.
     #[arg(long, value_name = "N")]
     pub broker_id: Option<u64>,
     /// On a slave: the master's replication address, HOST:PORT (`ha.master`).

@@ -281,15 +281,25 @@ const BATCH: usize = 1 << 20;
 
 /// Attaches the group's gate to `store` before any door starts: a slave is read-only
 /// from here on, a sync master holds sends for their copies.
-pub fn attach(config: &Config, store: &Arc<Store>) -> anyhow::Result<Arc<Gate>> {
+/// Under a controller a master's gate holds a write lease, expired until the supervisor
+/// renews it (`crate::role`).
+pub fn attach(
+    config: &Config,
+    store: &Arc<Store>,
+    controlled: Option<&Epochs>,
+) -> anyhow::Result<Arc<Gate>> {
     let gate = if config.is_slave() {
         Gate::slave(config.ha.master.clone())
     } else {
-        Gate::master(
+        let gate = Gate::master(
             config.ha.required_copies(),
             config.ha.sync_timeout,
             store.shippable_end(),
-        )
+        );
+        match controlled {
+            Some(_) => gate.with_lease(),
+            None => gate,
+        }
     };
     let gate = Arc::new(gate);
     store
@@ -478,6 +488,14 @@ pub fn start(
 }
 
 impl Replication {
+    /// A master's slaves (`None` on a slave).
+    pub fn replicas(&self) -> Option<&Arc<Replicas>> {
+        match self {
+            Replication::Master { replicas, .. } => Some(replicas),
+            Replication::Slave { .. } => None,
+        }
+    }
+
     pub async fn stop(self) {
         match self {
             Replication::Master {
@@ -655,7 +673,7 @@ mod tests {
             .unwrap()
             .0,
         );
-        let gate = attach(&config, &store).unwrap();
+        let gate = attach(&config, &store, None).unwrap();
         let broker = Arc::new(
             Broker::open(
                 store,

@@ -139,7 +139,12 @@ fn internal_signer(auth: &Auth) -> Option<rocketgate_remoting::Signer> {
 
 /// Prints one machine-readable line per listening door (harnesses parse these).
 fn announce(door: &str, addr: SocketAddr) {
-    rocketgate_core::sync::lock(&ANNOUNCED).push((door.to_owned(), addr));
+    {
+        // A node restarted in another role announces its doors again: one entry each.
+        let mut all = rocketgate_core::sync::lock(&ANNOUNCED);
+        all.retain(|(d, _)| d != door);
+        all.push((door.to_owned(), addr));
+    }
     println!("rocketgate: {door} listening on {addr}");
     tracing::info!(%addr, "{door} listening");
 }
@@ -639,8 +644,128 @@ fn listening() -> Vec<(String, SocketAddr)> {
     rocketgate_core::sync::lock(&ANNOUNCED).clone()
 }
 
+/// The broker part of a node and its doors, as one unit that starts and stops: a
+/// process runs it once, or — under a controller — once per role it is given
+/// (`crate::role`: a change of master restarts it as the other role).
+pub struct BrokerNode {
+    broker: Arc<Broker>,
+    replication: crate::ha::Replication,
+    registrar: RegistrarHandle,
+    native: ServerHandle,
+    http: http::Handle,
+    mqtt: rocketgate_mqtt::Handle<Broker>,
+    ws: ws::Handle,
+    topic_watch: tokio::task::JoinHandle<()>,
+    tls: Option<(Acceptor, ReloadHandle)>,
+}
+
+/// What a node's broker part starts with besides its config.
+pub struct NodeParts {
+    pub auth: Arc<Auth>,
+    /// The NameServers it registers with.
+    pub namesrvs: Vec<String>,
+    /// What the HTTP door's cluster view asks (the same as `namesrvs` but for an
+    /// embedded NameServer's own address first).
+    pub http_namesrvs: Vec<String>,
+    /// Under a controller: the epoch state and lease the role supervisor keeps.
+    pub controlled: Option<crate::ha::Epochs>,
+}
+
+impl BrokerNode {
+    /// Opens the store and broker and starts replication and every door. `config` comes
+    /// back with the addresses actually bound (port 0 resolved).
+    pub async fn start(config: &mut Config, parts: &NodeParts) -> anyhow::Result<BrokerNode> {
+        let auth = &parts.auth;
+        let native = bind_native(config).await?;
+        let ha_listener = crate::ha::bind(config).await?;
+        let store = open_store(config)?;
+        let gate = crate::ha::attach(config, &store, parts.controlled.as_ref())?;
+        let broker = open_broker(config, store)?;
+        let replication =
+            crate::ha::start(config, &broker, gate, ha_listener, parts.controlled.clone())?;
+        if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
+            announce("ha", addr);
+        }
+        let registrar = start_registrar(config, &broker, parts.namesrvs.clone(), auth);
+        let late = Arc::new(Late::default());
+        let _ = late.registrations.set(registrar.registrations());
+        let tls = start_tls(config)?;
+        let native = start_native(config, native, &broker, &registrar, &tls, auth)?;
+        let topic_watch = watch_topics(&broker, &registrar);
+        let http = start_http(
+            config,
+            &broker,
+            parts.http_namesrvs.clone(),
+            tls_for(&tls, config.tls.http),
+            auth,
+            replication.view(config),
+            late.clone(),
+        )
+        .await?;
+        let mqtt = start_mqtt(config, &broker, tls_for(&tls, config.tls.mqtt), auth).await?;
+        let _ = late.mqtt.set(mqtt.streams());
+        let ws = start_ws(
+            config,
+            &broker,
+            mqtt.streams(),
+            tls_for(&tls, config.tls.ws),
+            auth,
+        )
+        .await?;
+        let _ = late.ws.set(ws.subscribers());
+        let _ = late.doors.set(listening());
+        // Port 0 asked: the next start of this node (a role change) binds the same ports.
+        for (door, addr) in listening() {
+            match door.as_str() {
+                "http" => config.listen.http = addr,
+                "mqtt" => config.listen.mqtt = addr,
+                "mqtts" => config.listen.mqtts = addr,
+                "ws" => config.listen.ws = addr,
+                _ => {}
+            }
+        }
+        Ok(BrokerNode {
+            broker,
+            replication,
+            registrar,
+            native,
+            http,
+            mqtt,
+            ws,
+            topic_watch,
+            tls,
+        })
+    }
+
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    pub fn replication(&self) -> &crate::ha::Replication {
+        &self.replication
+    }
+
+    /// A master's replication gate (`None` on a slave).
+    pub fn gate(&self) -> Option<&Arc<rocketgate_core::store::ha::Gate>> {
+        self.replication.replicas().map(|r| r.gate())
+    }
+
+    /// Stops every door, replication and the registrar, then closes the broker and store.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.native.stop().await;
+        self.ws.stop().await;
+        self.http.stop().await;
+        self.mqtt.stop().await;
+        self.topic_watch.abort();
+        self.registrar.stop().await;
+        drop(self.tls);
+        self.replication.stop().await;
+        close_broker(self.broker).await
+    }
+}
+
 /// `rocketgate standalone`: NameServer + broker + gateways in one process.
-pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
+pub async fn standalone(config: Config) -> anyhow::Result<()> {
     let l = config.listen.clone();
     check_exposure(
         &config,
@@ -655,70 +780,40 @@ pub async fn standalone(mut config: Config) -> anyhow::Result<()> {
     let auth = open_auth(&config, true)?;
     // Before any door announces itself: a harness may signal as soon as it reads one.
     let shutdown = crate::signal::shutdown_signal()?;
-    let native = bind_native(&mut config).await?;
-    let ha_listener = crate::ha::bind(&mut config).await?;
-    let store = open_store(&config)?;
-    let gate = crate::ha::attach(&config, &store)?;
-    let broker = open_broker(&config, store)?;
-    let replication = crate::ha::start(&config, &broker, gate, ha_listener, None)?;
-    if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
-        announce("ha", addr);
-    }
     let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
-    let role = crate::role::start(
-        &config,
-        broker.store().clone(),
-        config.listen.native.to_string(),
-    )?;
     let mut namesrvs = vec![ns_addr.to_string()];
     namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let registrar = start_registrar(&config, &broker, namesrvs.clone(), &auth);
-    let late = Arc::new(Late::default());
-    let _ = late.registrations.set(registrar.registrations());
-    let tls = start_tls(&config)?;
-    let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
-    let topic_watch = watch_topics(&broker, &registrar);
-    let http = start_http(
-        &config,
-        &broker,
+    let parts = NodeParts {
+        auth,
+        http_namesrvs: namesrvs.clone(),
         namesrvs,
-        tls_for(&tls, config.tls.http),
-        &auth,
-        replication.view(&config),
-        late.clone(),
-    )
-    .await?;
-    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
-    let _ = late.mqtt.set(mqtt.streams());
-    let ws = start_ws(
-        &config,
-        &broker,
-        mqtt.streams(),
-        tls_for(&tls, config.tls.ws),
-        &auth,
-    )
-    .await?;
-    let _ = late.ws.set(ws.subscribers());
-    let _ = late.doors.set(listening());
-    println!(
+        controlled: None,
+    };
+    let ready = format!(
         "rocketgate standalone ready (data in {})",
         config.data_dir.display()
     );
+    let result = run_broker(config, parts, shutdown, ready).await;
+    ns.stop().await;
+    result
+}
+
+/// Runs the broker part until `shutdown`: once, or under a controller (with
+/// `controller.addresses`) in whatever role the controller gives it.
+async fn run_broker(
+    mut config: Config,
+    parts: NodeParts,
+    shutdown: impl std::future::Future<Output = ()>,
+    ready: String,
+) -> anyhow::Result<()> {
+    if config.controlled() {
+        return crate::role::run(config, parts, shutdown, ready).await;
+    }
+    let node = BrokerNode::start(&mut config, &parts).await?;
+    println!("{ready}");
     shutdown.await;
     tracing::info!("shutting down");
-    native.stop().await;
-    ws.stop().await;
-    http.stop().await;
-    mqtt.stop().await;
-    topic_watch.abort();
-    if let Some(r) = role {
-        r.stop();
-    }
-    registrar.stop().await;
-    ns.stop().await;
-    drop(tls);
-    replication.stop().await;
-    close_broker(broker).await
+    node.stop().await
 }
 
 /// `rocketgate namesrv`: a NameServer alone.
@@ -749,7 +844,7 @@ pub async fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
 }
 
 /// `rocketgate broker`: a broker that registers with the configured NameServers.
-pub async fn broker(mut config: Config) -> anyhow::Result<()> {
+pub async fn broker(config: Config) -> anyhow::Result<()> {
     if config.broker.namesrv_addrs.is_empty() {
         anyhow::bail!(
             "a broker needs NameServers to register with: --namesrv HOST:PORT;HOST:PORT \
@@ -768,65 +863,16 @@ pub async fn broker(mut config: Config) -> anyhow::Result<()> {
     )?;
     let auth = open_auth(&config, false)?;
     let shutdown = crate::signal::shutdown_signal()?;
-    let native = bind_native(&mut config).await?;
-    let ha_listener = crate::ha::bind(&mut config).await?;
-    let store = open_store(&config)?;
-    let gate = crate::ha::attach(&config, &store)?;
-    let broker = open_broker(&config, store)?;
-    let replication = crate::ha::start(&config, &broker, gate, ha_listener, None)?;
-    if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
-        announce("ha", addr);
-    }
-    let registrar = start_registrar(&config, &broker, config.broker.namesrv_addrs.clone(), &auth);
-    let role = crate::role::start(
-        &config,
-        broker.store().clone(),
-        config.listen.native.to_string(),
-    )?;
-    let late = Arc::new(Late::default());
-    let _ = late.registrations.set(registrar.registrations());
-    let tls = start_tls(&config)?;
-    let native = start_native(&config, native, &broker, &registrar, &tls, &auth)?;
-    let topic_watch = watch_topics(&broker, &registrar);
-    let namesrvs = config.broker.namesrv_addrs.clone();
-    let http = start_http(
-        &config,
-        &broker,
-        namesrvs,
-        tls_for(&tls, config.tls.http),
-        &auth,
-        replication.view(&config),
-        late.clone(),
-    )
-    .await?;
-    let mqtt = start_mqtt(&config, &broker, tls_for(&tls, config.tls.mqtt), &auth).await?;
-    let _ = late.mqtt.set(mqtt.streams());
-    let ws = start_ws(
-        &config,
-        &broker,
-        mqtt.streams(),
-        tls_for(&tls, config.tls.ws),
-        &auth,
-    )
-    .await?;
-    let _ = late.ws.set(ws.subscribers());
-    let _ = late.doors.set(listening());
-    println!(
+    let parts = NodeParts {
+        auth,
+        namesrvs: config.broker.namesrv_addrs.clone(),
+        http_namesrvs: config.broker.namesrv_addrs.clone(),
+        controlled: None,
+    };
+    let ready = format!(
         "rocketgate broker {} ready (data in {})",
         config.broker.name,
         config.data_dir.display()
     );
-    shutdown.await;
-    native.stop().await;
-    ws.stop().await;
-    http.stop().await;
-    mqtt.stop().await;
-    topic_watch.abort();
-    if let Some(r) = role {
-        r.stop();
-    }
-    registrar.stop().await;
-    drop(tls);
-    replication.stop().await;
-    close_broker(broker).await
+    run_broker(config, parts, shutdown, ready).await
 }

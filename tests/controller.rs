@@ -86,6 +86,7 @@ fn hb(id: u64, max_offset: i64) -> Heartbeat {
         group: "broker-a".into(),
         id,
         addr: format!("127.0.0.1:{}", 30000 + id),
+        ha_addr: String::new(),
         max_offset,
         epoch: 0,
     }
@@ -321,6 +322,8 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
     with_timings(&mut c)
         .env("ROCKETGATE_CONTROLLER__ADDRESSES", &addr)
+        .env("ROCKETGATE_BROKER__ID", "1")
+        .env("ROCKETGATE_HA__SECRET", "s3cret")
         .args(["standalone", "--data-dir"])
         .arg(dir.path().join("node"))
         .args([
@@ -333,6 +336,8 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
             "--http",
             "0",
             "--ws",
+            "0",
+            "--ha",
             "0",
         ]);
     let _node = Proc(c.spawn().unwrap());
@@ -347,7 +352,7 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
     .await;
     let g = &status.groups[0];
     assert_eq!(g.info.broker_name, "broker-a");
-    assert_eq!((g.info.master_id, g.info.master_epoch), (Some(0), 1));
+    assert_eq!((g.info.master_id, g.info.master_epoch), (Some(1), 1));
     let r = &g.replica_status[0];
     assert!(
         r.address.starts_with("127.0.0.1:") && !r.address.ends_with(":0"),

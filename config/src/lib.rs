@@ -605,6 +605,13 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
+    /// A master's write lease given the controllers' `broker_timeout`: two thirds of it,
+    /// the last third being the margin for clock-rate drift and scheduling delays (3 s →
+    /// a 2 s lease, 1 s margin; docs/controller.md, "The lease rule").
+    pub fn lease_for(broker_timeout: Duration) -> Duration {
+        broker_timeout * 2 / 3
+    }
+
     /// The controller's data directory: `controller.data_dir`, or `<data_dir>/controller`.
     pub fn dir(&self, data_dir: &std::path::Path) -> PathBuf {
         if self.data_dir.as_os_str().is_empty() {
@@ -623,6 +630,13 @@ impl Config {
         } else {
             self.auth.users_file.clone()
         }
+    }
+
+    /// Whether a controller decides this broker's role (`controller.addresses` set):
+    /// `broker.id` then only names the broker in its group, and the role-less config is
+    /// turned into a master's or a slave's each time the controller assigns one.
+    pub fn controlled(&self) -> bool {
+        !self.controller.addresses.trim().is_empty()
     }
 
     /// A slave of a broker group (`broker.id > 0`).
@@ -1007,13 +1021,35 @@ impl Config {
             }
         }
         let ha = &self.ha;
-        if self.is_slave() && ha.master.trim().is_empty() {
+        if self.controlled() {
+            if self.broker.id == 0 {
+                bad.push(
+                    "with controller.addresses set, broker.id names the broker in its group and must be 1 or more (the controller decides who is master; the master registers with the NameServers as id 0)"
+                        .into(),
+                );
+            }
+            if !ha.master.trim().is_empty() {
+                bad.push(
+                    "with controller.addresses set the controller names the master: leave ha.master empty"
+                        .into(),
+                );
+            }
+            if ha.secret.is_empty() {
+                bad.push(
+                    "with controller.addresses set the brokers of a group replicate: set ha.secret (ROCKETGATE_HA__SECRET), the same on every broker of the group"
+                        .into(),
+                );
+            }
+        } else if self.is_slave() && ha.master.trim().is_empty() {
             bad.push(format!(
                 "broker.id is {} (a slave): ha.master must name the master's replication address",
                 self.broker.id
             ));
         }
-        if ha.secret.is_empty() && (self.is_slave() || ha.required_copies() > 1) {
+        if ha.secret.is_empty()
+            && !self.controlled()
+            && (self.is_slave() || ha.required_copies() > 1)
+        {
             bad.push(
                 "replication needs ha.secret (the shared secret of the replication channel) on \
                  the master and its slaves: set it (ROCKETGATE_HA__SECRET) for a slave or a \

@@ -258,6 +258,31 @@ fn ha_settings_from_env_and_their_checks() {
 }
 
 #[test]
+fn a_broker_under_a_controller_needs_an_id_and_a_secret_and_no_fixed_master() {
+    let ctl = || Override::new("controller.addresses", "127.0.0.1:9878", "env");
+    let o = |k: &str, v: &str| Override::new(k, v, "flag");
+    let ok = Config::load(None, &[ctl(), o("broker.id", "2"), o("ha.secret", "s")]).unwrap();
+    assert!(ok.controlled());
+    assert!(!Config::default().controlled());
+    for (bad, why) in [
+        (vec![ctl(), o("ha.secret", "s")], "must be 1 or more"),
+        (vec![ctl(), o("broker.id", "1")], "ha.secret"),
+        (
+            vec![
+                ctl(),
+                o("broker.id", "1"),
+                o("ha.secret", "s"),
+                o("ha.master", "127.0.0.1:10912"),
+            ],
+            "leave ha.master empty",
+        ),
+    ] {
+        let err = Config::load(None, &bad).unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
+    }
+}
+
+#[test]
 fn controller_settings_from_env_and_their_checks() {
     let env = env_overrides(vec![
         (

@@ -55,6 +55,7 @@ async fn main() {
             group: "g".into(),
             id,
             addr: format!("127.0.0.1:{}", 40000 + id),
+            ha_addr: String::new(),
             max_offset: 0,
             epoch: 0,
         };

@@ -24,6 +24,8 @@ pub struct Heartbeat {
     pub id: BrokerId,
     /// The broker's address (its native door), as clients reach it.
     pub addr: String,
+    /// Its replication port (`listen.ha`), where slaves follow it; empty: none.
+    pub ha_addr: String,
     /// Where its commit log ends.
     pub max_offset: i64,
     /// The master epoch it holds.
@@ -165,12 +167,16 @@ impl ControllerClient {
     }
 
     fn beat_cmd(code: i32, hb: &Heartbeat) -> RemotingCommand {
-        RemotingCommand::request(code, 0)
+        let cmd = RemotingCommand::request(code, 0)
             .with_field(field::BROKER_NAME, &hb.group)
             .with_field(field::BROKER_ID, hb.id)
             .with_field(field::BROKER_ADDRESS, &hb.addr)
             .with_field(field::MAX_OFFSET, hb.max_offset)
-            .with_field(field::EPOCH, hb.epoch)
+            .with_field(field::EPOCH, hb.epoch);
+        match hb.ha_addr.is_empty() {
+            true => cmd,
+            false => cmd.with_field(field::HA_ADDRESS, &hb.ha_addr),
+        }
     }
 
     /// Registers a broker; the answer says who is master (maybe the broker itself).

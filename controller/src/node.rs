@@ -417,7 +417,7 @@ impl Core {
             Ok(r) => match r.data {
                 Outcome::Applied(g) => {
                     let name = req.field(field::BROKER_NAME).unwrap_or_default();
-                    Ok(ok_json(req, &ReplicaInfo::of(name, &g)))
+                    Ok(ok_json(req, &self.info(name, &g)))
                 }
                 Outcome::Rejected { why, detail } => Err(refuse(wire::code_of(why), detail)),
             },
@@ -436,6 +436,15 @@ impl Core {
         })
     }
 
+    /// A group as brokers get it, with the silence after which a master is replaced (the
+    /// broker derives its write lease from it: docs/controller.md, "The lease rule").
+    fn info(&self, name: &str, g: &Group) -> ReplicaInfo {
+        ReplicaInfo {
+            broker_timeout_ms: Some(self.broker_timeout.as_millis() as u64),
+            ..ReplicaInfo::of(name, g)
+        }
+    }
+
     fn group(&self, name: &str) -> Option<Group> {
         lock(&self.state).groups.group(name).cloned()
     }
@@ -446,6 +455,7 @@ impl Core {
         let name = text(req, field::BROKER_NAME)?.to_owned();
         let id: BrokerId = required(req, field::BROKER_ID)?;
         let addr = text(req, field::BROKER_ADDRESS)?.to_owned();
+        let ha_addr = req.field(field::HA_ADDRESS).unwrap_or_default().to_owned();
         let max_offset: i64 = number(req, field::MAX_OFFSET)?.unwrap_or(0);
         let epoch: u64 = number(req, field::EPOCH)?.unwrap_or(0);
         self.must_lead()?;
@@ -463,10 +473,11 @@ impl Core {
         self.linearizable().await?;
         let known = self.group(&name).filter(|g| {
             g.replicas.get(&id) == Some(&addr)
+                && (ha_addr.is_empty() || g.ha_addrs.get(&id) == Some(&ha_addr))
                 && !(g.master.is_none() && (g.sync_set.is_empty() || g.sync_set.contains(&id)))
         });
         match known {
-            Some(g) => Ok(ok_json(req, &ReplicaInfo::of(&name, &g))),
+            Some(g) => Ok(ok_json(req, &self.info(&name, &g))),
             None => {
                 self.propose(
                     req,
@@ -474,6 +485,7 @@ impl Core {
                         group: name,
                         id,
                         addr,
+                        ha_addr,
                     },
                 )
                 .await
@@ -486,7 +498,7 @@ impl Core {
         self.must_lead()?;
         self.linearizable().await?;
         match self.group(name) {
-            Some(g) => Ok(ok_json(req, &ReplicaInfo::of(name, &g))),
+            Some(g) => Ok(ok_json(req, &self.info(name, &g))),
             None => Err(refuse(
                 response::CONTROLLER_BROKER_METADATA_NOT_EXIST,
                 format!("no group {name}"),
@@ -506,7 +518,7 @@ impl Core {
             ));
         };
         if prefer.is_some() && prefer == g.master {
-            return Ok(ok_json(req, &ReplicaInfo::of(&name, &g)));
+            return Ok(ok_json(req, &self.info(&name, &g)));
         }
         let id = pick_master(
             &g,
@@ -582,7 +594,7 @@ impl Core {
                 .groups
                 .iter()
                 .map(|(name, g)| wire::GroupStatus {
-                    info: ReplicaInfo::of(name, g),
+                    info: self.info(name, g),
                     replica_status: g
                         .replicas
                         .iter()

@@ -31,6 +31,10 @@ pub struct Group {
     pub sync_epoch: u64,
     /// Every broker that ever registered: id -> address (`host:port` of its native door).
     pub replicas: BTreeMap<BrokerId, String>,
+    /// Their replication (HA) ports, where a slave follows a master (`listen.ha`); absent
+    /// for a broker that registered without one.
+    #[serde(default)]
+    pub ha_addrs: BTreeMap<BrokerId, String>,
 }
 
 impl Group {
@@ -38,6 +42,13 @@ impl Group {
     pub fn master_addr(&self) -> Option<&str> {
         self.master
             .and_then(|m| self.replicas.get(&m))
+            .map(String::as_str)
+    }
+
+    /// The master's replication address, when there is a master that gave one.
+    pub fn master_ha_addr(&self) -> Option<&str> {
+        self.master
+            .and_then(|m| self.ha_addrs.get(&m))
             .map(String::as_str)
     }
 }
@@ -60,10 +71,14 @@ pub enum Command {
         group: String,
         id: BrokerId,
         addr: String,
+        /// Its replication port (empty: none given).
+        #[serde(default)]
+        ha_addr: String,
     },
-    /// Makes `master` the master at `expect_epoch + 1`, with the in-sync set `{master}`
-    /// (the others rejoin as they catch up with it). Rejected unless the group is still at
-    /// `expect_epoch`.
+    /// Makes `master` the master at `expect_epoch + 1`. The in-sync set keeps its other
+    /// members but the old master (they hold every acknowledged message), or is `{master}`
+    /// when `master` was not in it (unclean election). Rejected unless the group is still
+    /// at `expect_epoch`.
     ElectMaster {
         group: String,
         master: BrokerId,
@@ -123,9 +138,17 @@ impl Groups {
     /// same state and gets the same result.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         match cmd {
-            Command::Register { group, id, addr } => {
+            Command::Register {
+                group,
+                id,
+                addr,
+                ha_addr,
+            } => {
                 let g = self.groups.entry(group.clone()).or_default();
                 g.replicas.insert(*id, addr.clone());
+                if !ha_addr.is_empty() {
+                    g.ha_addrs.insert(*id, ha_addr.clone());
+                }
                 if g.master.is_none() && (g.sync_set.is_empty() || g.sync_set.contains(id)) {
                     make_master(g, *id);
                 }
@@ -151,7 +174,24 @@ impl Groups {
                         format!("broker {master} of {group} never registered"),
                     );
                 }
+                // The other members held every acknowledged message under the old master
+                // and still do: they stay in the set (Kafka keeps its ISR at a leader
+                // change), so the new master can acknowledge as soon as they follow it,
+                // without a round to the controller. A master from outside the set
+                // (unclean election) starts a set of its own.
+                let survivors: BTreeSet<BrokerId> = match g.sync_set.contains(master) {
+                    true => g
+                        .sync_set
+                        .iter()
+                        .copied()
+                        .filter(|id| Some(*id) != g.master && g.replicas.contains_key(id))
+                        .collect(),
+                    false => BTreeSet::new(),
+                };
                 make_master(g, *master);
+                if survivors.len() > 1 {
+                    g.sync_set = survivors;
+                }
                 Outcome::Applied(g.clone())
             }
             Command::AlterSyncSet {
@@ -273,6 +313,7 @@ mod tests {
             group: "g".into(),
             id,
             addr: format!("127.0.0.1:{}", 10911 + id),
+            ha_addr: format!("127.0.0.1:{}", 20911 + id),
         })
     }
 
@@ -293,6 +334,7 @@ mod tests {
         assert_eq!(g.sync_set, BTreeSet::from([0]));
         assert_eq!(g.replicas.len(), 3);
         assert_eq!(g.master_addr(), Some("127.0.0.1:10911"));
+        assert_eq!(g.master_ha_addr(), Some("127.0.0.1:20911"));
     }
 
     #[test]
@@ -359,7 +401,8 @@ mod tests {
         };
         assert_eq!(
             (g.master, g.master_epoch, g.sync_set),
-            (Some(1), 2, BTreeSet::from([1]))
+            (Some(1), 2, BTreeSet::from([1])),
+            "1 was not in the set {{0}}: a set of its own"
         );
         // A second decision made on the old epoch does not apply.
         assert!(matches!(
@@ -413,6 +456,24 @@ mod tests {
         g.sync_set = BTreeSet::from([0, 1, 2]);
         let l3 = [(1, true, 5), (2, true, 5)];
         assert_eq!(pick_master(&g, live(&l3), false, None), Ok(1));
+    }
+
+    #[test]
+    fn an_election_keeps_the_other_in_sync_members_but_drops_the_old_master() {
+        let mut s = three();
+        let g = s.groups.get_mut("g").unwrap();
+        g.sync_set = BTreeSet::from([0, 1, 2]);
+        let Outcome::Applied(g) = s.apply(&Command::ElectMaster {
+            group: "g".into(),
+            master: 2,
+            expect_epoch: 1,
+        }) else {
+            panic!()
+        };
+        assert_eq!(
+            (g.master, g.master_epoch, g.sync_set),
+            (Some(2), 2, BTreeSet::from([1, 2]))
+        );
     }
 
     #[test]

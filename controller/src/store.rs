@@ -461,6 +461,7 @@ mod tests {
                 group: "g".into(),
                 id: index,
                 addr: format!("a{index}"),
+                ha_addr: String::new(),
             }),
         }
     }

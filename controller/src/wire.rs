@@ -45,6 +45,9 @@ pub mod field {
     pub const BROKER_NAME: &str = "brokerName";
     pub const BROKER_ID: &str = "brokerId";
     pub const BROKER_ADDRESS: &str = "brokerAddress";
+    /// The broker's replication port (ours: RocketMQ 5 learns it from the master's
+    /// register answer to the NameServer).
+    pub const HA_ADDRESS: &str = "haAddress";
     pub const MAX_OFFSET: &str = "maxOffset";
     pub const EPOCH: &str = "epoch";
     pub const MASTER_EPOCH: &str = "masterEpoch";
@@ -76,11 +79,16 @@ pub struct ReplicaInfo {
     /// Absent when the group has no master.
     pub master_id: Option<BrokerId>,
     pub master_address: Option<String>,
+    /// The master's replication port, where slaves follow it.
+    pub master_ha_address: Option<String>,
     pub master_epoch: u64,
     pub sync_state_set: BTreeSet<BrokerId>,
     pub sync_state_set_epoch: u64,
     /// Every registered broker: id -> address.
     pub replicas: BTreeMap<BrokerId, String>,
+    /// The controllers' `broker_timeout` in ms: a master silent this long is replaced. A
+    /// master's write lease is derived from it (docs/controller.md, "The lease rule").
+    pub broker_timeout_ms: Option<u64>,
 }
 
 impl ReplicaInfo {
@@ -89,10 +97,12 @@ impl ReplicaInfo {
             broker_name: name.to_owned(),
             master_id: g.master,
             master_address: g.master_addr().map(str::to_owned),
+            master_ha_address: g.master_ha_addr().map(str::to_owned),
             master_epoch: g.master_epoch,
             sync_state_set: g.sync_set.clone(),
             sync_state_set_epoch: g.sync_epoch,
             replicas: g.replicas.clone(),
+            broker_timeout_ms: None,
         }
     }
 }

@@ -84,6 +84,7 @@ async fn three_controllers_elect_register_fail_over_redirect_and_restart() {
         group: "g".into(),
         id,
         addr: format!("127.0.0.1:{}", 20000 + id),
+        ha_addr: format!("127.0.0.1:{}", 21000 + id),
         max_offset: off,
         epoch: 0,
     };
@@ -160,6 +161,7 @@ async fn three_controllers_elect_register_fail_over_redirect_and_restart() {
     assert_eq!((info.master_id, info.master_epoch), (Some(1), 2));
     assert_eq!(info.sync_state_set, BTreeSet::from([1]));
     assert_eq!(info.master_address.as_deref(), Some("127.0.0.1:20001"));
+    assert_eq!(info.master_ha_address.as_deref(), Some("127.0.0.1:21001"));
 
     // The old master comes back with its old epoch: the answer tells it who is master now.
     let back = client

@@ -248,10 +248,17 @@ impl Node {
         if self.child.is_some() {
             bail!("restart needs a stopped node (stop or kill9 first)");
         }
-        let listen: Vec<(String, String)> = self
-            .addrs
+        // The same ports; a door it did not announce (a replication port it had not
+        // opened yet) on a fresh one.
+        let listen: Vec<(String, String)> = DOORS
             .iter()
-            .map(|(d, a)| (d.clone(), a.to_string()))
+            .map(|d| {
+                let addr = self
+                    .addrs
+                    .get(*d)
+                    .map_or("127.0.0.1:0".into(), |a| a.to_string());
+                (d.to_string(), addr)
+            })
             .collect();
         // The old ports may sit in TIME_WAIT for a moment on a busy machine.
         let deadline = Instant::now() + Duration::from_secs(20);

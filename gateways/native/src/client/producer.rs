@@ -331,9 +331,19 @@ impl Inner {
                 Err((broker, e)) => {
                     debug!(topic = msg.topic, attempt, error = %e, "send failed");
                     let again = retryable(&e);
-                    if matches!(e, Error::ConnectionClosed { .. } | Error::Timeout { .. })
-                        || e.code() == Some(response::TOPIC_NOT_EXIST)
-                    {
+                    // The route may be stale: a broker gone, or a master that lost its
+                    // role (a failover: the NameServers name the new master within a
+                    // second). The next attempt asks the NameServers again.
+                    if matches!(
+                        e,
+                        Error::ConnectionClosed { .. }
+                            | Error::Timeout { .. }
+                            | Error::Connect { .. }
+                            | Error::Unreachable { .. }
+                    ) || matches!(
+                        e.code(),
+                        Some(response::TOPIC_NOT_EXIST | response::SERVICE_NOT_AVAILABLE)
+                    ) {
                         self.session.forget_route(&msg.topic);
                     }
                     last_broker = broker;

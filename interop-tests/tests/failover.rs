@@ -1,0 +1,452 @@
+//! Automatic failover (issue #28), real processes on loopback: three NameServers each
+//! with an embedded controller (`rocketgate namesrv --controller`), and one broker group
+//! of three brokers (`controller.addresses` set, sync replication). A steady stream of
+//! HTTP and native sends keeps a ledger of every acknowledgement; the master is
+//! `kill -9`ed, a new master is elected, and then:
+//!
+//! - every acknowledged message is in the new master's commit log;
+//! - no two records hold the same acknowledged message unless it was a retry (counted);
+//! - per sender, acknowledged messages keep their order within each queue;
+//! - the killed broker comes back as a slave (cutting any unreplicated tail) and every
+//!   replica converges to the same bytes.
+//!
+//! `RG_FAILOVER_CYCLES=N` runs N kill cycles (default 3); the failover times (kill → first
+//! acknowledgement by the new master) are printed at the end (docs/benchmarks.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use interop_tests::doors::create_topic;
+use interop_tests::{Node, binary, wait_for};
+use rocketgate_controller::ControllerClient;
+use rocketgate_controller::wire::ReplicaInfo;
+use rocketgate_core::store::record::RecordView;
+use rocketgate_native::client::{ClientSettings, Message as NativeMessage, Producer};
+
+const SECRET: &str = "failover-secret";
+const GROUP: &str = "broker-a";
+const TOPIC: &str = "ledger";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A NameServer with an embedded controller; SIGKILLed when dropped.
+struct Namesrv {
+    child: Child,
+}
+
+impl Drop for Namesrv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three NameServers + controllers; `(their processes, NameServer list, controller list)`.
+fn control_plane(dir: &std::path::Path) -> anyhow::Result<(Vec<Namesrv>, String, String)> {
+    let ns: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ctl: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = ctl
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut procs = Vec::new();
+    for (i, port) in ns.iter().enumerate() {
+        let child = Command::new(binary()?)
+            .args(["namesrv", "--listen", &port.to_string(), "--controller"])
+            .args(["--controller-id", &(i + 1).to_string()])
+            .args(["--controller-peers", &peers])
+            .arg("--data-dir")
+            .arg(dir.join(format!("ns{i}")))
+            .env("ROCKETGATE_CONTROLLER__BROKER_TIMEOUT", "2s")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting a NameServer with a controller")?;
+        procs.push(Namesrv { child });
+    }
+    let join = |ports: &[u16]| {
+        ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    Ok((procs, join(&ns), join(&ctl)))
+}
+
+fn broker(id: u64, namesrvs: &str, controllers: &str) -> anyhow::Result<Node> {
+    Node::start_with_env(&[
+        ("ROCKETGATE_CONTROLLER__ADDRESSES", controllers),
+        ("ROCKETGATE_CONTROLLER__HEARTBEAT_INTERVAL", "300ms"),
+        ("ROCKETGATE_BROKER__ID", &id.to_string()),
+        ("ROCKETGATE_BROKER__NAMESRV_ADDRS", namesrvs),
+        ("ROCKETGATE_HA__MODE", "sync"),
+        ("ROCKETGATE_HA__SECRET", SECRET),
+        ("ROCKETGATE_HA__SYNC_TIMEOUT", "2s"),
+        ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms"),
+    ])
+}
+
+async fn group_info(client: &ControllerClient) -> Option<ReplicaInfo> {
+    client.replica_info(GROUP).await.ok()
+}
+
+/// One acknowledged send: which sender, its sequence number, what it carried.
+#[derive(Debug, Clone)]
+struct Acked {
+    sender: String,
+    seq: u64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Ledger {
+    acked: Vec<Acked>,
+    /// Answered with an error or not at all: may or may not be stored.
+    maybe: usize,
+}
+
+fn http_send(http: SocketAddr, body: &str) -> Option<bool> {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "6",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(["--data-binary", body])
+        .arg(format!("http://{http}/v1/topics/{TOPIC}/messages"))
+        .output()
+        .ok()?;
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "201" => Some(true),
+        "000" | "" => None,
+        _ => Some(false),
+    }
+}
+
+/// The commit log of `dir` as records: `(offset, queue, body)`, read from the segment
+/// files as they are (a running node's log is read up to its first unwritten byte).
+fn records(dir: &std::path::Path) -> anyhow::Result<Vec<(u64, u32, String)>> {
+    let log = dir.join("commitlog");
+    let mut names: Vec<_> = std::fs::read_dir(&log)
+        .with_context(|| format!("reading {}", log.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let base: u64 = name.parse()?;
+        let bytes = std::fs::read(log.join(&name))?;
+        let mut at = 0usize;
+        while at + 8 <= bytes.len() {
+            let Ok(r) = RecordView::parse(&bytes[at..]) else {
+                break;
+            };
+            let size = r.as_bytes().len();
+            if r.topic() == TOPIC {
+                out.push((
+                    base + at as u64,
+                    r.queue_id() as u32,
+                    String::from_utf8_lossy(r.body()).into_owned(),
+                ));
+            }
+            at += size;
+        }
+    }
+    Ok(out)
+}
+
+/// The commit log's segment files: (name, bytes).
+fn log_files(node: &Node) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let dir = node.data_dir().join("commitlog");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir)? {
+        let e = e?;
+        out.push((
+            e.file_name().to_string_lossy().into_owned(),
+            std::fs::read(e.path())?,
+        ));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Starts HTTP senders (one thread each) against whatever `master` holds now, and a
+/// native producer routed by the NameServers.
+fn start_load(
+    cycle: usize,
+    master: Arc<Mutex<SocketAddr>>,
+    namesrvs: String,
+    stop: Arc<AtomicBool>,
+    ledger: Arc<Mutex<Ledger>>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let mut out = Vec::new();
+    for t in 0..2 {
+        let (master, stop, ledger) = (master.clone(), stop.clone(), ledger.clone());
+        out.push(std::thread::spawn(move || {
+            let sender = format!("c{cycle}h{t}");
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let body = format!("{sender}-{seq}");
+                let to = *master.lock().unwrap();
+                match http_send(to, &body) {
+                    Some(true) => ledger.lock().unwrap().acked.push(Acked {
+                        sender: sender.clone(),
+                        seq,
+                        at: Instant::now(),
+                    }),
+                    _ => {
+                        ledger.lock().unwrap().maybe += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                seq += 1;
+            }
+        }));
+    }
+    out.push(std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let settings =
+                ClientSettings::from_list(&namesrvs).with_route_refresh(Duration::from_millis(300));
+            let producer = Producer::start(settings, "failover-producers")
+                .await
+                .expect("producer")
+                .with_send_timeout(Duration::from_secs(4));
+            let sender = format!("c{cycle}n0");
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let body = format!("{sender}-{seq}");
+                let r = producer
+                    .send(NativeMessage::new(TOPIC, body.into_bytes()))
+                    .await;
+                match r {
+                    Ok(_) => ledger.lock().unwrap().acked.push(Acked {
+                        sender: sender.clone(),
+                        seq,
+                        at: Instant::now(),
+                    }),
+                    Err(_) => {
+                        ledger.lock().unwrap().maybe += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                seq += 1;
+            }
+        });
+    }));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_message() {
+    let cycles: usize = std::env::var("RG_FAILOVER_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let dir = tempfile::tempdir().unwrap();
+    let (_plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
+    let client = ControllerClient::parse(&controllers).unwrap();
+    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
+    for id in 1..=3u64 {
+        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
+            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
+        nodes.insert(id, node);
+    }
+    // Every broker in the in-sync set: an acknowledgement needs all three.
+    let info = wait_for_async("all three in the in-sync set", 60, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
+    })
+    .await;
+    let master_id = Arc::new(Mutex::new(info.master_id.unwrap()));
+    let master_http = Arc::new(Mutex::new(nodes[&info.master_id.unwrap()].addr("http")));
+    // The topic exists on the master before the load (it reaches the slaves through the log).
+    create_topic(&nodes[&info.master_id.unwrap()], TOPIC, 4)
+        .await
+        .expect("create the topic");
+
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut failovers = Vec::new();
+    let mut epoch = info.master_epoch;
+    for cycle in 0..cycles {
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = start_load(
+            cycle,
+            master_http.clone(),
+            namesrvs.clone(),
+            stop.clone(),
+            ledger.clone(),
+        );
+        let at = 400 + (rocketgate_base::clock::now_ms() as u64 * 7919 % 1000);
+        tokio::time::sleep(Duration::from_millis(at)).await;
+        let old = *master_id.lock().unwrap();
+        let killed_at = Instant::now();
+        nodes
+            .get_mut(&old)
+            .unwrap()
+            .kill9()
+            .expect("kill -9 the master");
+        // The controllers elect another member of the in-sync set.
+        let info = wait_for_async("a new master", 30, async || {
+            group_info(&client)
+                .await
+                .filter(|i| i.master_epoch > epoch && i.master_id.is_some_and(|m| m != old))
+        })
+        .await;
+        epoch = info.master_epoch;
+        let new = info.master_id.unwrap();
+        *master_id.lock().unwrap() = new;
+        *master_http.lock().unwrap() = nodes[&new].addr("http");
+        // The load goes on against the new master until it acknowledged something.
+        let first_ack = wait_for_async("an acknowledgement by the new master", 30, async || {
+            ledger
+                .lock()
+                .unwrap()
+                .acked
+                .iter()
+                .rev()
+                .take_while(|a| a.at > killed_at)
+                .map(|a| a.at)
+                .min()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Release);
+        for t in load {
+            t.join().unwrap();
+        }
+        let took = first_ack - killed_at;
+        failovers.push(took);
+        eprintln!(
+            "cycle {cycle}: killed broker {old} after {at} ms; broker {new} master at epoch {epoch}; first ack {took:?} after the kill"
+        );
+
+        // Every acknowledged message is on the new master.
+        let stored = tokio::task::block_in_place(|| records(nodes[&new].data_dir())).unwrap();
+        check_ledger(&ledger.lock().unwrap(), &stored, cycle);
+
+        // The killed broker comes back as a slave and converges to the same bytes.
+        tokio::task::block_in_place(|| nodes.get_mut(&old).unwrap().restart())
+            .expect("restart the old master");
+        wait_for_async("all three in sync again", 90, async || {
+            group_info(&client)
+                .await
+                .filter(|i| i.sync_state_set.len() == 3 && i.master_epoch == epoch)
+        })
+        .await;
+        tokio::task::block_in_place(|| {
+            wait_for("identical commit logs", Duration::from_secs(60), || {
+                let m = log_files(&nodes[&new]).ok()?;
+                nodes
+                    .values()
+                    .all(|n| log_files(n).ok().as_ref() == Some(&m))
+                    .then_some(())
+            })
+        })
+        .unwrap_or_else(|e| panic!("cycle {cycle}: {e:#}"));
+    }
+    let l = ledger.lock().unwrap();
+    assert!(
+        l.acked.len() > 50,
+        "the load acknowledged only {}",
+        l.acked.len()
+    );
+    failovers.sort();
+    eprintln!(
+        "{} acknowledged, {} maybe; failover times (kill -> first ack): {failovers:?}",
+        l.acked.len(),
+        l.maybe
+    );
+}
+
+/// Checks the ledger against the new master's log: every acknowledged message present,
+/// duplicates counted, order per sender kept within each queue.
+fn check_ledger(ledger: &Ledger, stored: &[(u64, u32, String)], cycle: usize) {
+    let mut at: BTreeMap<&str, Vec<(u64, u32)>> = BTreeMap::new();
+    for (off, q, body) in stored {
+        at.entry(body.as_str()).or_default().push((*off, *q));
+    }
+    let mut missing = Vec::new();
+    let mut duplicated = 0usize;
+    for a in &ledger.acked {
+        let body = format!("{}-{}", a.sender, a.seq);
+        match at.get(body.as_str()) {
+            None => missing.push(body),
+            Some(v) if v.len() > 1 => duplicated += 1,
+            Some(_) => {}
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cycle {cycle}: {} of {} acknowledged messages are not on the new master, e.g. {:?}",
+        missing.len(),
+        ledger.acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    // Per sender and queue, acknowledged sequence numbers come in log order.
+    let acked: BTreeSet<String> = ledger
+        .acked
+        .iter()
+        .map(|a| format!("{}-{}", a.sender, a.seq))
+        .collect();
+    let mut last: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    for (_, q, body) in stored {
+        if !acked.contains(body) {
+            continue;
+        }
+        let Some((sender, seq)) = body.rsplit_once('-') else {
+            continue;
+        };
+        let seq: u64 = seq.parse().unwrap();
+        let key = (sender.to_string(), *q);
+        if let Some(prev) = last.get(&key) {
+            assert!(
+                seq > *prev || at[body.as_str()].len() > 1,
+                "cycle {cycle}: {body} is stored after {sender}-{prev} in queue {q}"
+            );
+        }
+        last.insert(key, seq);
+    }
+    eprintln!(
+        "cycle {cycle}: {} acknowledged, all on the new master; {duplicated} stored twice (retries); {} maybe",
+        ledger.acked.len(),
+        ledger.maybe
+    );
+}
+
+async fn wait_for_async<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > until {
+            panic!("timed out after {secs} s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
