@@ -216,6 +216,11 @@ impl Node {
         d
     }
 
+    /// The running process's id (to stop it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }
