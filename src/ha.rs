@@ -488,6 +488,19 @@ pub fn start(
 }
 
 impl Replication {
+    /// On a slave: whether it follows its master now (`None` on a master).
+    pub fn following(&self) -> Option<bool> {
+        match self {
+            Replication::Slave { follower, .. } => Some(
+                follower
+                    .status
+                    .connected
+                    .load(std::sync::atomic::Ordering::Acquire),
+            ),
+            Replication::Master { .. } => None,
+        }
+    }
+
     /// A master's slaves (`None` on a slave).
     pub fn replicas(&self) -> Option<&Arc<Replicas>> {
         match self {

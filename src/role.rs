@@ -3,10 +3,12 @@
 //! broker is its group's master or a slave, and this module acts on it.
 //!
 //! The supervisor ([`run`]) loops over **incarnations** of the broker part of the node
-//! ([`BrokerNode`]): it registers with the controller leader, starts the node in the role
-//! the answer gives (a master registers with the NameServers as id 0; a slave follows the
-//! master's replication port the answer names), then heartbeats every
-//! `controller.heartbeat_interval` until one of these ends the incarnation:
+//! ([`BrokerNode`]). A heartbeat task, beside them and running through restarts, registers
+//! with the controller leader and heartbeats every `controller.heartbeat_interval` (every
+//! 100 ms while a slave has lost its master). The supervisor starts the node in the role
+//! the latest answer gives (a master registers with the NameServers as id 0; a slave
+//! follows the master's replication port the answer names), then follows the answers
+//! until one of these ends the incarnation:
 //!
 //! - the answer names another master or a higher master epoch: a master is **fenced** at
 //!   once (its gate refuses every write and every pending acknowledgement), then the node
@@ -43,7 +45,7 @@ use rocketgate_config::{Config, ControllerConfig};
 use rocketgate_controller::wire::ReplicaInfo;
 use rocketgate_controller::{ControllerClient, Heartbeat};
 use rocketgate_core::store::epoch::EpochFile;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::node::{BrokerNode, NodeParts};
 
@@ -74,6 +76,9 @@ impl Assigned {
         }
     }
 }
+
+/// How often a slave whose master is gone asks the controller who is master now.
+const FAST_POLL: Duration = Duration::from_millis(100);
 
 /// Why an incarnation ended.
 enum End {
@@ -109,7 +114,8 @@ pub async fn run(
     base.listen.ha = resolve(base.listen.ha)?;
     let epochs = EpochFile::open(&base.data_dir)
         .with_context(|| format!("opening the epoch file in {}", base.data_dir.display()))?;
-    let known_epoch = Arc::new(AtomicU64::new(epochs.last().map_or(0, |e| e.epoch)));
+    let last_epoch = epochs.last().map_or(0, |e| e.epoch);
+    let known_epoch = Arc::new(AtomicU64::new(last_epoch));
     let epochs = Arc::new(std::sync::Mutex::new(epochs));
     let (truncate_tx, mut truncate_rx) = mpsc::unbounded_channel();
     parts.controlled = Some(crate::ha::Epochs {
@@ -117,31 +123,49 @@ pub async fn run(
         file: epochs.clone(),
         truncate: truncate_tx,
     });
-    let me = Me {
+    let me = Arc::new(Me {
         group: base.broker.name.clone(),
         id: base.broker.id,
         addr: base.listen.native.to_string(),
         ha_addr: base.listen.ha.to_string(),
         default_lease: ControllerConfig::lease_for(base.controller.broker_timeout),
         every,
-    };
+    });
+    // The heartbeats run beside the incarnations, through restarts too: a broker that is
+    // restarting in a new role is alive, and the controllers must not elect another in
+    // its place because it went quiet for the restart.
+    let beat = Arc::new(BeatState {
+        log_end: AtomicU64::new(0),
+        epoch: AtomicU64::new(last_epoch),
+        fast: std::sync::atomic::AtomicBool::new(false),
+    });
+    let (answers_tx, mut answers) = watch::channel(None);
+    let beater = tokio::spawn(heartbeats(
+        client.clone(),
+        me.clone(),
+        beat.clone(),
+        known_epoch.clone(),
+        answers_tx,
+    ));
+    let _beater = AbortOnDrop(beater);
     tokio::pin!(shutdown);
     let mut printed = false;
-    let mut log_end = 0u64;
     loop {
-        // 1. The role, from the controller leader (retried until it answers).
-        let (info, sent) = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            r = register(&client, &me, log_end, known_epoch.load(Ordering::Acquire), every) => r,
-        };
-        let Some(role) = Assigned::of(&info, me.id) else {
-            tracing::info!(group = %me.group, "controller: no master yet; asking again");
+        // 1. The role, from the latest answer (waiting for one that names a master).
+        let (info, sent) = loop {
+            if let Some((info, sent)) = answers.borrow_and_update().clone()
+                && Assigned::of(&info, me.id).is_some()
+            {
+                break (info, sent);
+            }
             tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                _ = tokio::time::sleep(every) => continue,
+                r = answers.changed() => if r.is_err() {
+                    anyhow::bail!("the controller heartbeat task ended");
+                },
             }
         };
-        known_epoch.fetch_max(role.epoch(), Ordering::AcqRel);
+        let role = Assigned::of(&info, me.id).expect("checked above");
         let mut config = base.clone();
         match &role {
             Assigned::Master { .. } => {
@@ -154,6 +178,9 @@ pub async fn run(
         // 2. The node in that role (a master's gate refuses writes until its lease).
         let node = BrokerNode::start(&mut config, &parts).await?;
         base.listen = config.listen.clone();
+        beat.epoch.store(role.epoch(), Ordering::Release);
+        beat.log_end
+            .store(node.broker().store().positions().written, Ordering::Release);
         if let Assigned::Master { epoch } = role {
             let end = node.broker().store().positions().written;
             {
@@ -171,10 +198,10 @@ pub async fn run(
             println!("{ready}");
             printed = true;
         }
-        // 3. Heartbeats until the role changes.
+        // 3. Follow the answers until the role changes.
         let end = tokio::select! {
             _ = &mut shutdown => End::Shutdown,
-            e = watch(&client, &me, &node, &role, &known_epoch, info.sync_state_set_epoch) => e,
+            e = watch_role(&client, &me, &node, &role, &beat, &mut answers, info.sync_state_set_epoch) => e,
             Some(to) = truncate_rx.recv() => End::Truncate(to),
         };
         if let Some(gate) = node.gate()
@@ -183,7 +210,9 @@ pub async fn run(
             // No acknowledgement from here on: another master may already take writes.
             gate.fence("the controller named another master");
         }
-        log_end = node.broker().store().positions().written;
+        let log_end = node.broker().store().positions().written;
+        beat.log_end.store(log_end, Ordering::Release);
+        beat.fast.store(false, Ordering::Release);
         node.stop().await?;
         match end {
             End::Shutdown => return Ok(()),
@@ -202,11 +231,76 @@ pub async fn run(
                 rocketgate_core::sync::lock(&epochs)
                     .truncate_after(to)
                     .context("trimming the epoch file")?;
-                log_end = to;
+                beat.log_end.store(to, Ordering::Release);
             }
         }
         // Drain a truncation asked twice by the same handshake.
         while truncate_rx.try_recv().is_ok() {}
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the heartbeats report, kept current by the incarnations.
+struct BeatState {
+    /// The commit log's end (the last known one while the node restarts).
+    log_end: AtomicU64,
+    /// The master epoch of the role it runs in (the epoch file's last before any).
+    epoch: AtomicU64,
+    /// Ask every [`FAST_POLL`] rather than every heartbeat interval: a slave that lost
+    /// its master (the controller is about to elect another, and the sooner this broker
+    /// hears, the sooner the group takes writes again).
+    fast: std::sync::atomic::AtomicBool,
+}
+
+/// An answer and when the heartbeat it answers was sent.
+type Answer = Option<(ReplicaInfo, Instant)>;
+
+/// Registers, then heartbeats for as long as the process runs, publishing each answer.
+async fn heartbeats(
+    client: Arc<ControllerClient>,
+    me: Arc<Me>,
+    state: Arc<BeatState>,
+    known_epoch: Arc<AtomicU64>,
+    answers: watch::Sender<Answer>,
+) {
+    let mut registered = false;
+    let mut tick = tokio::time::interval(FAST_POLL.min(me.every));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Instant> = None;
+    loop {
+        tick.tick().await;
+        let due = last.is_none_or(|t| t.elapsed() >= me.every);
+        if !due && !state.fast.load(Ordering::Acquire) {
+            continue;
+        }
+        last = Some(Instant::now());
+        let hb = me.beat(
+            state.log_end.load(Ordering::Acquire),
+            state.epoch.load(Ordering::Acquire),
+        );
+        let sent = Instant::now();
+        let answer = match registered {
+            false => client.register(&hb).await,
+            true => client.heartbeat(&hb).await,
+        };
+        match answer {
+            Ok(info) => {
+                registered = true;
+                known_epoch.fetch_max(info.master_epoch, Ordering::AcqRel);
+                answers.send_replace(Some((info, sent)));
+            }
+            Err(e) => {
+                tracing::warn!(group = %me.group, id = me.id, error = %e, "controller heartbeat failed")
+            }
+        }
     }
 }
 
@@ -242,26 +336,6 @@ impl Me {
     }
 }
 
-/// Registers until a controller leader answers; the answer and when it was asked.
-async fn register(
-    client: &ControllerClient,
-    me: &Me,
-    log_end: u64,
-    epoch: u64,
-    every: Duration,
-) -> (ReplicaInfo, Instant) {
-    loop {
-        let sent = Instant::now();
-        match client.register(&me.beat(log_end, epoch)).await {
-            Ok(info) => return (info, sent),
-            Err(e) => {
-                tracing::warn!(group = %me.group, id = me.id, error = %e, "controller registration failed; retrying");
-                tokio::time::sleep(every).await;
-            }
-        }
-    }
-}
-
 /// Extends a master's write lease to `sent + lease`.
 fn renew(node: &BrokerNode, sent: Instant, lease: Duration) {
     if let Some(gate) = node.gate() {
@@ -282,57 +356,53 @@ fn set_members(node: &BrokerNode, info: &ReplicaInfo, me: u64) {
     }
 }
 
-/// Heartbeats (and, as master, keeps the in-sync set) until the controller gives this
-/// broker another role.
-async fn watch(
+/// Follows the controller's answers (and, as master, keeps the in-sync set) until the
+/// controller gives this broker another role.
+async fn watch_role(
     client: &ControllerClient,
     me: &Me,
     node: &BrokerNode,
     role: &Assigned,
-    known_epoch: &AtomicU64,
+    beat: &BeatState,
+    answers: &mut watch::Receiver<Answer>,
     sync_epoch: u64,
 ) -> End {
-    let mut beat = tokio::time::interval(me.every);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    beat.tick().await;
-    let mut isr = tokio::time::interval(Duration::from_millis(200));
-    isr.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let master = matches!(role, Assigned::Master { .. });
     let mut sync_epoch = Some(sync_epoch);
     // After a refused change, the next proposal waits a little (a slave the controller
     // does not know yet would be proposed every tick).
     let mut quiet_until = Instant::now();
+    let mut last_proposal = Instant::now();
     loop {
         tokio::select! {
-            _ = beat.tick() => {
-                let sent = Instant::now();
-                let end = node.broker().store().positions().written;
-                match client.heartbeat(&me.beat(end, role.epoch())).await {
-                    Ok(info) => {
-                        known_epoch.fetch_max(info.master_epoch, Ordering::AcqRel);
-                        if Assigned::of(&info, me.id).as_ref() != Some(role) {
-                            tracing::warn!(group = %me.group, id = me.id, was = ?role,
-                                master = ?info.master_id, epoch = info.master_epoch,
-                                "controller: role changed");
-                            return End::Reassigned;
-                        }
-                        if master {
-                            renew(node, sent, me.lease(&info));
-                            if sync_epoch.is_none_or(|e| e < info.sync_state_set_epoch) {
-                                set_members(node, &info, me.id);
-                                sync_epoch = Some(info.sync_state_set_epoch);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(group = %me.group, id = me.id, error = %e, "controller heartbeat failed")
+            r = answers.changed() => {
+                if r.is_err() {
+                    return End::Shutdown;
+                }
+                let Some((info, sent)) = answers.borrow_and_update().clone() else { continue };
+                if Assigned::of(&info, me.id).as_ref() != Some(role) {
+                    tracing::warn!(group = %me.group, id = me.id, was = ?role,
+                        master = ?info.master_id, epoch = info.master_epoch,
+                        "controller: role changed");
+                    return End::Reassigned;
+                }
+                if master {
+                    renew(node, sent, me.lease(&info));
+                    if sync_epoch.is_none_or(|e| e < info.sync_state_set_epoch) {
+                        set_members(node, &info, me.id);
+                        sync_epoch = Some(info.sync_state_set_epoch);
                     }
                 }
             }
-            _ = isr.tick(), if master => {
-                if Instant::now() < quiet_until {
+            _ = tick.tick() => {
+                beat.log_end.store(node.broker().store().positions().written, Ordering::Release);
+                beat.fast.store(node.replication().following() == Some(false), Ordering::Release);
+                if !master || Instant::now() < quiet_until || last_proposal.elapsed() < Duration::from_millis(200) {
                     continue;
                 }
+                last_proposal = Instant::now();
                 let Some(replicas) = node.replication().replicas() else { continue };
                 let Some(want) = replicas.proposal() else { continue };
                 let Assigned::Master { epoch } = role else { continue };
@@ -354,7 +424,7 @@ async fn watch(
                         return End::Reassigned;
                     }
                     Err(e) => {
-                        // A stale set epoch: the next heartbeat brings the current one.
+                        // A stale set epoch: the next answer brings the current one.
                         tracing::warn!(group = %me.group, error = %e, "in-sync set change refused");
                         sync_epoch = None;
                         quiet_until = Instant::now() + Duration::from_secs(1);

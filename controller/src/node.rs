@@ -218,7 +218,7 @@ impl Controller {
 
 /// The scan interval of the leader's watch over masters.
 fn scan_every(broker_timeout: Duration) -> Duration {
-    (broker_timeout / 5).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    (broker_timeout / 10).clamp(Duration::from_millis(50), Duration::from_millis(500))
 }
 
 /// The leader's loop: replaces masters silent past `broker_timeout`.
