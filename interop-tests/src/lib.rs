@@ -145,6 +145,8 @@ impl Node {
             .context("opening the node log")?;
         let mut cmd = Command::new(binary()?);
         cmd.arg("standalone").arg("--data-dir").arg(&self.data_dir);
+        // Not a setting: the node refuses unknown `ROCKETGATE_*` variables.
+        cmd.env_remove("ROCKETGATE_BIN");
         for (door, addr) in listen {
             cmd.arg(format!("--{door}")).arg(addr);
         }

@@ -69,6 +69,7 @@ fn control_plane(dir: &std::path::Path) -> anyhow::Result<(Vec<Namesrv>, String,
     let mut procs = Vec::new();
     for (i, port) in ns.iter().enumerate() {
         let child = Command::new(binary()?)
+            .env_remove("ROCKETGATE_BIN")
             .args(["namesrv", "--listen", &port.to_string(), "--controller"])
             .args(["--controller-id", &(i + 1).to_string()])
             .args(["--controller-peers", &peers])
@@ -451,6 +452,7 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
         let target = (1..=3u64).find(|id| *id != old).unwrap();
         let out = tokio::task::block_in_place(|| {
             Command::new(binary().unwrap())
+                .env_remove("ROCKETGATE_BIN")
                 .args(["controller", "elect", "--controllers", &controllers])
                 .args(["--group", GROUP, "--broker-id", &target.to_string()])
                 .output()
