@@ -43,9 +43,29 @@ use rocketgate_core::store::record::RecordView;
 const SECRET: &str = "partition-secret";
 const GROUP: &str = "broker-a";
 const TOPIC: &str = "ledger";
-/// The controllers' `broker_timeout`, and the lease a master derives from it (⅔).
-const BROKER_TIMEOUT: &str = "2s";
-const LEASE: Duration = Duration::from_millis(1333);
+/// The controllers' `broker_timeout` in the lease test (the lease a master derives from
+/// it is ⅔: 1.33 s).
+const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The controllers' `broker_timeout` where a new master must restart to take over (the
+/// partition and the controller-leader tests): `RG_PARTITION_BROKER_TIMEOUT` (ms),
+/// default 6 s. Known issue (docs/controller.md, reported to the lead): a broker sends
+/// no heartbeat while it restarts in its new role, and on a loaded machine that restart
+/// (store reopen) takes 3–5 s; with a `broker_timeout` below it the controller replaces
+/// every new master before it is up — an election storm that never acknowledges again.
+/// `RG_PARTITION_BROKER_TIMEOUT=2000` shows it.
+fn restart_timeout() -> Duration {
+    std::env::var("RG_PARTITION_BROKER_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(6))
+}
+
+/// The write lease a master derives from `broker_timeout` (`ControllerConfig::lease_for`).
+fn lease_of(broker_timeout: Duration) -> Duration {
+    broker_timeout * 2 / 3
+}
 /// Scheduling slack between the broker's last check and the ledger's clock.
 const MARGIN: Duration = Duration::from_millis(300);
 
@@ -116,7 +136,7 @@ struct Plane {
 
 impl Plane {
     /// Three NameServers + controllers listening on `host`.
-    fn start(dir: &Path, host: IpAddr) -> anyhow::Result<Plane> {
+    fn start(dir: &Path, host: IpAddr, broker_timeout: Duration) -> anyhow::Result<Plane> {
         let ns: Vec<u16> = (0..3).map(|_| free_port(host)).collect();
         let ctl: Vec<u16> = (0..3).map(|_| free_port(host)).collect();
         let peers = ctl
@@ -139,7 +159,10 @@ impl Plane {
                 .args(["--controller-peers", &peers])
                 .arg("--data-dir")
                 .arg(dir.join(format!("ns{i}")))
-                .env("ROCKETGATE_CONTROLLER__BROKER_TIMEOUT", BROKER_TIMEOUT)
+                .env(
+                    "ROCKETGATE_CONTROLLER__BROKER_TIMEOUT",
+                    format!("{}ms", broker_timeout.as_millis()),
+                )
                 .env("ROCKETGATE_AUTH__ALLOW_ANONYMOUS", "true")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -464,6 +487,31 @@ fn wait_converged(nodes: &BTreeMap<u64, Node>, secs: u64) {
     });
 }
 
+/// With `RG_PARTITION_LOGS=DIR` set, a failing test leaves every broker's whole log
+/// there (`broker<id>.log`): the tails printed on a panic rarely reach back far enough.
+/// The controllers' logs too (`ns<i>.log`).
+struct KeepLogs<'a>(&'a BTreeMap<u64, Node>, &'a Plane);
+
+impl Drop for KeepLogs<'_> {
+    fn drop(&mut self) {
+        let Some(dir) = std::env::var_os("RG_PARTITION_LOGS") else {
+            return;
+        };
+        if !std::thread::panicking() {
+            return;
+        }
+        let dir = PathBuf::from(dir);
+        let _ = std::fs::create_dir_all(&dir);
+        for (id, n) in self.0 {
+            let _ = std::fs::write(dir.join(format!("broker{id}.log")), n.log_text());
+        }
+        for i in 0..3 {
+            let name = format!("ns{i}.log");
+            let _ = std::fs::copy(self.1.dir.join(&name), dir.join(&name));
+        }
+    }
+}
+
 fn acked(ledger: &[Send]) -> Vec<&Send> {
     ledger
         .iter()
@@ -559,8 +607,10 @@ fn a_master_cut_off_from_every_controller_stops_acknowledging_within_its_lease()
     let _serial = serial();
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let mut plane = Plane::start(dir.path(), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let plane = Plane::start(dir.path(), IpAddr::V4(Ipv4Addr::LOCALHOST), SHORT_TIMEOUT).unwrap();
+    let lease = lease_of(SHORT_TIMEOUT);
     let (nodes, client, info) = loopback_group(&rt, &plane);
+    let _keep = KeepLogs(&nodes, &plane);
     let master = info.master_id.unwrap();
     let target: Target = Arc::new(Mutex::new((master, nodes[&master].addr("http"))));
     let ledger: Ledger = Arc::default();
@@ -583,14 +633,14 @@ fn a_master_cut_off_from_every_controller_stops_acknowledging_within_its_lease()
         c.signal(libc::SIGSTOP);
     }
     let stopped = Instant::now();
-    std::thread::sleep(LEASE + Duration::from_millis(2500));
-    let bound = stopped + LEASE + MARGIN;
+    std::thread::sleep(lease + Duration::from_millis(2500));
+    let bound = stopped + lease + MARGIN;
     {
         let l = lock(&ledger);
         let late = acks_after(&l, master, bound);
         assert!(
             late.is_empty(),
-            "broker {master} acknowledged {} sends later than its lease allows (stop + {LEASE:?} + {MARGIN:?}), \
+            "broker {master} acknowledged {} sends later than its lease allows (stop + {lease:?} + {MARGIN:?}), \
              e.g. {:?} answered {:?} after the stop",
             late.len(),
             late[0].body,
@@ -611,7 +661,7 @@ fn a_master_cut_off_from_every_controller_stops_acknowledging_within_its_lease()
         }
         let last = last_ack_of(&l, master).unwrap();
         eprintln!(
-            "lease alone: controllers stopped -> last acknowledgement by the master {:?} (lease {LEASE:?})",
+            "lease alone: controllers stopped -> last acknowledgement by the master {:?} (lease {lease:?})",
             since(last, stopped)
         );
     }
@@ -668,7 +718,6 @@ fn a_master_cut_off_from_every_controller_stops_acknowledging_within_its_lease()
         "only {} acknowledged",
         acked(&l).len()
     );
-    plane.controllers.clear();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -799,7 +848,9 @@ fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_trun
     let rt = runtime();
     let netns = Netns::create().expect("a network namespace (needs root and iproute2)");
     let dir = tempfile::tempdir().unwrap();
-    let plane = Plane::start(dir.path(), netns.host).unwrap();
+    let timeout = restart_timeout();
+    let lease = lease_of(timeout);
+    let plane = Plane::start(dir.path(), netns.host, timeout).unwrap();
     let client = plane.client();
     let mut nodes = BTreeMap::new();
     // Broker 1 registers first, inside the namespace: master at epoch 1.
@@ -814,6 +865,7 @@ fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_trun
         i.sync_state_set.len() == 3
     });
     assert_eq!((info.master_id, info.master_epoch), (Some(1), 1));
+    let _keep = KeepLogs(&nodes, &plane);
     let old_http = nodes[&1].addr("http");
     create_topic(old_http);
 
@@ -902,12 +954,12 @@ fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_trun
     wait_for(
         "inside sends past the lease",
         Duration::from_secs(10),
-        || (Instant::now() > cut + LEASE + Duration::from_secs(2)).then_some(()),
+        || (Instant::now() > cut + lease + Duration::from_secs(2)).then_some(()),
     )
     .unwrap();
     stop_inside.store(true, Ordering::Release);
     inside.join().unwrap();
-    let bound = cut + LEASE + MARGIN;
+    let bound = cut + lease + MARGIN;
     {
         let l = lock(&ledger);
         let late = acks_after(&l, 1, bound);
@@ -933,7 +985,7 @@ fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_trun
             );
         }
         eprintln!(
-            "partition: cut -> last acknowledgement by the old master {:?} (lease {LEASE:?}); \
+            "partition: cut -> last acknowledgement by the old master {:?} (lease {lease:?}); \
              cut -> broker {new} elected {:?}, first acknowledgement {:?}",
             since(last_ack_of(&l, 1).unwrap(), cut),
             elected - cut,
@@ -983,8 +1035,6 @@ fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_trun
         acked(&l).iter().filter(|s| s.broker == 1).count(),
         l.len() - acked(&l).len()
     );
-    drop(nodes);
-    drop(plane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -995,7 +1045,12 @@ fn the_election_completes_when_the_controller_leader_dies_with_the_master() {
     let _serial = serial();
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let mut plane = Plane::start(dir.path(), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let mut plane = Plane::start(
+        dir.path(),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        restart_timeout(),
+    )
+    .unwrap();
     let (mut nodes, client, info) = loopback_group(&rt, &plane);
     let old = info.master_id.unwrap();
     let target: Target = Arc::new(Mutex::new((old, nodes[&old].addr("http"))));
