@@ -1,16 +1,19 @@
 //! Fencing under partitions (issue #28, "Fencing"), real processes: three NameServers
-//! each with an embedded controller (`rocketgate namesrv --controller`,
-//! `broker_timeout` 2 s, so a master's write lease is ⅔ of it, 1.33 s) and one broker
-//! group of three brokers (`controller.addresses`, sync replication), with a ledger of
-//! every HTTP send: when it was sent, to which broker, and how it was answered.
+//! each with an embedded controller (`rocketgate namesrv --controller`; a master's write
+//! lease is ⅔ of their `broker_timeout`) and one broker group of three brokers
+//! (`controller.addresses`, sync replication), with a ledger of every HTTP send: when it
+//! was sent, to which broker, and how it was answered (sent over a plain socket, so the
+//! ledger's clock is close to the broker's).
 //!
-//! - **The lease alone**: the three controller processes are `SIGSTOP`ped. The slaves
+//! - **The lease alone** (`broker_timeout` 2 s, lease 1.33 s): the three controller
+//!   processes are `SIGSTOP`ped. The slaves
 //!   stay connected, so only the lease can stop the master: no acknowledgement later than
 //!   the stop + the lease (+ a margin), then `503 not_leader`; after `SIGCONT` the group
 //!   acknowledges again, no acknowledged message is lost and the logs converge.
 //! - **A network partition** (network namespaces; root): the first master lives in a
-//!   namespace of its own behind a veth pair; the host side of the pair is set down. The
-//!   old master stops acknowledging within its lease (a sender inside the namespace sees
+//!   namespace of its own (`ip netns exec`) behind a veth pair, everything else on the
+//!   host; the partition sets the host's end of the pair down. The old master stops
+//!   acknowledging within its lease (a sender inside the namespace sees
 //!   `503 not_leader`), the majority elects another master at epoch 2 that acknowledges;
 //!   after the heal the old master fences, truncates the tail it wrote alone, follows,
 //!   and every replica converges to the same bytes; no acknowledged message is lost and
@@ -20,10 +23,13 @@
 //!   remaining two controllers elect a leader, which elects a new master, which
 //!   acknowledges; no acknowledged message is lost.
 //!
-//! The tests run one at a time (a lock), so their timings do not compete. The measured
-//! times (stop/partition → last acknowledgement of the old master, kill → first
-//! acknowledgement of the new one) are printed (`--nocapture`) for docs/benchmarks.md:
-//! `cargo test -p rocketgate-interop-tests --test partition -- --nocapture`.
+//! The last two run with `broker_timeout` 6 s (see [`restart_timeout`]: a shorter one
+//! meets an election storm on a loaded machine). The tests run one at a time (a lock), so
+//! their timings do not compete. The measured times (stop/partition → last
+//! acknowledgement of the old master, kill → first acknowledgement of the new one) are
+//! printed for docs/benchmarks.md:
+//! `cargo test -p interop-tests --test partition -- --nocapture`.
+//! `RG_PARTITION_LOGS=DIR` keeps every broker's and controller's log of a failed run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
