@@ -59,7 +59,8 @@ const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
 /// no heartbeat while it restarts in its new role, and on a loaded machine that restart
 /// (store reopen) takes 3–5 s; with a `broker_timeout` below it the controller replaces
 /// every new master before it is up — an election storm that never acknowledges again.
-/// `RG_PARTITION_BROKER_TIMEOUT=2000` shows it.
+/// `a_partition_with_a_short_broker_timeout_settles_on_one_new_master` (ignored until
+/// that is fixed) shows it: `cargo test -p interop-tests --test partition -- --ignored`.
 fn restart_timeout() -> Duration {
     std::env::var("RG_PARTITION_BROKER_TIMEOUT")
         .ok()
@@ -850,11 +851,23 @@ fn inside_send(ns: &str, addr: SocketAddr, body: &str) -> (Answer, Instant, Inst
 #[test]
 fn a_partitioned_master_stops_acking_the_majority_elects_and_the_old_master_truncates_after_the_heal()
  {
+    partition(restart_timeout());
+}
+
+/// The same partition with the controllers' `broker_timeout` at 2 s: on a loaded machine
+/// the new master's restart outlasts it and the controller replaces every new master
+/// before it is up (epochs 2, 3, 4, 5 … with "master silent" in the controller's log).
+#[test]
+#[ignore = "known broker-side bug (reported to the lead): no heartbeat while a new master restarts,             so a restart longer than broker_timeout (3-9 s for a store reopen under load)             gets it replaced: an election storm; passes on an idle machine"]
+fn a_partition_with_a_short_broker_timeout_settles_on_one_new_master() {
+    partition(SHORT_TIMEOUT);
+}
+
+fn partition(timeout: Duration) {
     let _serial = serial();
     let rt = runtime();
     let netns = Netns::create().expect("a network namespace (needs root and iproute2)");
     let dir = tempfile::tempdir().unwrap();
-    let timeout = restart_timeout();
     let lease = lease_of(timeout);
     let plane = Plane::start(dir.path(), netns.host, timeout).unwrap();
     let client = plane.client();
