@@ -12,7 +12,11 @@
 //! reset to a timestamp — per consuming door, scenario helpers in [`story`]),
 //! `tests/delay.rs` (a delayed message from every door to every door, never early),
 //! `tests/dlq.rs` (three failures → `%DLQ%<group>`, listed and re-sent over HTTP),
-//! `tests/dashboard.rs` (the web dashboard in headless Chromium via playwright-core).
+//! `tests/dashboard.rs` (the web dashboard in headless Chromium via playwright-core),
+//! `tests/failover.rs` (kill -9 of a controlled master) and `tests/partition.rs` (the
+//! write lease with the controllers frozen, a master partitioned away in a network
+//! namespace — [`Node::start_under`] runs it under `ip netns exec` — and the controller
+//! leader killed with the master).
 //!
 //! The binary is found at `$ROCKETGATE_BIN`, else next to the test executable's target
 //! directory (`target/<profile>/rocketgate`); `scripts/test` builds it first
@@ -24,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -99,6 +103,10 @@ pub struct Node {
     _tmp: Option<tempfile::TempDir>,
     addrs: HashMap<String, SocketAddr>,
     extra_env: Vec<(String, String)>,
+    /// A command the binary runs under (`ip netns exec NS`), empty for none.
+    wrapper: Vec<String>,
+    /// The address every door binds (a fresh port each, unless restarted).
+    host: IpAddr,
     log: PathBuf,
     /// Lines printed on stdout after the ready line, for debugging.
     stdout_rest: Option<mpsc::Receiver<String>>,
@@ -112,6 +120,18 @@ impl Node {
 
     /// Like [`Node::start`] with extra `ROCKETGATE_*` settings (`("KEY", "value")`).
     pub fn start_with_env(env: &[(&str, &str)]) -> anyhow::Result<Node> {
+        Self::start_under(&[], IpAddr::V4(Ipv4Addr::LOCALHOST), env)
+    }
+
+    /// Like [`Node::start_with_env`], with every door bound on `host` and the binary
+    /// run under `wrapper` (a command that ends by exec'ing its arguments, such as
+    /// `["ip", "netns", "exec", "ns1"]`, so the child's pid stays the node's and
+    /// [`Node::kill9`] reaches it). [`Node::restart`] keeps both.
+    pub fn start_under(
+        wrapper: &[&str],
+        host: IpAddr,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Node> {
         let tmp = tempfile::Builder::new()
             .prefix("rg-interop-")
             .tempdir()
@@ -127,12 +147,13 @@ impl Node {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
+            host,
             stdout_rest: None,
         };
-        let ports: Vec<(String, String)> = DOORS
-            .iter()
-            .map(|d| (d.to_string(), "127.0.0.1:0".to_string()))
-            .collect();
+        let any = SocketAddr::new(host, 0).to_string();
+        let ports: Vec<(String, String)> =
+            DOORS.iter().map(|d| (d.to_string(), any.clone())).collect();
         node.spawn(&ports)?;
         Ok(node)
     }
@@ -143,7 +164,14 @@ impl Node {
             .append(true)
             .open(&self.log)
             .context("opening the node log")?;
-        let mut cmd = Command::new(binary()?);
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary()?);
+                c
+            }
+            None => Command::new(binary()?),
+        };
         cmd.arg("standalone").arg("--data-dir").arg(&self.data_dir);
         // Not a setting: the node refuses unknown `ROCKETGATE_*` variables.
         cmd.env_remove("ROCKETGATE_BIN");
@@ -257,13 +285,11 @@ impl Node {
         }
         // The same ports; a door it did not announce (a replication port it had not
         // opened yet) on a fresh one.
+        let any = SocketAddr::new(self.host, 0).to_string();
         let listen: Vec<(String, String)> = DOORS
             .iter()
             .map(|d| {
-                let addr = self
-                    .addrs
-                    .get(*d)
-                    .map_or("127.0.0.1:0".into(), |a| a.to_string());
+                let addr = self.addrs.get(*d).map_or(any.clone(), |a| a.to_string());
                 (d.to_string(), addr)
             })
             .collect();
