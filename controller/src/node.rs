@@ -226,11 +226,24 @@ async fn watch_masters(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(scan_every(core.broker_timeout));
     // (group, epoch) already reported as "no one to elect": said once, not every scan.
     let mut stuck: std::collections::HashSet<(String, u64)> = Default::default();
+    let every = scan_every(core.broker_timeout);
+    let mut last_scan = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.wait_for(|v| *v) => return,
         }
+        // A scan far later than its period means this process was frozen or starved
+        // (SIGSTOP, a VM pause, swap): the brokers' heartbeats of that time may still sit
+        // unread in its sockets, so their silence is this leader's, not theirs. It waits
+        // one `broker_timeout` again before it judges anyone.
+        if last_scan.elapsed() > every * 4 {
+            warn!(late = ?last_scan.elapsed(), "the master watch ran late: judging no master for one broker_timeout");
+            if let Some(since) = lock(&core.beats).leader_since.as_mut() {
+                *since = Instant::now();
+            }
+        }
+        last_scan = Instant::now();
         let leading = {
             let m = core.raft.metrics().borrow().clone();
             m.state == ServerState::Leader && m.current_leader == Some(core.id)
