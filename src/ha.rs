@@ -282,7 +282,7 @@ const BATCH: usize = 1 << 20;
 /// Attaches the group's gate to `store` before any door starts: a slave is read-only
 /// from here on, a sync master holds sends for their copies.
 /// Under a controller a master's gate holds a write lease, expired until the supervisor
-/// renews it (`crate::role`).
+/// renews it (the role supervisor).
 pub fn attach(
     config: &Config,
     store: &Arc<Store>,

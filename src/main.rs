@@ -13,6 +13,7 @@ mod node;
 mod provenance;
 mod role;
 mod run;
+mod serve;
 mod signal;
 mod users;
 

@@ -72,7 +72,7 @@ pub const EXPOSED_WITHOUT_AUTH: &str = "refusing to start: authentication is off
 
 /// Secure default (Mosquitto 2.0's stance): no door listens on a non-loopback
 /// address with authentication off, unless asked for deliberately.
-fn check_exposure(config: &Config, doors: &[(&str, SocketAddr)]) -> anyhow::Result<()> {
+pub(crate) fn check_exposure(config: &Config, doors: &[(&str, SocketAddr)]) -> anyhow::Result<()> {
     if config.auth.enabled || config.auth.allow_anonymous {
         return Ok(());
     }
@@ -98,7 +98,7 @@ fn check_exposure(config: &Config, doors: &[(&str, SocketAddr)]) -> anyhow::Resu
 /// The user store and ACL engine shared by every door. In standalone mode, with auth
 /// on and no internal secret configured, the broker and its embedded NameServer share
 /// a random one made for this process.
-fn open_auth(config: &Config, embedded_namesrv: bool) -> anyhow::Result<Arc<Auth>> {
+pub(crate) fn open_auth(config: &Config, embedded_namesrv: bool) -> anyhow::Result<Arc<Auth>> {
     let mut settings =
         rocketgate_auth::Settings::from_config(config).context("reading the [auth] settings")?;
     if settings.enabled && settings.internal.is_none() && embedded_namesrv {
@@ -217,7 +217,7 @@ async fn start_mqtt(
     Ok(server.spawn())
 }
 
-async fn start_namesrv(
+pub(crate) async fn start_namesrv(
     config: &Config,
     auth: &Arc<Auth>,
 ) -> anyhow::Result<(NameServerHandle, SocketAddr)> {
@@ -646,7 +646,7 @@ fn listening() -> Vec<(String, SocketAddr)> {
 
 /// The broker part of a node and its doors, as one unit that starts and stops: a
 /// process runs it once, or — under a controller — once per role it is given
-/// (`crate::role`: a change of master restarts it as the other role).
+/// (a role supervisor restarts it in another role when its group's master changes).
 pub struct BrokerNode {
     broker: Arc<Broker>,
     replication: crate::ha::Replication,
@@ -764,58 +764,6 @@ impl BrokerNode {
     }
 }
 
-/// `rocketgate standalone`: NameServer + broker + gateways in one process.
-pub async fn standalone(config: Config) -> anyhow::Result<()> {
-    let l = config.listen.clone();
-    check_exposure(
-        &config,
-        &[
-            ("listen.namesrv", l.namesrv),
-            ("listen.native", l.native),
-            ("listen.mqtt", l.mqtt),
-            ("listen.http", l.http),
-            ("listen.ws", l.ws),
-        ],
-    )?;
-    let auth = open_auth(&config, true)?;
-    // Before any door announces itself: a harness may signal as soon as it reads one.
-    let shutdown = crate::signal::shutdown_signal()?;
-    let (ns, ns_addr) = start_namesrv(&config, &auth).await?;
-    let mut namesrvs = vec![ns_addr.to_string()];
-    namesrvs.extend(config.broker.namesrv_addrs.iter().cloned());
-    let parts = NodeParts {
-        auth,
-        http_namesrvs: namesrvs.clone(),
-        namesrvs,
-        controlled: None,
-    };
-    let ready = format!(
-        "rocketgate standalone ready (data in {})",
-        config.data_dir.display()
-    );
-    let result = run_broker(config, parts, shutdown, ready).await;
-    ns.stop().await;
-    result
-}
-
-/// Runs the broker part until `shutdown`: once, or under a controller (with
-/// `controller.addresses`) in whatever role the controller gives it.
-async fn run_broker(
-    mut config: Config,
-    parts: NodeParts,
-    shutdown: impl std::future::Future<Output = ()>,
-    ready: String,
-) -> anyhow::Result<()> {
-    if config.controlled() {
-        return crate::role::run(config, parts, shutdown, ready).await;
-    }
-    let node = BrokerNode::start(&mut config, &parts).await?;
-    println!("{ready}");
-    shutdown.await;
-    tracing::info!("shutting down");
-    node.stop().await
-}
-
 /// `rocketgate namesrv`: a NameServer alone.
 pub async fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
     check_exposure(&config, &[("listen.namesrv", config.listen.namesrv)])?;
@@ -841,38 +789,4 @@ pub async fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
     }
     ns.stop().await;
     Ok(())
-}
-
-/// `rocketgate broker`: a broker that registers with the configured NameServers.
-pub async fn broker(config: Config) -> anyhow::Result<()> {
-    if config.broker.namesrv_addrs.is_empty() {
-        anyhow::bail!(
-            "a broker needs NameServers to register with: --namesrv HOST:PORT;HOST:PORT \
-             (or broker.namesrv_addrs in the config)"
-        );
-    }
-    let l = config.listen.clone();
-    check_exposure(
-        &config,
-        &[
-            ("listen.native", l.native),
-            ("listen.mqtt", l.mqtt),
-            ("listen.http", l.http),
-            ("listen.ws", l.ws),
-        ],
-    )?;
-    let auth = open_auth(&config, false)?;
-    let shutdown = crate::signal::shutdown_signal()?;
-    let parts = NodeParts {
-        auth,
-        namesrvs: config.broker.namesrv_addrs.clone(),
-        http_namesrvs: config.broker.namesrv_addrs.clone(),
-        controlled: None,
-    };
-    let ready = format!(
-        "rocketgate broker {} ready (data in {})",
-        config.broker.name,
-        config.data_dir.display()
-    );
-    run_broker(config, parts, shutdown, ready).await
 }

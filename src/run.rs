@@ -81,7 +81,7 @@ fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
     args.group.overrides(&mut flags);
     let config = args.common.load(flags)?;
     let rt = runtime()?;
-    rt.block_on(crate::node::standalone(config))
+    rt.block_on(crate::serve::standalone(config))
 }
 
 /// `verify` / `repair` found problems (left, for repair): exit code 5.
@@ -180,7 +180,7 @@ fn namesrv(config: Config, controller: bool) -> anyhow::Result<()> {
 
 fn broker(config: Config) -> anyhow::Result<()> {
     let rt = runtime()?;
-    rt.block_on(crate::node::broker(config))
+    rt.block_on(crate::serve::broker(config))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -26,7 +26,10 @@ use interop_tests::{Node, binary, wait_for};
 use rocketgate_controller::ControllerClient;
 use rocketgate_controller::wire::ReplicaInfo;
 use rocketgate_core::store::record::RecordView;
-use rocketgate_native::client::{ClientSettings, Message as NativeMessage, Producer};
+use rocketgate_native::client::{
+    ClientSettings, ConsumeFrom, ConsumeResult, Message as NativeMessage, Producer, PushConsumer,
+    PushConsumerSettings,
+};
 
 const SECRET: &str = "failover-secret";
 
@@ -797,4 +800,117 @@ async fn an_old_master_cuts_its_unreplicated_tail_durably_and_a_crash_right_afte
     eprintln!(
         "old master held {tail_on_old} records with the tail; cut once, crashed, rejoined; every replica identical"
     );
+}
+
+/// The committed offsets of `group` over `TOPIC` on `node`, summed (`GET /v1/groups/…`).
+fn committed(node: &Node, group: &str) -> u64 {
+    let url = format!("http://{}/v1/groups/{group}", node.addr("http"));
+    let Ok((200, text)) = interop_tests::doors::curl(&[&url]) else {
+        return 0;
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["progress"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p["topic"] == TOPIC)
+        .filter_map(|p| p["committed"].as_u64())
+        .sum()
+}
+
+/// A native push consumer of `group`, routed by the NameServers, feeding a channel.
+async fn native_consumer(
+    namesrvs: &str,
+    group: &str,
+) -> (PushConsumer, std::sync::mpsc::Receiver<String>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let settings =
+        ClientSettings::from_list(namesrvs).with_route_refresh(Duration::from_millis(300));
+    let options = PushConsumerSettings::new(group)
+        .subscribe(TOPIC, "*")
+        .consume_from(ConsumeFrom::First);
+    let consumer = PushConsumer::start_concurrent(settings, options, move |msgs| {
+        for m in msgs {
+            let _ = tx.send(String::from_utf8_lossy(&m.body).into_owned());
+        }
+        ConsumeResult::Success
+    })
+    .await
+    .expect("a push consumer");
+    (consumer, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_group_continues_on_the_new_master_from_its_replicated_offsets() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
+    let client = ControllerClient::parse(&controllers).unwrap();
+    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
+    for id in 1..=3u64 {
+        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
+            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
+        nodes.insert(id, node);
+    }
+    let info = wait_for_async("all three in the in-sync set", 60, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
+    })
+    .await;
+    let old = info.master_id.unwrap();
+    create_topic(&nodes[&old], TOPIC, 4).await.expect("topic");
+    let first = tokio::task::block_in_place(|| send_acked(&nodes[&old], "old", 200));
+
+    // The group consumes all 200 on the master and commits; the positions reach both
+    // slaves through the log (their own HTTP view shows them).
+    let (consumer, rx) = native_consumer(&namesrvs, "g-continue").await;
+    let mut got = BTreeSet::new();
+    while got.len() < first.len() {
+        let body = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(30)))
+            .expect("the first 200 messages");
+        got.insert(body);
+    }
+    consumer.shutdown().await;
+    for n in nodes.values() {
+        tokio::task::block_in_place(|| {
+            wait_for(
+                "the committed offsets on every broker",
+                Duration::from_secs(30),
+                || (committed(n, "g-continue") == 200).then_some(()),
+            )
+        })
+        .unwrap();
+    }
+
+    // The master dies; the group resumes on the new one from its replicated offsets.
+    nodes.get_mut(&old).unwrap().kill9().unwrap();
+    let info = wait_for_async("a new master", 30, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.master_epoch > 1 && i.master_id.is_some_and(|m| m != old))
+    })
+    .await;
+    let new = info.master_id.unwrap();
+    let second = tokio::task::block_in_place(|| send_acked(&nodes[&new], "new", 100));
+    let (consumer, rx) = native_consumer(&namesrvs, "g-continue").await;
+    let mut again = BTreeSet::new();
+    let mut old_again = 0usize;
+    while again.len() < second.len() {
+        let body = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(30)))
+            .unwrap_or_else(|_| {
+                panic!("{} of the 100 new messages after the failover", again.len())
+            });
+        if body.starts_with("old-") {
+            old_again += 1;
+        } else {
+            again.insert(body);
+        }
+    }
+    consumer.shutdown().await;
+    assert_eq!(
+        old_again, 0,
+        "messages the group had committed before the failover came again"
+    );
+    assert_eq!(again.len(), 100);
 }
