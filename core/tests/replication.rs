@@ -467,3 +467,127 @@ async fn under_a_controller_every_member_confirms_and_an_absent_one_holds_sends_
         "{e}"
     );
 }
+
+/// POP state travels through the log: the master's cursor, acks and in-flight leases
+/// (with their invisible times) reach the slave as a full record and then change
+/// records; opened as a master on its own data dir, the slave serves the group from
+/// there: acked messages never again, in-flight ones only after their invisible time
+/// (the master's receipt handles still ack them), the rest at once, nothing skipped.
+/// The slave's commit log stays byte-identical to the master's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_state_reaches_the_slave_and_a_promoted_slave_continues_the_group() {
+    use rocketgate_core::broker::filter::Filter;
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, MessagingApi, POP_TOPIC, PopPublisher, PopRequest, QueueChoice,
+        TopicConfig,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master
+        .create_topic(TopicConfig::new("jobs", 1))
+        .await
+        .unwrap();
+    for i in 0..10 {
+        master
+            .send(
+                Message::new("jobs", 0, format!("m{i}").into_bytes()),
+                QueueChoice::RoundRobin,
+            )
+            .await
+            .unwrap();
+    }
+    let req = |max: usize, invisible: Duration| PopRequest {
+        group: "workers".into(),
+        topic: "jobs".into(),
+        filter: Filter::all(),
+        max_messages: max,
+        invisible,
+        wait: Duration::ZERO,
+    };
+    let offsets = |p: &[rocketgate_core::broker::Popped]| -> Vec<u64> {
+        p.iter().map(|p| p.message.queue_offset).collect()
+    };
+    let popped = master.pop(req(6, Duration::from_secs(60))).await.unwrap();
+    assert_eq!(offsets(&popped), [0, 1, 2, 3, 4, 5]);
+    master.publish_topic_snapshot(None).await.unwrap();
+    let mut publisher = PopPublisher::default();
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 1, "full");
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 0);
+    // Acks of 0..4, message 5 due again in 1 s: a change record.
+    for p in &popped[..4] {
+        master.ack(&p.receipt.to_string()).await.unwrap();
+    }
+    let renewed = master
+        .change_invisibility(&popped[5].receipt.to_string(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 1);
+    assert_eq!(ms.queue_bounds(POP_TOPIC, 0), (0, 2));
+
+    let mut from = 0;
+    while let Some(run) = ms.ship(from, 1 << 20).unwrap() {
+        ss.append_replicated(run.offset, &run.bytes).await.unwrap();
+        from = run.next;
+    }
+    ss.wait_dispatched(Duration::from_secs(5));
+    slave.apply_replicated_topics(None).unwrap();
+    assert_eq!(slave.apply_replicated_pop(None).unwrap(), Some(1));
+    assert_eq!(slave.apply_replicated_pop(Some(1)).unwrap(), Some(1));
+    slave.close().unwrap();
+    drop(slave);
+    let end = ms.positions().written;
+    assert_eq!(ss.positions().written, end);
+    let log = |s: &Store| s.ship(0, 1 << 24).unwrap().unwrap().bytes;
+    assert_eq!(log(&ms), log(&ss), "the slave's commit log is the master's");
+    drop(ss);
+
+    // The master is gone; the slave's data dir opens as a master.
+    master.close().unwrap();
+    let promoted_store = open(b.path(), asynchronous());
+    let promoted = Broker::open(promoted_store, BrokerSettings::default(), clock).unwrap();
+    let at_once = promoted
+        .pop(req(10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&at_once),
+        [6, 7, 8, 9],
+        "never-delivered ones at once; acked and invisible ones not"
+    );
+    // The master's handle for message 4 (in flight, 60 s) still acks it there.
+    promoted.ack(&popped[4].receipt.to_string()).await.unwrap();
+    // Message 5 reappears after its (changed) invisible time, as a second attempt.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        let p = promoted
+            .pop(req(10, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        if !p.is_empty() || Instant::now() > deadline {
+            break p;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(offsets(&again), [5]);
+    assert_eq!(again[0].attempt(), 2);
+    assert!(promoted.ack(&renewed.to_string()).await.is_err(), "stale");
+    for p in at_once.iter().chain(&again) {
+        promoted.ack(&p.receipt.to_string()).await.unwrap();
+    }
+    assert!(
+        promoted
+            .pop(req(10, Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    promoted.close().unwrap();
+}

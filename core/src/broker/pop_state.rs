@@ -431,6 +431,82 @@ impl PopTable {
         self.rotation.retain(|(_, t), _| t != topic);
     }
 
+    /// Bumped on every change (a publisher compares it to skip unchanged tables).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Every queue's state: group -> topic -> queue id -> state (a copy).
+    pub fn all(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<u32, PopQueue>>> {
+        self.queues.clone()
+    }
+
+    /// On a slave: sets one queue's state to the master's (`None`: the master
+    /// forgot it). Returns whether anything changed.
+    pub fn set_from_master(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        state: Option<&PopQueue>,
+    ) -> bool {
+        match state {
+            Some(s) => {
+                let q = self.queue_or_start(group, topic, queue_id, s.cursor);
+                if q == s {
+                    return false;
+                }
+                *q = s.clone();
+            }
+            None => {
+                let Some(topics) = self.queues.get_mut(group) else {
+                    return false;
+                };
+                let Some(queues) = topics.get_mut(topic) else {
+                    return false;
+                };
+                if queues.remove(&queue_id).is_none() {
+                    return false;
+                }
+                if queues.is_empty() {
+                    topics.remove(topic);
+                }
+                if topics.is_empty() {
+                    self.queues.remove(group);
+                }
+            }
+        }
+        self.version += 1;
+        true
+    }
+
+    /// On a slave: drops every queue state `keep` (the master's full record) does
+    /// not name. Returns how many went.
+    pub fn retain_from_master(
+        &mut self,
+        keep: &BTreeMap<String, BTreeMap<String, BTreeMap<u32, Option<PopQueue>>>>,
+    ) -> usize {
+        let mut dropped = 0;
+        for (group, topics) in self.queues.iter_mut() {
+            for (topic, queues) in topics.iter_mut() {
+                let before = queues.len();
+                queues.retain(|q, _| {
+                    keep.get(group)
+                        .and_then(|t| t.get(topic))
+                        .and_then(|qs| qs.get(q))
+                        .is_some_and(|s| s.is_some())
+                });
+                dropped += before - queues.len();
+            }
+            topics.retain(|_, qs| !qs.is_empty());
+        }
+        self.queues.retain(|_, t| !t.is_empty());
+        if dropped > 0 {
+            self.version += 1;
+        }
+        dropped
+    }
+
     fn snapshot(&self) -> Result<(Vec<u8>, u64)> {
         let file = PopFile {
             version: 1,

@@ -17,6 +17,18 @@
 //!   [`Broker::local_offset_changes`] → [`Broker::merge_slave_offsets`]): the master
 //!   takes the higher of each, and a master's record does not move such a position
 //!   back until the master has confirmed it. At least once, never a gap.
+//! - POP state (per group, topic and queue: the cursor and the in-flight leases with
+//!   their invisible-until times, attempts and revisions): like the offsets, change
+//!   records in [`POP_TOPIC`] (each queue whose state changed since the last record,
+//!   whole; `null` for a queue the master forgot), at most once a second, and a full
+//!   record when a slave joins and every [`FULL_POP_EVERY`] change records. A slave
+//!   sets each named queue to the master's state, in log order, and keeps it in its
+//!   own `pop.json` (never its commit log), so once promoted it serves the group from
+//!   there: acked messages are not delivered again, in-flight ones reappear after
+//!   their invisible time (receipt handles the master issued still ack them), and the
+//!   cursor skips nothing. Bound: what changed in the master's last second plus the
+//!   replication lag (an ack in that window is delivered again; a POP in that window
+//!   is delivered again at once, without waiting for its invisible time).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use super::group_config::GroupConfig;
 use super::local::Broker;
+use super::pop_state::PopQueue;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind};
 use crate::store::Message;
@@ -37,6 +50,40 @@ pub const OFFSETS_TOPIC: &str = "rmq_sys_rg_offsets";
 
 /// A full offset record is written at least once per this many change records.
 pub const FULL_OFFSETS_EVERY: u32 = 600;
+
+/// The system topic POP-state records go to (queue 0).
+pub const POP_TOPIC: &str = "rmq_sys_rg_pop";
+
+/// A full POP record is written at least once per this many change records.
+pub const FULL_POP_EVERY: u32 = 600;
+
+type PopQueues = BTreeMap<String, BTreeMap<String, BTreeMap<u32, PopQueue>>>;
+/// group -> topic -> queue id -> state (`None`: forgotten).
+type PopChanges = BTreeMap<String, BTreeMap<String, BTreeMap<u32, Option<PopQueue>>>>;
+
+/// One record of [`POP_TOPIC`].
+#[derive(Serialize, Deserialize)]
+struct PopRecord {
+    version: u32,
+    /// Every queue state the master has (a slave drops the ones not named).
+    full: bool,
+    queues: PopChanges,
+}
+
+/// What a master has written to [`POP_TOPIC`] so far (see [`Broker::publish_pop`]).
+#[derive(Default)]
+pub struct PopPublisher {
+    seen: Option<u64>,
+    written: PopQueues,
+    since_full: Option<u32>,
+}
+
+impl PopPublisher {
+    /// The next record is a full one (a slave joined).
+    pub fn want_full(&mut self) {
+        self.since_full = None;
+    }
+}
 
 type OffsetMap = BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>>;
 
@@ -340,5 +387,133 @@ impl Broker {
             );
         }
         Ok(moved)
+    }
+
+    /// On a master: appends to [`POP_TOPIC`] the POP queue states that changed since
+    /// the last call (or all of them, when a full record is due). Writes nothing when
+    /// nothing changed. Returns the number of queue states written. Does not wait for
+    /// copies under sync replication (like [`Broker::publish_offsets`]).
+    pub async fn publish_pop(&self, p: &mut PopPublisher) -> Result<usize> {
+        let full = p.since_full.is_none_or(|n| n >= FULL_POP_EVERY);
+        let (now, version) = {
+            let t = self.pop.table();
+            if !full && p.seen == Some(t.version()) {
+                return Ok(0);
+            }
+            (t.all(), t.version())
+        };
+        let mut queues = PopChanges::new();
+        let mut count = 0usize;
+        for (group, topics) in &now {
+            for (topic, qs) in topics {
+                for (q, state) in qs {
+                    let before = p
+                        .written
+                        .get(group)
+                        .and_then(|t| t.get(topic))
+                        .and_then(|qs| qs.get(q));
+                    if full || before != Some(state) {
+                        queues
+                            .entry(group.clone())
+                            .or_default()
+                            .entry(topic.clone())
+                            .or_default()
+                            .insert(*q, Some(state.clone()));
+                        count += 1;
+                    }
+                }
+            }
+        }
+        if !full {
+            for (group, topics) in &p.written {
+                for (topic, qs) in topics {
+                    for q in qs.keys() {
+                        let still = now
+                            .get(group)
+                            .and_then(|t| t.get(topic))
+                            .is_some_and(|qs| qs.contains_key(q));
+                        if !still {
+                            queues
+                                .entry(group.clone())
+                                .or_default()
+                                .entry(topic.clone())
+                                .or_default()
+                                .insert(*q, None);
+                            count += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if count == 0 && !full {
+            p.seen = Some(version);
+            return Ok(0);
+        }
+        let body = serde_json::to_vec(&PopRecord {
+            version: 1,
+            full,
+            queues,
+        })
+        .map_err(|e| Error::InvalidArgument(format!("POP record: {e}")))?;
+        let msg = Message::new(POP_TOPIC, 0, body);
+        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        p.seen = Some(version);
+        p.written = now;
+        p.since_full = Some(if full {
+            0
+        } else {
+            p.since_full.unwrap_or(0) + 1
+        });
+        Ok(count)
+    }
+
+    /// On a slave: applies every record of [`POP_TOPIC`] past queue offset `applied`
+    /// (`None`: none yet) to this broker's POP state, in log order; a full record
+    /// also drops the queue states it does not name. Returns the queue offset of the
+    /// last record applied.
+    pub fn apply_replicated_pop(&self, applied: Option<u64>) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(POP_TOPIC, 0);
+        let mut next = applied.map_or(min, |a| (a + 1).max(min));
+        let mut last = applied;
+        let mut set = 0usize;
+        while next < max {
+            let read = self.store.read_queue(POP_TOPIC, 0, next, 64)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (qoff, entry) in &read.entries {
+                let rec = self.store.read_entry(entry)?;
+                let view = rec.view()?;
+                match serde_json::from_slice::<PopRecord>(view.body()) {
+                    Ok(r) => {
+                        let mut t = self.pop.table();
+                        if r.full {
+                            set += t.retain_from_master(&r.queues);
+                        }
+                        for (group, topics) in &r.queues {
+                            for (topic, qs) in topics {
+                                for (q, state) in qs {
+                                    if t.set_from_master(group, topic, *q, state.as_ref()) {
+                                        set += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(offset = qoff, error = %e, "skipping a bad POP record")
+                    }
+                }
+                last = Some(*qoff);
+                next = qoff + 1;
+            }
+        }
+        if set > 0 {
+            tracing::debug!(set, "applied the master's POP state");
+        }
+        Ok(last)
     }
 }
