@@ -396,6 +396,7 @@ pub fn start(
                     let mut last: Option<Vec<u8>> = None;
                     let mut offsets = OffsetPublisher::default();
                     let mut pop = PopPublisher::default();
+                    let mut delay_last: Option<Vec<u8>> = None;
                     let mut every = tokio::time::interval(Duration::from_secs(1));
                     loop {
                         changes.borrow_and_update();
@@ -420,6 +421,14 @@ pub fn start(
                         // POP state: the queues whose cursor or leases changed (full on a join).
                         if let Err(e) = broker.publish_pop(&mut pop).await {
                             tracing::warn!(error = %e, "writing POP state to the log failed")
+                        }
+                        // Delay progress: a snapshot when it changed (anyway on a join).
+                        let prev = if joined { None } else { delay_last.as_deref() };
+                        match broker.publish_delay_progress(prev).await {
+                            Ok(body) => delay_last = Some(body),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "writing delay progress to the log failed")
+                            }
                         }
                         tokio::select! {
                             r = changes.changed() => if r.is_err() { return },
@@ -468,6 +477,7 @@ pub fn start(
                     let mut applied = None;
                     let mut offsets_applied = None;
                     let mut pop_applied = None;
+                    let mut delay_applied = None;
                     loop {
                         every.tick().await;
                         match broker.apply_replicated_topics(applied) {
@@ -486,6 +496,12 @@ pub fn start(
                             Ok(a) => pop_applied = a,
                             Err(e) => {
                                 tracing::warn!(error = %e, "applying the replicated POP state failed")
+                            }
+                        }
+                        match broker.apply_replicated_delay(delay_applied) {
+                            Ok(a) => delay_applied = a,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "applying the replicated delay progress failed")
                             }
                         }
                     }

@@ -54,7 +54,8 @@ pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, sharding_queue};
 pub use receipt::ReceiptHandle;
 pub use replicated::{
-    FULL_POP_EVERY, OFFSETS_TOPIC, OffsetPublisher, POP_TOPIC, PopPublisher, TOPICS_TOPIC,
+    DELAY_TOPIC, FULL_POP_EVERY, OFFSETS_TOPIC, OffsetPublisher, POP_TOPIC, PopPublisher,
+    TOPICS_TOPIC,
 };
 pub use settings::BrokerSettings;
 pub use topics::{Perm, TopicConfig, TopicKind};

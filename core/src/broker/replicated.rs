@@ -29,6 +29,18 @@
 //!   cursor skips nothing. Bound: what changed in the master's last second plus the
 //!   replication lag (an ack in that window is delivered again; a POP in that window
 //!   is delivered again at once, without waiting for its invisible time).
+//! - Delay progress (per level: the next schedule offset to deliver; the timers'
+//!   low-water mark and the delivered ones above it; cancelled entries): small, so a
+//!   **snapshot** in [`DELAY_TOPIC`] whenever it changed (checked every second and on
+//!   a join); a slave takes the newest as its own `delay.json`. A record only counts
+//!   re-appends that precede it in the log, so a promoted slave loses no delayed
+//!   message; it delivers again those the master delivered in its last second (plus
+//!   the replication lag).
+//! - Transaction state needs no record of its own: the decisions are the op records
+//!   of `RMQ_SYS_TRANS_OP_HALF_TOPIC`, already in the log, and a broker re-reads them
+//!   at open, so a promoted slave checks back only undecided halves and never commits
+//!   a rolled-back one. Check counts do not travel (a half may be checked up to
+//!   `transaction_max_checks` more times after a failover).
 
 use std::collections::BTreeMap;
 
@@ -50,6 +62,16 @@ pub const OFFSETS_TOPIC: &str = "rmq_sys_rg_offsets";
 
 /// A full offset record is written at least once per this many change records.
 pub const FULL_OFFSETS_EVERY: u32 = 600;
+
+/// The system topic delay-progress snapshots go to (queue 0).
+pub const DELAY_TOPIC: &str = "rmq_sys_rg_delay";
+
+/// One record of [`DELAY_TOPIC`].
+#[derive(Serialize, Deserialize)]
+struct DelayRecord {
+    version: u32,
+    progress: super::delay::Progress,
+}
 
 /// The system topic POP-state records go to (queue 0).
 pub const POP_TOPIC: &str = "rmq_sys_rg_pop";
@@ -515,5 +537,49 @@ impl Broker {
             tracing::debug!(set, "applied the master's POP state");
         }
         Ok(last)
+    }
+
+    /// On a master: appends the delay progress (every re-append made so far) to
+    /// [`DELAY_TOPIC`] unless its body equals `last` (`None` writes anyway). Returns
+    /// the body now in the log. Does not wait for copies under sync replication.
+    pub async fn publish_delay_progress(&self, last: Option<&[u8]>) -> Result<Vec<u8>> {
+        let body = serde_json::to_vec(&DelayRecord {
+            version: 1,
+            progress: self.delay.appended_progress(),
+        })
+        .map_err(|e| Error::InvalidArgument(format!("delay record: {e}")))?;
+        if last == Some(&body[..]) {
+            return Ok(body);
+        }
+        let msg = Message::new(DELAY_TOPIC, 0, body);
+        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
+                Ok(msg.body.to_vec())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// On a slave: takes the newest delay-progress snapshot in the replicated log as
+    /// this broker's, if it is past queue offset `applied` (`None`: none yet).
+    /// Returns the queue offset of the snapshot now applied.
+    pub fn apply_replicated_delay(&self, applied: Option<u64>) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(DELAY_TOPIC, 0);
+        if max == min || applied.is_some_and(|a| a + 1 >= max) {
+            return Ok(applied);
+        }
+        let last = max - 1;
+        let read = self.store.read_queue(DELAY_TOPIC, 0, last, 1)?;
+        let Some((_, entry)) = read.entries.first() else {
+            return Ok(applied);
+        };
+        let rec = self.store.read_entry(entry)?;
+        let view = rec.view()?;
+        let r: DelayRecord = serde_json::from_slice(view.body())
+            .map_err(|e| Error::InvalidMessage(format!("bad delay record at {last}: {e}")))?;
+        if self.delay.adopt(r.progress) {
+            tracing::debug!("applied the master's delay progress");
+        }
+        Ok(Some(last))
     }
 }
