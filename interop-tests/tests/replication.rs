@@ -809,7 +809,11 @@ fn drain(node: &Node, group: &str, topic: &str, max_total: usize) -> anyhow::Res
     let base = format!("http://{}", node.addr("http"));
     let mut got = Vec::new();
     while got.len() < max_total {
-        let url = format!("{base}/v1/groups/{group}/topics/{topic}/messages?max=32&wait_ms=1500");
+        // Receive no more than is taken: a message received and dropped would stay in
+        // flight (its POP state travels to a slave) until its invisible time.
+        let max = (max_total - got.len()).min(32);
+        let url =
+            format!("{base}/v1/groups/{group}/topics/{topic}/messages?max={max}&wait_ms=1500");
         let (status, text) = curl(&[&url])?;
         if status != 200 {
             bail!("receive: HTTP {status}: {text}");
