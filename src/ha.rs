@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rocketgate_config::Config;
-use rocketgate_core::broker::{Broker, OffsetPublisher};
+use rocketgate_core::broker::{Broker, OffsetPublisher, PopPublisher};
 use rocketgate_core::clock::SystemClock;
 use rocketgate_core::store::Store;
 use rocketgate_core::store::epoch::{self, EpochEntry, EpochFile};
@@ -395,6 +395,8 @@ pub fn start(
                     }
                     let mut last: Option<Vec<u8>> = None;
                     let mut offsets = OffsetPublisher::default();
+                    let mut pop = PopPublisher::default();
+                    let mut delay_last: Option<Vec<u8>> = None;
                     let mut every = tokio::time::interval(Duration::from_secs(1));
                     loop {
                         changes.borrow_and_update();
@@ -404,6 +406,7 @@ pub fn start(
                         let prev = if joined { None } else { last.as_deref() };
                         if joined {
                             offsets.want_full();
+                            pop.want_full();
                         }
                         match broker.publish_topic_snapshot(prev).await {
                             Ok(body) => last = Some(body),
@@ -414,6 +417,18 @@ pub fn start(
                         // Consumer offsets: what moved since the last record (full on a join).
                         if let Err(e) = broker.publish_offsets(&mut offsets).await {
                             tracing::warn!(error = %e, "writing consumer offsets to the log failed")
+                        }
+                        // POP state: the queues whose cursor or leases changed (full on a join).
+                        if let Err(e) = broker.publish_pop(&mut pop).await {
+                            tracing::warn!(error = %e, "writing POP state to the log failed")
+                        }
+                        // Delay progress: a snapshot when it changed (anyway on a join).
+                        let prev = if joined { None } else { delay_last.as_deref() };
+                        match broker.publish_delay_progress(prev).await {
+                            Ok(body) => delay_last = Some(body),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "writing delay progress to the log failed")
+                            }
                         }
                         tokio::select! {
                             r = changes.changed() => if r.is_err() { return },
@@ -461,6 +476,8 @@ pub fn start(
                     let mut every = tokio::time::interval(Duration::from_millis(200));
                     let mut applied = None;
                     let mut offsets_applied = None;
+                    let mut pop_applied = None;
+                    let mut delay_applied = None;
                     loop {
                         every.tick().await;
                         match broker.apply_replicated_topics(applied) {
@@ -473,6 +490,18 @@ pub fn start(
                             Ok(a) => offsets_applied = a,
                             Err(e) => {
                                 tracing::warn!(error = %e, "applying the replicated consumer offsets failed")
+                            }
+                        }
+                        match broker.apply_replicated_pop(pop_applied) {
+                            Ok(a) => pop_applied = a,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "applying the replicated POP state failed")
+                            }
+                        }
+                        match broker.apply_replicated_delay(delay_applied) {
+                            Ok(a) => delay_applied = a,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "applying the replicated delay progress failed")
                             }
                         }
                     }

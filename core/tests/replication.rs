@@ -467,3 +467,328 @@ async fn under_a_controller_every_member_confirms_and_an_absent_one_holds_sends_
         "{e}"
     );
 }
+
+/// POP state travels through the log: the master's cursor, acks and in-flight leases
+/// (with their invisible times) reach the slave as a full record and then change
+/// records; opened as a master on its own data dir, the slave serves the group from
+/// there: acked messages never again, in-flight ones only after their invisible time
+/// (the master's receipt handles still ack them), the rest at once, nothing skipped.
+/// The slave's commit log stays byte-identical to the master's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_state_reaches_the_slave_and_a_promoted_slave_continues_the_group() {
+    use rocketgate_core::broker::filter::Filter;
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, MessagingApi, POP_TOPIC, PopPublisher, PopRequest, QueueChoice,
+        TopicConfig,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master
+        .create_topic(TopicConfig::new("jobs", 1))
+        .await
+        .unwrap();
+    for i in 0..10 {
+        master
+            .send(
+                Message::new("jobs", 0, format!("m{i}").into_bytes()),
+                QueueChoice::RoundRobin,
+            )
+            .await
+            .unwrap();
+    }
+    let req = |max: usize, invisible: Duration| PopRequest {
+        group: "workers".into(),
+        topic: "jobs".into(),
+        filter: Filter::all(),
+        max_messages: max,
+        invisible,
+        wait: Duration::ZERO,
+    };
+    let offsets = |p: &[rocketgate_core::broker::Popped]| -> Vec<u64> {
+        p.iter().map(|p| p.message.queue_offset).collect()
+    };
+    let popped = master.pop(req(6, Duration::from_secs(60))).await.unwrap();
+    assert_eq!(offsets(&popped), [0, 1, 2, 3, 4, 5]);
+    master.publish_topic_snapshot(None).await.unwrap();
+    let mut publisher = PopPublisher::default();
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 1, "full");
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 0);
+    // Acks of 0..4, message 5 due again in 1 s: a change record.
+    for p in &popped[..4] {
+        master.ack(&p.receipt.to_string()).await.unwrap();
+    }
+    let renewed = master
+        .change_invisibility(&popped[5].receipt.to_string(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(master.publish_pop(&mut publisher).await.unwrap(), 1);
+    assert_eq!(ms.queue_bounds(POP_TOPIC, 0), (0, 2));
+
+    let mut from = 0;
+    while let Some(run) = ms.ship(from, 1 << 20).unwrap() {
+        ss.append_replicated(run.offset, &run.bytes).await.unwrap();
+        from = run.next;
+    }
+    ss.wait_dispatched(Duration::from_secs(5));
+    slave.apply_replicated_topics(None).unwrap();
+    assert_eq!(slave.apply_replicated_pop(None).unwrap(), Some(1));
+    assert_eq!(slave.apply_replicated_pop(Some(1)).unwrap(), Some(1));
+    slave.close().unwrap();
+    drop(slave);
+    let end = ms.positions().written;
+    assert_eq!(ss.positions().written, end);
+    let log = |s: &Store| s.ship(0, 1 << 24).unwrap().unwrap().bytes;
+    assert_eq!(log(&ms), log(&ss), "the slave's commit log is the master's");
+    drop(ss);
+
+    // The master is gone; the slave's data dir opens as a master.
+    master.close().unwrap();
+    let promoted_store = open(b.path(), asynchronous());
+    let promoted = Broker::open(promoted_store, BrokerSettings::default(), clock).unwrap();
+    let at_once = promoted
+        .pop(req(10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&at_once),
+        [6, 7, 8, 9],
+        "never-delivered ones at once; acked and invisible ones not"
+    );
+    // The master's handle for message 4 (in flight, 60 s) still acks it there.
+    promoted.ack(&popped[4].receipt.to_string()).await.unwrap();
+    // Message 5 reappears after its (changed) invisible time, as a second attempt.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        let p = promoted
+            .pop(req(10, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        if !p.is_empty() || Instant::now() > deadline {
+            break p;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(offsets(&again), [5]);
+    assert_eq!(again[0].attempt(), 2);
+    assert!(promoted.ack(&renewed.to_string()).await.is_err(), "stale");
+    for p in at_once.iter().chain(&again) {
+        promoted.ack(&p.receipt.to_string()).await.unwrap();
+    }
+    assert!(
+        promoted
+            .pop(req(10, Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    promoted.close().unwrap();
+}
+
+/// Ships everything `from` has to `to` (the in-memory HA path) and waits until it is
+/// dispatched.
+async fn ship_all(from: &Store, to: &Store) {
+    let mut at = to.positions().written;
+    while let Some(run) = from.ship(at, 1 << 20).unwrap() {
+        to.append_replicated(run.offset, &run.bytes).await.unwrap();
+        at = run.next;
+    }
+    to.wait_dispatched(Duration::from_secs(5));
+}
+
+/// The bodies in queue 0 of `topic`, in order.
+fn bodies_of(store: &Store, topic: &str) -> Vec<String> {
+    let (min, max) = store.queue_bounds(topic, 0);
+    if max == min {
+        return Vec::new();
+    }
+    let read = store
+        .read_queue(topic, 0, min, (max - min) as usize)
+        .unwrap();
+    read.entries
+        .iter()
+        .map(|(_, e)| {
+            let r = store.read_entry(e).unwrap();
+            String::from_utf8(r.view().unwrap().body().to_vec()).unwrap()
+        })
+        .collect()
+}
+
+/// Delay progress travels through the log: a slave that takes the master's snapshot
+/// and is then opened as a master delivers none of what the master delivered again,
+/// and every delayed message still due, once, when it is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_progress_reaches_the_slave_and_a_promoted_slave_delivers_only_the_rest() {
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, DELAY_TOPIC, ManualClock, MessagingApi, QueueChoice, TopicConfig,
+    };
+    use rocketgate_core::store::record::property;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master.create_topic(TopicConfig::new("t", 1)).await.unwrap();
+    for (body, key, value) in [
+        ("a", property::DELAY_TIME_LEVEL, "1"),
+        ("x", property::TIMER_DELAY_MS, "2000"),
+        ("b", property::DELAY_TIME_LEVEL, "1"),
+        ("y", property::TIMER_DELAY_MS, "5000"),
+        ("z", property::DELAY_TIME_LEVEL, "3"),
+    ] {
+        master
+            .send(
+                Message::new("t", 0, body.as_bytes().to_vec()).with_property(key, value),
+                QueueChoice::Queue(0),
+            )
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    ms.wait_dispatched(Duration::from_secs(5));
+    assert_eq!(master.deliver_due().await.unwrap(), 3);
+    master.publish_topic_snapshot(None).await.unwrap();
+    let body = master.publish_delay_progress(None).await.unwrap();
+    // Unchanged: nothing written.
+    let end = ms.positions().written;
+    master.publish_delay_progress(Some(&body)).await.unwrap();
+    assert_eq!(ms.positions().written, end);
+    assert_eq!(ms.queue_bounds(DELAY_TOPIC, 0), (0, 1));
+
+    ship_all(&ms, &ss).await;
+    slave.apply_replicated_topics(None).unwrap();
+    assert_eq!(slave.apply_replicated_delay(None).unwrap(), Some(0));
+    assert_eq!(slave.apply_replicated_delay(Some(0)).unwrap(), Some(0));
+    slave.close().unwrap();
+    drop(slave);
+    drop(ss);
+    master.close().unwrap();
+
+    // The slave's data dir opens as a master: the three delivered stay delivered.
+    let promoted_store = open(b.path(), asynchronous());
+    let promoted = Broker::open(
+        promoted_store.clone(),
+        BrokerSettings::default(),
+        clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(promoted.deliver_due().await.unwrap(), 0, "nothing again");
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(promoted.deliver_due().await.unwrap(), 1, "y at 5 s");
+
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(promoted.deliver_due().await.unwrap(), 1, "z at 10 s");
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(promoted.deliver_due().await.unwrap(), 0);
+    promoted_store.wait_dispatched(Duration::from_secs(5));
+    let mut got = bodies_of(&promoted_store, "t");
+    got.sort();
+    assert_eq!(got, ["a", "b", "x", "y", "z"], "each delayed message once");
+    promoted.close().unwrap();
+}
+
+/// Transaction decisions travel as the op records they already are: a slave opened
+/// as a master checks back only the undecided half, refuses to commit the rolled-back
+/// one, and holds the committed one once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_slave_checks_back_only_undecided_halves() {
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, CheckRound, HalfMessage, ManualClock, MessagingApi, QueueChoice,
+        Resolution, TopicConfig, TransactionChecker,
+    };
+    struct Chan(tokio::sync::mpsc::UnboundedSender<HalfMessage>);
+    impl TransactionChecker for Chan {
+        fn check(&self, half: HalfMessage) {
+            let _ = self.0.send(half);
+        }
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master.create_topic(TopicConfig::new("t", 1)).await.unwrap();
+    let mut handles = Vec::new();
+    for body in ["committed", "rolled-back", "undecided"] {
+        let sent = master
+            .send_half(
+                "pg",
+                Message::new("t", 0, body.as_bytes().to_vec()),
+                QueueChoice::Queue(0),
+            )
+            .await
+            .unwrap();
+        handles.push(sent.transaction);
+    }
+    master
+        .end_transaction(&handles[0], Resolution::Commit)
+        .await
+        .unwrap();
+    master
+        .end_transaction(&handles[1], Resolution::Rollback)
+        .await
+        .unwrap();
+    master.publish_topic_snapshot(None).await.unwrap();
+    ship_all(&ms, &ss).await;
+    slave.apply_replicated_topics(None).unwrap();
+    slave.close().unwrap();
+    drop(slave);
+    drop(ss);
+    master.close().unwrap();
+
+    let promoted_store = open(b.path(), asynchronous());
+    let promoted = Broker::open(
+        promoted_store.clone(),
+        BrokerSettings::default(),
+        clock.clone(),
+    )
+    .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let _reg = promoted
+        .register_transaction_checker("pg", Arc::new(Chan(tx)))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        promoted.check_transactions().await.unwrap(),
+        CheckRound {
+            checked: 1,
+            unchecked: 0,
+            rolled_back: 0
+        }
+    );
+    let checked = rx.try_recv().unwrap();
+    assert_eq!(checked.handle, handles[2]);
+    assert!(rx.try_recv().is_err());
+    assert!(
+        promoted
+            .end_transaction(&handles[1], Resolution::Commit)
+            .await
+            .is_err(),
+        "a rolled-back half is never committed"
+    );
+    promoted
+        .end_transaction(&handles[2], Resolution::Commit)
+        .await
+        .unwrap();
+    promoted_store.wait_dispatched(Duration::from_secs(5));
+    assert_eq!(bodies_of(&promoted_store, "t"), ["committed", "undecided"]);
+    promoted.close().unwrap();
+}

@@ -809,7 +809,11 @@ fn drain(node: &Node, group: &str, topic: &str, max_total: usize) -> anyhow::Res
     let base = format!("http://{}", node.addr("http"));
     let mut got = Vec::new();
     while got.len() < max_total {
-        let url = format!("{base}/v1/groups/{group}/topics/{topic}/messages?max=32&wait_ms=1500");
+        // Receive no more than is taken: a message received and dropped would stay in
+        // flight (its POP state travels to a slave) until its invisible time.
+        let max = (max_total - got.len()).min(32);
+        let url =
+            format!("{base}/v1/groups/{group}/topics/{topic}/messages?max={max}&wait_ms=1500");
         let (status, text) = curl(&[&url])?;
         if status != 200 {
             bail!("receive: HTTP {status}: {text}");
@@ -957,4 +961,159 @@ async fn replication_over_tls_admits_only_a_slave_that_trusts_the_masters_ca() {
         assert_eq!(status, 201, "{body}");
     }
     tokio::task::block_in_place(|| wait_identical(&master, &slave)).expect("identical logs");
+}
+
+/// One HTTP receive of up to 32 messages invisible for `invisible_ms`, waiting up to
+/// `wait_ms`: (body, receipt handle) each.
+fn http_receive(
+    node: &Node,
+    group: &str,
+    topic: &str,
+    invisible_ms: u64,
+    wait_ms: u64,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let url = format!(
+        "http://{}/v1/groups/{group}/topics/{topic}/messages?max=32&wait_ms={wait_ms}&invisible_ms={invisible_ms}",
+        node.addr("http")
+    );
+    let (status, text) = curl(&[&url])?;
+    if status != 200 {
+        bail!("receive: HTTP {status}: {text}");
+    }
+    let v: Value = serde_json::from_str(&text)?;
+    Ok(v["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m["body"].as_str().unwrap_or_default().to_string(),
+                m["receipt_handle"].clone(),
+            )
+        })
+        .collect())
+}
+
+fn http_ack(node: &Node, group: &str, handles: Vec<Value>) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "receipt_handles": handles }).to_string();
+    let (status, text) = curl(&[
+        "-H",
+        "content-type: application/json",
+        "--data-binary",
+        &body,
+        &format!("http://{}/v1/groups/{group}/acks", node.addr("http")),
+    ])?;
+    if status != 200 {
+        bail!("ack: HTTP {status}: {text}");
+    }
+    Ok(())
+}
+
+/// POP state goes through the log: an HTTP group receives 64 of 100 messages on the
+/// master and acks every other one (out of order, so the committed offset alone would
+/// send the acked ones again), the master is killed, and the group goes on at the
+/// slave's door: the 36 never received at once, the 32 unacked ones only after their
+/// invisible time, none of the 32 acked ones again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_group_continues_on_the_slave_with_its_acks_and_in_flight_messages() {
+    const INVISIBLE_MS: u64 = 10_000;
+    let mut master = start_master().expect("master");
+    let slave = start_slave(&master).expect("slave");
+    tokio::task::block_in_place(|| wait_in_sync(&master)).expect("in sync");
+    let (topic, group) = ("popped", "poppers");
+    create_topic(&master, topic, 1).await.unwrap();
+    for i in 0..100 {
+        let (status, body) =
+            tokio::task::block_in_place(|| http_send(&master, topic, &format!("m-{i}"))).unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+    let index = |b: &str| -> usize { b.trim_start_matches("m-").parse().unwrap() };
+    let mut received = Vec::new();
+    while received.len() < 64 {
+        received.extend(
+            tokio::task::block_in_place(|| http_receive(&master, group, topic, INVISIBLE_MS, 1000))
+                .unwrap(),
+        );
+    }
+    let received_at = Instant::now();
+    assert_eq!(received.len(), 64);
+    let (acked, held): (Vec<_>, Vec<_>) =
+        received.into_iter().partition(|(b, _)| index(b) % 2 == 0);
+    tokio::task::block_in_place(|| {
+        http_ack(
+            &master,
+            group,
+            acked.iter().map(|(_, h)| h.clone()).collect(),
+        )
+    })
+    .unwrap();
+
+    // The slave holds the group's 32 in-flight messages once the POP record is there.
+    let metrics = format!("http://{}/metrics", slave.addr("http"));
+    let line = format!("rocketgate_pop_inflight{{group=\"{group}\"}} 32");
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the POP state on the slave",
+            Duration::from_secs(20),
+            || {
+                let (_, text) = curl(&[&metrics]).ok()?;
+                text.lines().any(|l| l == line).then_some(())
+            },
+        )
+    })
+    .expect("POP state reaches the slave");
+    master.kill9().expect("kill -9 the master");
+
+    // At once: the 36 never received; none of the acked, none still invisible.
+    let mut first = Vec::new();
+    loop {
+        let batch =
+            tokio::task::block_in_place(|| http_receive(&slave, group, topic, 60_000, 0)).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        first.extend(batch);
+    }
+    assert!(
+        received_at.elapsed() < Duration::from_millis(INVISIBLE_MS),
+        "too slow to tell in-flight from visible"
+    );
+    let mut got: Vec<usize> = first.iter().map(|(b, _)| index(b)).collect();
+    got.sort();
+    assert_eq!(got, (64..100).collect::<Vec<_>>(), "at once on the slave");
+    tokio::task::block_in_place(|| {
+        http_ack(
+            &slave,
+            group,
+            first.iter().map(|(_, h)| h.clone()).collect(),
+        )
+    })
+    .unwrap();
+
+    // After their invisible time: the 32 held ones, as second deliveries.
+    let mut again = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while again.len() < held.len() && Instant::now() < deadline {
+        again.extend(
+            tokio::task::block_in_place(|| http_receive(&slave, group, topic, 60_000, 2000))
+                .unwrap(),
+        );
+    }
+    assert!(received_at.elapsed() >= Duration::from_millis(INVISIBLE_MS - 1000));
+    let mut got: Vec<usize> = again.iter().map(|(b, _)| index(b)).collect();
+    got.sort();
+    let want: Vec<usize> = held.iter().map(|(b, _)| index(b)).collect();
+    assert_eq!(got, want, "the in-flight ones, once each; no acked one");
+    tokio::task::block_in_place(|| {
+        http_ack(
+            &slave,
+            group,
+            again.iter().map(|(_, h)| h.clone()).collect(),
+        )
+    })
+    .unwrap();
+    let rest =
+        tokio::task::block_in_place(|| http_receive(&slave, group, topic, 60_000, 1500)).unwrap();
+    assert!(rest.is_empty(), "nothing more: {rest:?}");
 }

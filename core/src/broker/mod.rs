@@ -53,7 +53,10 @@ pub use group_config::GroupConfig;
 pub use groups::{ConsumeMode, Heartbeat, Subscription};
 pub use local::{Broker, sharding_queue};
 pub use receipt::ReceiptHandle;
-pub use replicated::{OFFSETS_TOPIC, OffsetPublisher, TOPICS_TOPIC};
+pub use replicated::{
+    DELAY_TOPIC, FULL_POP_EVERY, OFFSETS_TOPIC, OffsetPublisher, POP_TOPIC, PopPublisher,
+    TOPICS_TOPIC,
+};
 pub use settings::BrokerSettings;
 pub use topics::{Perm, TopicConfig, TopicKind};
 pub use values::{

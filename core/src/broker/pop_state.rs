@@ -108,6 +108,9 @@ pub struct PopTable {
     rotation: HashMap<(String, String), u32>,
     /// Bumped on every change, so a flush can tell whether the file is behind.
     version: u64,
+    /// On a slave: each queue's state as the master's records last set it, to tell
+    /// the queues this node's own doors changed since. Not persisted.
+    from_master: HashMap<(String, String, u32), PopQueue>,
 }
 
 impl PopTable {
@@ -119,6 +122,7 @@ impl PopTable {
             queues: file.queues,
             rotation: HashMap::new(),
             version: 0,
+            from_master: HashMap::new(),
         })
     }
 
@@ -431,6 +435,94 @@ impl PopTable {
         self.rotation.retain(|(_, t), _| t != topic);
     }
 
+    /// Bumped on every change (a publisher compares it to skip unchanged tables).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Every queue's state: group -> topic -> queue id -> state (a copy).
+    pub fn all(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<u32, PopQueue>>> {
+        self.queues.clone()
+    }
+
+    /// On a slave: sets one queue's state to the master's (`None`: the master
+    /// forgot it). A queue this slave's own doors changed since the master's last
+    /// state for it (a group that consumed here while the master was away) keeps
+    /// its state until the master's cursor is not behind it: the master's record is
+    /// older news then, and applying it would deliver those messages again.
+    /// Returns whether anything changed.
+    pub fn set_from_master(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        state: Option<&PopQueue>,
+    ) -> bool {
+        let key = (group.to_owned(), topic.to_owned(), queue_id);
+        let now = self.queue(group, topic, queue_id).cloned();
+        let local = now.is_some() && now.as_ref() != self.from_master.get(&key);
+        if local {
+            let mine = now.as_ref().map_or(0, |q| q.cursor);
+            if state.is_none_or(|s| s.cursor < mine) {
+                return false;
+            }
+        }
+        match state {
+            Some(s) => {
+                self.from_master.insert(key, s.clone());
+                if now.as_ref() == Some(s) {
+                    return false;
+                }
+                *self.queue_or_start(group, topic, queue_id, s.cursor) = s.clone();
+            }
+            None => {
+                self.from_master.remove(&key);
+                if now.is_none() {
+                    return false;
+                }
+                if let Some(topics) = self.queues.get_mut(group) {
+                    if let Some(queues) = topics.get_mut(topic) {
+                        queues.remove(&queue_id);
+                        if queues.is_empty() {
+                            topics.remove(topic);
+                        }
+                    }
+                    if topics.is_empty() {
+                        self.queues.remove(group);
+                    }
+                }
+            }
+        }
+        self.version += 1;
+        true
+    }
+
+    /// On a slave: forgets every queue state `keep` (the master's full record) does
+    /// not name, as [`PopTable::set_from_master`] with `None`. Returns how many went.
+    pub fn retain_from_master(
+        &mut self,
+        keep: &BTreeMap<String, BTreeMap<String, BTreeMap<u32, Option<PopQueue>>>>,
+    ) -> usize {
+        let mut gone = Vec::new();
+        for (group, topics) in &self.queues {
+            for (topic, queues) in topics {
+                for q in queues.keys() {
+                    let named = keep
+                        .get(group)
+                        .and_then(|t| t.get(topic))
+                        .and_then(|qs| qs.get(q))
+                        .is_some_and(|s| s.is_some());
+                    if !named {
+                        gone.push((group.clone(), topic.clone(), *q));
+                    }
+                }
+            }
+        }
+        gone.into_iter()
+            .filter(|(g, t, q)| self.set_from_master(g, t, *q, None))
+            .count()
+    }
+
     fn snapshot(&self) -> Result<(Vec<u8>, u64)> {
         let file = PopFile {
             version: 1,
@@ -594,5 +686,32 @@ mod tests {
         assert_eq!(q.cursor, 6);
         assert_eq!(q.base(), 3);
         assert_eq!(q.in_flight.keys().copied().collect::<Vec<_>>(), [3, 5]);
+    }
+
+    #[test]
+    fn a_master_record_does_not_undo_what_the_slave_served_itself() {
+        let (_d, mut t) = table();
+        let master = PopQueue {
+            cursor: 4,
+            in_flight: BTreeMap::new(),
+        };
+        assert!(t.set_from_master("g", "t", 0, Some(&master)));
+        assert!(!t.set_from_master("g", "t", 0, Some(&master)));
+        // The slave's door serves the group: cursor 4 -> 9.
+        assert!(t.claim_new("g", "t", 0, 0, &scanned(4, 9, &[]), 100));
+        // An older master record (a full one on a rejoin) leaves it alone.
+        assert!(!t.set_from_master("g", "t", 0, Some(&master)));
+        assert_eq!(t.retain_from_master(&BTreeMap::new()), 0);
+        assert_eq!(t.cursor("g", "t", 0, 0), 9);
+        // Once the master is not behind, its state wins again.
+        let ahead = PopQueue {
+            cursor: 12,
+            in_flight: BTreeMap::new(),
+        };
+        assert!(t.set_from_master("g", "t", 0, Some(&ahead)));
+        assert_eq!(t.cursor("g", "t", 0, 0), 12);
+        // A queue the master forgot goes with its full record.
+        assert_eq!(t.retain_from_master(&BTreeMap::new()), 1);
+        assert!(t.queue("g", "t", 0).is_none());
     }
 }

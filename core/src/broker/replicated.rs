@@ -17,6 +17,30 @@
 //!   [`Broker::local_offset_changes`] → [`Broker::merge_slave_offsets`]): the master
 //!   takes the higher of each, and a master's record does not move such a position
 //!   back until the master has confirmed it. At least once, never a gap.
+//! - POP state (per group, topic and queue: the cursor and the in-flight leases with
+//!   their invisible-until times, attempts and revisions): like the offsets, change
+//!   records in [`POP_TOPIC`] (each queue whose state changed since the last record,
+//!   whole; `null` for a queue the master forgot), at most once a second, and a full
+//!   record when a slave joins and every [`FULL_POP_EVERY`] change records. A slave
+//!   sets each named queue to the master's state, in log order, and keeps it in its
+//!   own `pop.json` (never its commit log), so once promoted it serves the group from
+//!   there: acked messages are not delivered again, in-flight ones reappear after
+//!   their invisible time (receipt handles the master issued still ack them), and the
+//!   cursor skips nothing. Bound: what changed in the master's last second plus the
+//!   replication lag (an ack in that window is delivered again; a POP in that window
+//!   is delivered again at once, without waiting for its invisible time).
+//! - Delay progress (per level: the next schedule offset to deliver; the timers'
+//!   low-water mark and the delivered ones above it; cancelled entries): small, so a
+//!   **snapshot** in [`DELAY_TOPIC`] whenever it changed (checked every second and on
+//!   a join); a slave takes the newest as its own `delay.json`. A record only counts
+//!   re-appends that precede it in the log, so a promoted slave loses no delayed
+//!   message; it delivers again those the master delivered in its last second (plus
+//!   the replication lag).
+//! - Transaction state needs no record of its own: the decisions are the op records
+//!   of `RMQ_SYS_TRANS_OP_HALF_TOPIC`, already in the log, and a broker re-reads them
+//!   at open, so a promoted slave checks back only undecided halves and never commits
+//!   a rolled-back one. Check counts do not travel (a half may be checked up to
+//!   `transaction_max_checks` more times after a failover).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use super::group_config::GroupConfig;
 use super::local::Broker;
+use super::pop_state::PopQueue;
 use super::schedule;
 use super::topics::{TopicConfig, TopicKind};
 use crate::store::Message;
@@ -37,6 +62,50 @@ pub const OFFSETS_TOPIC: &str = "rmq_sys_rg_offsets";
 
 /// A full offset record is written at least once per this many change records.
 pub const FULL_OFFSETS_EVERY: u32 = 600;
+
+/// The system topic delay-progress snapshots go to (queue 0).
+pub const DELAY_TOPIC: &str = "rmq_sys_rg_delay";
+
+/// One record of [`DELAY_TOPIC`].
+#[derive(Serialize, Deserialize)]
+struct DelayRecord {
+    version: u32,
+    progress: super::delay::Progress,
+}
+
+/// The system topic POP-state records go to (queue 0).
+pub const POP_TOPIC: &str = "rmq_sys_rg_pop";
+
+/// A full POP record is written at least once per this many change records.
+pub const FULL_POP_EVERY: u32 = 600;
+
+type PopQueues = BTreeMap<String, BTreeMap<String, BTreeMap<u32, PopQueue>>>;
+/// group -> topic -> queue id -> state (`None`: forgotten).
+type PopChanges = BTreeMap<String, BTreeMap<String, BTreeMap<u32, Option<PopQueue>>>>;
+
+/// One record of [`POP_TOPIC`].
+#[derive(Serialize, Deserialize)]
+struct PopRecord {
+    version: u32,
+    /// Every queue state the master has (a slave drops the ones not named).
+    full: bool,
+    queues: PopChanges,
+}
+
+/// What a master has written to [`POP_TOPIC`] so far (see [`Broker::publish_pop`]).
+#[derive(Default)]
+pub struct PopPublisher {
+    seen: Option<u64>,
+    written: PopQueues,
+    since_full: Option<u32>,
+}
+
+impl PopPublisher {
+    /// The next record is a full one (a slave joined).
+    pub fn want_full(&mut self) {
+        self.since_full = None;
+    }
+}
 
 type OffsetMap = BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>>;
 
@@ -340,5 +409,177 @@ impl Broker {
             );
         }
         Ok(moved)
+    }
+
+    /// On a master: appends to [`POP_TOPIC`] the POP queue states that changed since
+    /// the last call (or all of them, when a full record is due). Writes nothing when
+    /// nothing changed. Returns the number of queue states written. Does not wait for
+    /// copies under sync replication (like [`Broker::publish_offsets`]).
+    pub async fn publish_pop(&self, p: &mut PopPublisher) -> Result<usize> {
+        let full = p.since_full.is_none_or(|n| n >= FULL_POP_EVERY);
+        let (now, version) = {
+            let t = self.pop.table();
+            if !full && p.seen == Some(t.version()) {
+                return Ok(0);
+            }
+            (t.all(), t.version())
+        };
+        let mut queues = PopChanges::new();
+        let mut count = 0usize;
+        for (group, topics) in &now {
+            for (topic, qs) in topics {
+                for (q, state) in qs {
+                    let before = p
+                        .written
+                        .get(group)
+                        .and_then(|t| t.get(topic))
+                        .and_then(|qs| qs.get(q));
+                    if full || before != Some(state) {
+                        queues
+                            .entry(group.clone())
+                            .or_default()
+                            .entry(topic.clone())
+                            .or_default()
+                            .insert(*q, Some(state.clone()));
+                        count += 1;
+                    }
+                }
+            }
+        }
+        if !full {
+            for (group, topics) in &p.written {
+                for (topic, qs) in topics {
+                    for q in qs.keys() {
+                        let still = now
+                            .get(group)
+                            .and_then(|t| t.get(topic))
+                            .is_some_and(|qs| qs.contains_key(q));
+                        if !still {
+                            queues
+                                .entry(group.clone())
+                                .or_default()
+                                .entry(topic.clone())
+                                .or_default()
+                                .insert(*q, None);
+                            count += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if count == 0 && !full {
+            p.seen = Some(version);
+            return Ok(0);
+        }
+        let body = serde_json::to_vec(&PopRecord {
+            version: 1,
+            full,
+            queues,
+        })
+        .map_err(|e| Error::InvalidArgument(format!("POP record: {e}")))?;
+        let msg = Message::new(POP_TOPIC, 0, body);
+        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        p.seen = Some(version);
+        p.written = now;
+        p.since_full = Some(if full {
+            0
+        } else {
+            p.since_full.unwrap_or(0) + 1
+        });
+        Ok(count)
+    }
+
+    /// On a slave: applies every record of [`POP_TOPIC`] past queue offset `applied`
+    /// (`None`: none yet) to this broker's POP state, in log order; a full record
+    /// also drops the queue states it does not name. Returns the queue offset of the
+    /// last record applied.
+    pub fn apply_replicated_pop(&self, applied: Option<u64>) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(POP_TOPIC, 0);
+        let mut next = applied.map_or(min, |a| (a + 1).max(min));
+        let mut last = applied;
+        let mut set = 0usize;
+        while next < max {
+            let read = self.store.read_queue(POP_TOPIC, 0, next, 64)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (qoff, entry) in &read.entries {
+                let rec = self.store.read_entry(entry)?;
+                let view = rec.view()?;
+                match serde_json::from_slice::<PopRecord>(view.body()) {
+                    Ok(r) => {
+                        let mut t = self.pop.table();
+                        if r.full {
+                            set += t.retain_from_master(&r.queues);
+                        }
+                        for (group, topics) in &r.queues {
+                            for (topic, qs) in topics {
+                                for (q, state) in qs {
+                                    if t.set_from_master(group, topic, *q, state.as_ref()) {
+                                        set += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(offset = qoff, error = %e, "skipping a bad POP record")
+                    }
+                }
+                last = Some(*qoff);
+                next = qoff + 1;
+            }
+        }
+        if set > 0 {
+            tracing::debug!(set, "applied the master's POP state");
+        }
+        Ok(last)
+    }
+
+    /// On a master: appends the delay progress (every re-append made so far) to
+    /// [`DELAY_TOPIC`] unless its body equals `last` (`None` writes anyway). Returns
+    /// the body now in the log. Does not wait for copies under sync replication.
+    pub async fn publish_delay_progress(&self, last: Option<&[u8]>) -> Result<Vec<u8>> {
+        let body = serde_json::to_vec(&DelayRecord {
+            version: 1,
+            progress: self.delay.appended_progress(),
+        })
+        .map_err(|e| Error::InvalidArgument(format!("delay record: {e}")))?;
+        if last == Some(&body[..]) {
+            return Ok(body);
+        }
+        let msg = Message::new(DELAY_TOPIC, 0, body);
+        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
+                Ok(msg.body.to_vec())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// On a slave: takes the newest delay-progress snapshot in the replicated log as
+    /// this broker's, if it is past queue offset `applied` (`None`: none yet).
+    /// Returns the queue offset of the snapshot now applied.
+    pub fn apply_replicated_delay(&self, applied: Option<u64>) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(DELAY_TOPIC, 0);
+        if max == min || applied.is_some_and(|a| a + 1 >= max) {
+            return Ok(applied);
+        }
+        let last = max - 1;
+        let read = self.store.read_queue(DELAY_TOPIC, 0, last, 1)?;
+        let Some((_, entry)) = read.entries.first() else {
+            return Ok(applied);
+        };
+        let rec = self.store.read_entry(entry)?;
+        let view = rec.view()?;
+        let r: DelayRecord = serde_json::from_slice(view.body())
+            .map_err(|e| Error::InvalidMessage(format!("bad delay record at {last}: {e}")))?;
+        if self.delay.adopt(r.progress) {
+            tracing::debug!("applied the master's delay progress");
+        }
+        Ok(Some(last))
     }
 }

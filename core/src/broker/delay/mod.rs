@@ -507,6 +507,38 @@ impl DelayState {
         persist::write_raw(&self.path, &bytes)
     }
 
+    /// The progress of every re-append made so far, flushed or not (what a master
+    /// writes to the replicated log: each re-append it counts is already in the log
+    /// before the record that carries it).
+    pub(in crate::broker) fn appended_progress(&self) -> Progress {
+        let m = lock(&self.marks);
+        let mut p = m.durable.clone();
+        for (_, e) in &m.pending {
+            p.mark(*e);
+        }
+        p
+    }
+
+    /// On a slave (whose delivery loop does not run): takes the master's progress as
+    /// its own, written to `delay.json` by the next flush. `false` if it is already
+    /// this one, or a delivery tick holds the scheduler (only on a master).
+    pub(in crate::broker) fn adopt(&self, progress: Progress) -> bool {
+        let Ok(mut s) = self.scheduler.try_lock() else {
+            return false;
+        };
+        let mut m = lock(&self.marks);
+        if s.live == progress && m.durable == progress && m.pending.is_empty() {
+            return false;
+        }
+        s.heap.clear();
+        s.timer_scanned = progress.timer_base;
+        s.live = progress.clone();
+        m.pending.clear();
+        m.durable = progress;
+        m.version += 1;
+        true
+    }
+
     /// The commit-log offset the pending progress waits for (0: none).
     pub(super) fn pending_end(&self) -> u64 {
         lock(&self.marks)
