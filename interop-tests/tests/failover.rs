@@ -123,6 +123,28 @@ async fn group_info(client: &ControllerClient) -> Option<ReplicaInfo> {
     client.replica_info(GROUP).await.ok()
 }
 
+/// The master address (id 0) of `GROUP` in `TOPIC`'s route, as the NameServer at `ns` has it.
+async fn routed_master(ns: &str) -> Option<String> {
+    use rocketgate_remoting::RemotingCommand;
+    use rocketgate_remoting::client::Link;
+    use rocketgate_remoting::code::request::GET_ROUTEINFO_BY_TOPIC;
+    use rocketgate_remoting::protocol::{TopicRouteData, from_json};
+    let link = Link::connect(ns, Duration::from_secs(1), None).await.ok()?;
+    let r = link
+        .call(
+            RemotingCommand::request(GET_ROUTEINFO_BY_TOPIC, 0).with_field("topic", TOPIC),
+            Duration::from_secs(1),
+        )
+        .await
+        .ok()?;
+    let route: TopicRouteData = from_json(&r.body).ok()?;
+    route
+        .broker_datas
+        .iter()
+        .find(|b| b.broker_name == GROUP)
+        .and_then(|b| b.broker_addrs.get(&0).cloned())
+}
+
 /// One acknowledged send: which sender, its sequence number, what it carried.
 #[derive(Debug, Clone)]
 struct Acked {
@@ -352,6 +374,7 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
 
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut failovers = Vec::new();
+    let mut routes = Vec::new();
     let mut epoch = info.master_epoch;
     for cycle in 0..cycles {
         let stop = Arc::new(AtomicBool::new(false));
@@ -380,8 +403,18 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
                 .filter(|i| i.master_epoch > epoch && i.master_id.is_some_and(|m| m != old))
         })
         .await;
+        let elected = Instant::now();
         epoch = info.master_epoch;
         let new = info.master_id.unwrap();
+        // Every NameServer routes the topic to the new master.
+        let want = nodes[&new].addr("native").to_string();
+        for ns in namesrvs.split(';') {
+            wait_for_async("the NameServers' route to the new master", 30, async || {
+                (routed_master(ns).await.as_deref() == Some(want.as_str())).then_some(())
+            })
+            .await;
+        }
+        let routed = elected.elapsed();
         *master_id.lock().unwrap() = new;
         *master_http.lock().unwrap() = nodes[&new].addr("http");
         *master_mqtt.lock().unwrap() = nodes[&new].addr("mqtt");
@@ -411,8 +444,9 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
             trace(&nodes, killed_wall);
         }
         eprintln!(
-            "cycle {cycle}: killed broker {old} after {at} ms; broker {new} master at epoch {epoch}; first ack {took:?} after the kill"
+            "cycle {cycle}: killed broker {old} after {at} ms; broker {new} master at epoch {epoch}; first ack {took:?} after the kill; every NameServer routed to it {routed:?} after the election was seen"
         );
+        routes.push(routed);
 
         // Every acknowledged message is on the new master.
         let stored = tokio::task::block_in_place(|| records(nodes[&new].data_dir())).unwrap();
@@ -541,6 +575,11 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
         .iter()
         .map(|a| &a.sender[a.sender.len() - 2..])
         .collect();
+    routes.sort();
+    eprintln!(
+        "election seen -> every NameServer routes to the new master: max {:?}",
+        routes.last()
+    );
     eprintln!(
         "{} acknowledged (senders {senders:?}), {} maybe; {truncations} truncation(s) of a returning master; \
          failover (kill -> first ack) over {} kills: p50 {:?}, p99 {:?}, max {:?}; all: {failovers:?}",
