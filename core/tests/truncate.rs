@@ -194,3 +194,31 @@ async fn a_group_past_the_cut_receives_what_is_written_after_it() {
     drop(broker);
     store.close().unwrap();
 }
+
+/// A log that ends with an end-of-segment filler (a crash after a segment was closed and
+/// before the next one got a record; here: a cut at a segment's start) is dispatched to
+/// its end. It used to stay "not yet dispatched" by the filler's size for ever, and every
+/// wait for dispatch (a recovering broker, the power-loss test above 75 % disk) waited
+/// for ever.
+#[test]
+fn a_log_that_ends_with_a_segment_filler_is_dispatched_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    fill(&store, 100);
+    store.close().unwrap();
+    drop(store);
+    let segment = settings().segment_size;
+    truncate(dir.path(), &settings(), segment).unwrap();
+    let store = open(dir.path());
+    assert_eq!(store.positions().written, segment);
+    assert!(
+        store.wait_dispatched(Duration::from_secs(5)),
+        "dispatch stopped short of the log's end: {:?}",
+        store.positions()
+    );
+    // And the log goes on in the next segment.
+    let m = Message::new("t", 0, "after the filler");
+    assert!(store.put(&m).unwrap().end_offset > segment);
+    assert!(store.wait_dispatched(Duration::from_secs(5)));
+    store.close().unwrap();
+}

@@ -143,10 +143,13 @@ impl Inner {
             None;
         // The queues given entries since their readers were last woken.
         let mut touched: Vec<Arc<crate::store::consume_queue::ConsumeQueue>> = Vec::new();
+        // Whether every record below `limit` was seen (no early stop at the limit).
+        let mut exhausted = true;
         for item in self.log.records_from(from) {
             let rec = item?;
             let phys = rec.phys_offset();
             if phys >= limit {
+                exhausted = false;
                 break;
             }
             if count > 0 && count.is_multiple_of(DISPATCH_PUBLISH_EVERY) {
@@ -198,6 +201,14 @@ impl Inner {
             }
             pos = phys + rec.len() as u64;
             count += 1;
+        }
+        if exhausted {
+            // Past the last record up to the written end there is only an end-of-segment
+            // filler (the log's end moves only over whole records and fillers): it is
+            // dispatched too. Otherwise a log that ends with a filler — a crash after a
+            // segment was closed and before the next one got a record — stays "not yet
+            // dispatched" for ever, and whoever waits for dispatch waits for ever.
+            pos = pos.max(limit.min(self.log.max_offset()));
         }
         self.dispatched.store(pos, Ordering::Release);
         self.dispatched_tx.send_replace(pos);
