@@ -119,6 +119,45 @@ fn broker(id: u64, namesrvs: &str, controllers: &str) -> anyhow::Result<Node> {
     Node::start_with_env(&env)
 }
 
+/// A started control plane and broker group, every broker in the in-sync set (an
+/// acknowledgement needs all three). Dropping it stops every process.
+struct Group {
+    _dir: tempfile::TempDir,
+    _plane: Vec<Namesrv>,
+    namesrvs: String,
+    controllers: String,
+    client: ControllerClient,
+    nodes: BTreeMap<u64, Node>,
+    info: ReplicaInfo,
+}
+
+async fn group_of_three() -> Group {
+    let dir = tempfile::tempdir().unwrap();
+    let (plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
+    let client = ControllerClient::parse(&controllers).unwrap();
+    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
+    for id in 1..=3u64 {
+        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
+            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
+        nodes.insert(id, node);
+    }
+    let info = wait_for_async("all three in the in-sync set", 60, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
+    })
+    .await;
+    Group {
+        _dir: dir,
+        _plane: plane,
+        namesrvs,
+        controllers,
+        client,
+        nodes,
+        info,
+    }
+}
+
 async fn group_info(client: &ControllerClient) -> Option<ReplicaInfo> {
     client.replica_info(GROUP).await.ok()
 }
@@ -348,22 +387,15 @@ async fn kill_9_of_the_master_elects_an_in_sync_slave_and_loses_no_acknowledged_
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let dir = tempfile::tempdir().unwrap();
-    let (_plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
-    let client = ControllerClient::parse(&controllers).unwrap();
-    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
-    for id in 1..=3u64 {
-        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
-            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
-        nodes.insert(id, node);
-    }
-    // Every broker in the in-sync set: an acknowledgement needs all three.
-    let info = wait_for_async("all three in the in-sync set", 60, async || {
-        group_info(&client)
-            .await
-            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
-    })
-    .await;
+    let Group {
+        _dir,
+        _plane,
+        namesrvs,
+        controllers,
+        client,
+        mut nodes,
+        info,
+    } = group_of_three().await;
     let master_id = Arc::new(Mutex::new(info.master_id.unwrap()));
     let master_http = Arc::new(Mutex::new(nodes[&info.master_id.unwrap()].addr("http")));
     let master_mqtt = Arc::new(Mutex::new(nodes[&info.master_id.unwrap()].addr("mqtt")));
@@ -714,21 +746,15 @@ fn send_acked(node: &Node, prefix: &str, n: usize) -> Vec<String> {
 async fn an_old_master_cuts_its_unreplicated_tail_durably_and_a_crash_right_after_the_cut_does_not_bring_it_back()
  {
     let _one = ONE_AT_A_TIME.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (_plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
-    let client = ControllerClient::parse(&controllers).unwrap();
-    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
-    for id in 1..=3u64 {
-        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
-            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
-        nodes.insert(id, node);
-    }
-    let info = wait_for_async("all three in the in-sync set", 60, async || {
-        group_info(&client)
-            .await
-            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
-    })
-    .await;
+    let Group {
+        _dir,
+        _plane,
+        namesrvs: _,
+        controllers: _,
+        client,
+        mut nodes,
+        info,
+    } = group_of_three().await;
     let old = info.master_id.unwrap();
     create_topic(&nodes[&old], TOPIC, 4).await.expect("topic");
     let mut acked = tokio::task::block_in_place(|| send_acked(&nodes[&old], "before", 20));
@@ -882,21 +908,15 @@ async fn native_consumer(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_group_continues_on_the_new_master_from_its_replicated_offsets() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (_plane, namesrvs, controllers) = control_plane(dir.path()).expect("control plane");
-    let client = ControllerClient::parse(&controllers).unwrap();
-    let mut nodes: BTreeMap<u64, Node> = BTreeMap::new();
-    for id in 1..=3u64 {
-        let node = tokio::task::block_in_place(|| broker(id, &namesrvs, &controllers))
-            .unwrap_or_else(|e| panic!("broker {id}: {e:#}"));
-        nodes.insert(id, node);
-    }
-    let info = wait_for_async("all three in the in-sync set", 60, async || {
-        group_info(&client)
-            .await
-            .filter(|i| i.sync_state_set.len() == 3 && i.master_id.is_some())
-    })
-    .await;
+    let Group {
+        _dir,
+        _plane,
+        namesrvs,
+        controllers: _,
+        client,
+        mut nodes,
+        info,
+    } = group_of_three().await;
     let old = info.master_id.unwrap();
     create_topic(&nodes[&old], TOPIC, 4).await.expect("topic");
     let first = tokio::task::block_in_place(|| send_acked(&nodes[&old], "old", 200));

@@ -174,12 +174,8 @@ impl Broker {
         if last == Some(&msg.body[..]) {
             return Ok(msg.body.to_vec());
         }
-        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
-            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
-                Ok(msg.body.to_vec())
-            }
-            Err(e) => Err(e),
-        }
+        self.append_system_record(&msg).await?;
+        Ok(msg.body.to_vec())
     }
 
     /// On a slave: applies the newest topic snapshot in the replicated log if it is
@@ -187,18 +183,10 @@ impl Broker {
     /// topics to match, deletes user topics the master no longer has. Returns the
     /// queue offset of the snapshot now applied.
     pub fn apply_replicated_topics(&self, applied: Option<u64>) -> Result<Option<u64>> {
-        let (min, max) = self.store.queue_bounds(TOPICS_TOPIC, 0);
-        if max == min || applied.is_some_and(|a| a + 1 >= max) {
-            return Ok(applied);
-        }
-        let last = max - 1;
-        let read = self.store.read_queue(TOPICS_TOPIC, 0, last, 1)?;
-        let Some((_, entry)) = read.entries.first() else {
+        let Some((last, body)) = self.newest_system_record(TOPICS_TOPIC, applied)? else {
             return Ok(applied);
         };
-        let rec = self.store.read_entry(entry)?;
-        let view = rec.view()?;
-        let snap: TopicSnapshot = serde_json::from_slice(view.body())
+        let snap: TopicSnapshot = serde_json::from_slice(&body)
             .map_err(|e| Error::InvalidMessage(format!("bad topic snapshot at {last}: {e}")))?;
         let mut changed = 0;
         {
@@ -316,10 +304,7 @@ impl Broker {
         })
         .map_err(|e| Error::InvalidArgument(format!("offset record: {e}")))?;
         let msg = Message::new(OFFSETS_TOPIC, 0, body);
-        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
-            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        self.append_system_record(&msg).await?;
         p.seen = Some(version);
         p.written = now;
         p.since_full = Some(if full {
@@ -334,39 +319,26 @@ impl Broker {
     /// `applied` (`None`: none yet) to this broker's offset table, in log order.
     /// Returns the queue offset of the last record applied.
     pub fn apply_replicated_offsets(&self, applied: Option<u64>) -> Result<Option<u64>> {
-        let (min, max) = self.store.queue_bounds(OFFSETS_TOPIC, 0);
-        let mut next = applied.map_or(min, |a| (a + 1).max(min));
-        let mut last = applied;
         let mut set = 0usize;
-        while next < max {
-            let read = self.store.read_queue(OFFSETS_TOPIC, 0, next, 64)?;
-            if read.entries.is_empty() {
-                break;
-            }
-            for (qoff, entry) in &read.entries {
-                let rec = self.store.read_entry(entry)?;
-                let view = rec.view()?;
-                match serde_json::from_slice::<OffsetRecord>(view.body()) {
-                    Ok(r) => {
-                        let mut t = self.offsets.table();
-                        for (owner, topics) in &r.offsets {
-                            for (topic, queues) in topics {
-                                for (q, off) in queues {
-                                    if t.set_from_master(owner, topic, *q, *off) {
-                                        set += 1;
-                                    }
+        let last = self.each_system_record(OFFSETS_TOPIC, applied, |qoff, body| {
+            match serde_json::from_slice::<OffsetRecord>(body) {
+                Ok(r) => {
+                    let mut t = self.offsets.table();
+                    for (owner, topics) in &r.offsets {
+                        for (topic, queues) in topics {
+                            for (q, off) in queues {
+                                if t.set_from_master(owner, topic, *q, *off) {
+                                    set += 1;
                                 }
                             }
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(offset = qoff, error = %e, "skipping a bad offset record")
-                    }
                 }
-                last = Some(*qoff);
-                next = qoff + 1;
+                Err(e) => {
+                    tracing::warn!(offset = qoff, error = %e, "skipping a bad offset record")
+                }
             }
-        }
+        })?;
         if set > 0 {
             tracing::debug!(set, "applied the master's consumer offsets");
         }
@@ -478,10 +450,7 @@ impl Broker {
         })
         .map_err(|e| Error::InvalidArgument(format!("POP record: {e}")))?;
         let msg = Message::new(POP_TOPIC, 0, body);
-        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
-            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        self.append_system_record(&msg).await?;
         p.seen = Some(version);
         p.written = now;
         p.since_full = Some(if full {
@@ -497,19 +466,12 @@ impl Broker {
     /// also drops the queue states it does not name. Returns the queue offset of the
     /// last record applied.
     pub fn apply_replicated_pop(&self, applied: Option<u64>) -> Result<Option<u64>> {
-        let (min, max) = self.store.queue_bounds(POP_TOPIC, 0);
-        let mut next = applied.map_or(min, |a| (a + 1).max(min));
-        let mut last = applied;
         let mut set = 0usize;
-        while next < max {
-            let read = self.store.read_queue(POP_TOPIC, 0, next, 64)?;
-            if read.entries.is_empty() {
-                break;
-            }
-            for (qoff, entry) in &read.entries {
-                let rec = self.store.read_entry(entry)?;
-                let view = rec.view()?;
-                match serde_json::from_slice::<PopRecord>(view.body()) {
+        let last =
+            self.each_system_record(
+                POP_TOPIC,
+                applied,
+                |qoff, body| match serde_json::from_slice::<PopRecord>(body) {
                     Ok(r) => {
                         let mut t = self.pop.table();
                         if r.full {
@@ -528,11 +490,8 @@ impl Broker {
                     Err(e) => {
                         tracing::warn!(offset = qoff, error = %e, "skipping a bad POP record")
                     }
-                }
-                last = Some(*qoff);
-                next = qoff + 1;
-            }
-        }
+                },
+            )?;
         if set > 0 {
             tracing::debug!(set, "applied the master's POP state");
         }
@@ -552,34 +511,80 @@ impl Broker {
             return Ok(body);
         }
         let msg = Message::new(DELAY_TOPIC, 0, body);
-        match self.store.put_batch_async(std::slice::from_ref(&msg)).await {
-            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
-                Ok(msg.body.to_vec())
-            }
-            Err(e) => Err(e),
-        }
+        self.append_system_record(&msg).await?;
+        Ok(msg.body.to_vec())
     }
 
     /// On a slave: takes the newest delay-progress snapshot in the replicated log as
     /// this broker's, if it is past queue offset `applied` (`None`: none yet).
     /// Returns the queue offset of the snapshot now applied.
     pub fn apply_replicated_delay(&self, applied: Option<u64>) -> Result<Option<u64>> {
-        let (min, max) = self.store.queue_bounds(DELAY_TOPIC, 0);
-        if max == min || applied.is_some_and(|a| a + 1 >= max) {
-            return Ok(applied);
-        }
-        let last = max - 1;
-        let read = self.store.read_queue(DELAY_TOPIC, 0, last, 1)?;
-        let Some((_, entry)) = read.entries.first() else {
+        let Some((last, body)) = self.newest_system_record(DELAY_TOPIC, applied)? else {
             return Ok(applied);
         };
-        let rec = self.store.read_entry(entry)?;
-        let view = rec.view()?;
-        let r: DelayRecord = serde_json::from_slice(view.body())
+        let r: DelayRecord = serde_json::from_slice(&body)
             .map_err(|e| Error::InvalidMessage(format!("bad delay record at {last}: {e}")))?;
         if self.delay.adopt(r.progress) {
             tracing::debug!("applied the master's delay progress");
         }
         Ok(Some(last))
+    }
+
+    /// Appends one record of a system topic that carries state to slaves. Under sync
+    /// replication it does not wait for its copies (a timeout or a missing in-sync slave
+    /// still leaves it in the log, which slaves copy whenever they follow).
+    async fn append_system_record(&self, msg: &Message) -> Result<()> {
+        match self.store.put_batch_async(std::slice::from_ref(msg)).await {
+            Ok(_) | Err(Error::ReplicationTimeout { .. }) | Err(Error::NoInSyncReplica { .. }) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The newest record of a snapshot topic (queue 0) when it is past queue offset
+    /// `applied`: its queue offset and body.
+    fn newest_system_record(
+        &self,
+        topic: &str,
+        applied: Option<u64>,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
+        let (min, max) = self.store.queue_bounds(topic, 0);
+        if max == min || applied.is_some_and(|a| a + 1 >= max) {
+            return Ok(None);
+        }
+        let last = max - 1;
+        let read = self.store.read_queue(topic, 0, last, 1)?;
+        let Some((_, entry)) = read.entries.first() else {
+            return Ok(None);
+        };
+        let rec = self.store.read_entry(entry)?;
+        Ok(Some((last, rec.view()?.body().to_vec())))
+    }
+
+    /// Hands every record of a change-record topic (queue 0) past queue offset
+    /// `applied` to `apply`, in log order; returns the queue offset of the last one.
+    fn each_system_record(
+        &self,
+        topic: &str,
+        applied: Option<u64>,
+        mut apply: impl FnMut(u64, &[u8]),
+    ) -> Result<Option<u64>> {
+        let (min, max) = self.store.queue_bounds(topic, 0);
+        let mut next = applied.map_or(min, |a| (a + 1).max(min));
+        let mut last = applied;
+        while next < max {
+            let read = self.store.read_queue(topic, 0, next, 64)?;
+            if read.entries.is_empty() {
+                break;
+            }
+            for (qoff, entry) in &read.entries {
+                let rec = self.store.read_entry(entry)?;
+                apply(*qoff, rec.view()?.body());
+                last = Some(*qoff);
+                next = qoff + 1;
+            }
+        }
+        Ok(last)
     }
 }
