@@ -7,7 +7,7 @@ use anyhow::Context;
 use rocketgate_auth::Auth;
 use rocketgate_config::NativeTls;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
-use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock};
 use rocketgate_core::store::{DiskFullPolicy, FlushMode, Store, StoreDeps, StoreSettings};
 use rocketgate_http as http;
 use rocketgate_namesrv::{NameServer, NameServerHandle, NamesrvSettings};
@@ -138,7 +138,7 @@ fn internal_signer(auth: &Auth) -> Option<rocketgate_remoting::Signer> {
 }
 
 /// Prints one machine-readable line per listening door (harnesses parse these).
-fn announce(door: &str, addr: SocketAddr) {
+pub(crate) fn announce(door: &str, addr: SocketAddr) {
     {
         // A node restarted in another role announces its doors again: one entry each.
         let mut all = rocketgate_core::sync::lock(&ANNOUNCED);
@@ -151,7 +151,7 @@ fn announce(door: &str, addr: SocketAddr) {
 
 /// The TLS acceptor every TLS door shares (one certificate), and the task that
 /// reloads it when the files change; `None` when no door uses TLS.
-fn start_tls(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>> {
+pub(crate) fn start_tls(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>> {
     let Some(settings) = TlsSettings::from_config(&config.tls) else {
         return Ok(None);
     };
@@ -166,18 +166,18 @@ fn start_tls(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>
 }
 
 /// The acceptor for a door whose TLS switch is `on`.
-fn tls_for(tls: &Option<(Acceptor, ReloadHandle)>, on: bool) -> Option<Acceptor> {
+pub(crate) fn tls_for(tls: &Option<(Acceptor, ReloadHandle)>, on: bool) -> Option<Acceptor> {
     tls.as_ref().filter(|_| on).map(|(a, _)| a.clone())
 }
 
 /// The MQTT door on `listen.mqtt` (and `listen.mqtts` with `tls.mqtt`), its sessions
 /// and retained messages in `<data_dir>/mqtt`.
-async fn start_mqtt(
+pub(crate) async fn start_mqtt<B: MessagingApi + 'static>(
     config: &Config,
-    broker: &Arc<Broker>,
+    broker: &Arc<B>,
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
-) -> anyhow::Result<rocketgate_mqtt::Handle<Broker>> {
+) -> anyhow::Result<rocketgate_mqtt::Handle<B>> {
     let m = &config.mqtt;
     let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
     settings.auth = auth.clone();
@@ -254,10 +254,10 @@ fn broker_topics(broker: Arc<Broker>) -> impl Fn() -> Vec<WireTopic> + Send + Sy
 /// The WebSocket door; its `/mqtt` path runs MQTT connections on the MQTT door's
 /// shared state (sessions, retained messages, router), so MQTT.js in a browser and a
 /// device on TCP see the same broker.
-async fn start_ws(
+pub(crate) async fn start_ws<B: MessagingApi + 'static>(
     config: &Config,
-    broker: &Arc<Broker>,
-    mqtt: rocketgate_mqtt::Streams<Broker>,
+    broker: &Arc<B>,
+    mqtt: rocketgate_mqtt::Streams<B>,
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
 ) -> anyhow::Result<ws::Handle> {
@@ -385,7 +385,7 @@ pub struct Late {
 }
 
 impl http::Probe for NodeProbe {
-    fn status(&self) -> http::NodeStatus {
+    fn status(&self) -> Option<http::NodeStatus> {
         self.store.status()
     }
 
@@ -537,8 +537,30 @@ async fn start_http(
     group: crate::ha::View,
     late: Arc<Late>,
 ) -> anyhow::Result<http::Handle> {
+    let settings = http_settings(config, namesrvs, tls, auth);
+    let probe = Arc::new(NodeProbe {
+        store: http::StoreProbe::new(broker.store().clone(), config.store.disk_hard_ratio),
+        group,
+        late,
+        config: config.clone(),
+    });
+    let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
+        .await
+        .with_context(|| format!("starting the HTTP gateway on {}", config.listen.http))?;
+    announce("http", addr);
+    Ok(server.spawn())
+}
+
+/// The HTTP door's settings from the config; `namesrvs` answer its cluster view unless
+/// `http.namesrv_addrs` names others.
+pub(crate) fn http_settings(
+    config: &Config,
+    namesrvs: Vec<String>,
+    tls: Option<Acceptor>,
+    auth: &Arc<Auth>,
+) -> http::Settings {
     let h = &config.http;
-    let settings = http::Settings {
+    http::Settings {
         max_body: config.store.max_message_size.0 as usize,
         max_inflight: h.max_inflight as usize,
         max_wait: h.max_wait,
@@ -554,18 +576,7 @@ async fn start_http(
         allowed_origins: h.allowed_origins.clone(),
         tls,
         auth: auth.clone(),
-    };
-    let probe = Arc::new(NodeProbe {
-        store: http::StoreProbe::new(broker.store().clone(), config.store.disk_hard_ratio),
-        group,
-        late,
-        config: config.clone(),
-    });
-    let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
-        .await
-        .with_context(|| format!("starting the HTTP gateway on {}", config.listen.http))?;
-    announce("http", addr);
-    Ok(server.spawn())
+    }
 }
 
 /// Saves consumer offsets, then syncs and closes the store (off the async threads).

@@ -95,7 +95,8 @@ fn base_env() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// A running `rocketgate standalone`, killed when dropped.
+/// A running `rocketgate standalone` (or another node command: [`Node::launch`]), killed
+/// when dropped.
 pub struct Node {
     child: Option<Child>,
     data_dir: PathBuf,
@@ -110,6 +111,11 @@ pub struct Node {
     log: PathBuf,
     /// Lines printed on stdout after the ready line, for debugging.
     stdout_rest: Option<mpsc::Receiver<String>>,
+    /// The subcommand and its fixed arguments (`["standalone"]`, `["proxy", "--namesrv",
+    /// …]`).
+    command: Vec<String>,
+    /// The doors given a listen flag (`--<door> ADDR`) at every start.
+    door_flags: Vec<String>,
 }
 
 impl Node {
@@ -132,6 +138,25 @@ impl Node {
         host: IpAddr,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Node> {
+        Self::launch_under(wrapper, host, &["standalone"], &DOORS, env)
+    }
+
+    /// Another node command on free loopback ports with a fresh data directory:
+    /// `command` is the subcommand and its fixed arguments (`["broker", "--namesrv",
+    /// addr, "--name", "broker-b"]`, `["proxy", "--namesrv", addr]`), `doors` the
+    /// listeners it takes a `--<door> ADDR` flag for. Ready when it prints its
+    /// `rocketgate … ready` line.
+    pub fn launch(command: &[&str], doors: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Node> {
+        Self::launch_under(&[], IpAddr::V4(Ipv4Addr::LOCALHOST), command, doors, env)
+    }
+
+    fn launch_under(
+        wrapper: &[&str],
+        host: IpAddr,
+        command: &[&str],
+        doors: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Node> {
         let tmp = tempfile::Builder::new()
             .prefix("rg-interop-")
             .tempdir()
@@ -150,10 +175,15 @@ impl Node {
             wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
             host,
             stdout_rest: None,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            door_flags: doors.iter().map(|s| s.to_string()).collect(),
         };
         let any = SocketAddr::new(host, 0).to_string();
-        let ports: Vec<(String, String)> =
-            DOORS.iter().map(|d| (d.to_string(), any.clone())).collect();
+        let ports: Vec<(String, String)> = node
+            .door_flags
+            .iter()
+            .map(|d| (d.clone(), any.clone()))
+            .collect();
         node.spawn(&ports)?;
         Ok(node)
     }
@@ -172,7 +202,9 @@ impl Node {
             }
             None => Command::new(binary()?),
         };
-        cmd.arg("standalone").arg("--data-dir").arg(&self.data_dir);
+        cmd.args(&self.command)
+            .arg("--data-dir")
+            .arg(&self.data_dir);
         // Not a setting: the node refuses unknown `ROCKETGATE_*` variables.
         cmd.env_remove("ROCKETGATE_BIN");
         for (door, addr) in listen {
@@ -219,7 +251,7 @@ impl Node {
                         .with_context(|| format!("bad address in {line:?}"))?;
                     addrs.insert(door.to_string(), addr);
                 }
-            } else if line.contains("standalone ready") {
+            } else if line.starts_with("rocketgate ") && line.contains(" ready") {
                 break;
             }
         }
@@ -286,11 +318,12 @@ impl Node {
         // The same ports; a door it did not announce (a replication port it had not
         // opened yet) on a fresh one.
         let any = SocketAddr::new(self.host, 0).to_string();
-        let listen: Vec<(String, String)> = DOORS
+        let listen: Vec<(String, String)> = self
+            .door_flags
             .iter()
             .map(|d| {
-                let addr = self.addrs.get(*d).map_or(any.clone(), |a| a.to_string());
-                (d.to_string(), addr)
+                let addr = self.addrs.get(d).map_or(any.clone(), |a| a.to_string());
+                (d.clone(), addr)
             })
             .collect();
         // The old ports may sit in TIME_WAIT for a moment on a busy machine.

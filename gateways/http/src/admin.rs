@@ -362,7 +362,8 @@ pub struct BrokerInfo {
     pub version: &'static str,
     pub uptime_ms: u64,
     pub user_topics: usize,
-    pub store: NodeStatus,
+    /// The local store; `null` on a proxy (no store of its own).
+    pub store: Option<NodeStatus>,
     pub max_message_size: usize,
     /// This node's broker group; `null` when it does not replicate.
     pub replication: Option<ReplicationStatus>,
@@ -372,7 +373,7 @@ pub struct BrokerInfo {
 pub async fn broker_info<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
 ) -> Result<axum::Json<BrokerInfo>> {
-    let status: NodeStatus = ctx.probe.status();
+    let status: Option<NodeStatus> = ctx.probe.status();
     let topics = ctx.api.topics(TopicKind::User).await?.len();
     Ok(axum::Json(BrokerInfo {
         broker_name: ctx.settings.broker_name.clone(),

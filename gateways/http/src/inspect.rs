@@ -229,32 +229,35 @@ pub struct Readyz {
 /// The checks of `/readyz`: the door's own (store writable, disk, shutting down)
 /// and the node's ([`Probe::checks`](crate::Probe::checks): NameServer registration, doors listening).
 pub(crate) fn ready_checks<B>(ctx: &Ctx<B>) -> Vec<ReadyCheck> {
-    let s = ctx.probe.status();
     let check = |name: &str, ok: bool, detail: String| ReadyCheck {
         name: name.into(),
         ok,
         detail,
     };
-    let mut checks = vec![
-        // The door starts after the store has recovered; it can still stop taking writes.
-        check(
-            "store",
-            s.writes_stopped.is_none(),
-            match &s.writes_stopped {
-                None => format!("recovered, written up to {}", s.log_written),
-                Some(why) => format!("writes are stopped until a restart: {why}"),
-            },
-        ),
-        check(
-            "disk",
-            !s.disk_full(),
-            format!(
-                "usage {:.1}% (hard limit {:.1}%)",
-                s.disk_usage * 100.0,
-                s.disk_hard_ratio * 100.0
+    let mut checks = Vec::new();
+    // A proxy has no store: its readiness is its doors and its view of the cluster.
+    if let Some(s) = ctx.probe.status() {
+        checks.extend([
+            // The door starts after the store has recovered; it can still stop taking writes.
+            check(
+                "store",
+                s.writes_stopped.is_none(),
+                match &s.writes_stopped {
+                    None => format!("recovered, written up to {}", s.log_written),
+                    Some(why) => format!("writes are stopped until a restart: {why}"),
+                },
             ),
-        ),
-    ];
+            check(
+                "disk",
+                !s.disk_full(),
+                format!(
+                    "usage {:.1}% (hard limit {:.1}%)",
+                    s.disk_usage * 100.0,
+                    s.disk_hard_ratio * 100.0
+                ),
+            ),
+        ]);
+    }
     checks.extend(ctx.probe.checks());
     let stopping = *ctx.shutdown.borrow();
     checks.push(check(

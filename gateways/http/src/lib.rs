@@ -92,7 +92,9 @@ impl Default for Settings {
 
 /// The node's storage as health checks and metrics see it.
 pub trait Probe: Send + Sync + 'static {
-    fn status(&self) -> NodeStatus;
+    /// The local store; `None` on a node without one (`rocketgate proxy`, whose doors
+    /// run over the brokers of a cluster).
+    fn status(&self) -> Option<NodeStatus>;
 
     /// This node's place in its broker group (`GET /v1/cluster`, `/v1/broker`,
     /// `/metrics`); `None` when the node does not replicate.
@@ -221,10 +223,10 @@ impl StoreProbe {
 }
 
 impl Probe for StoreProbe {
-    fn status(&self) -> NodeStatus {
+    fn status(&self) -> Option<NodeStatus> {
         let p = self.store.positions();
         let space = rocketgate_core::store::disk::space(self.store.dir()).ok();
-        NodeStatus {
+        Some(NodeStatus {
             disk_free_bytes: space.map(|s| s.0),
             disk_total_bytes: space.map(|s| s.1),
             log_min: p.min,
@@ -236,7 +238,7 @@ impl Probe for StoreProbe {
             corrupt_records: self.store.corrupt_records(),
             unread_dropped: self.store.unread_dropped(),
             writes_stopped: self.store.write_stopped(),
-        }
+        })
     }
 }
 

@@ -75,25 +75,27 @@ pub(crate) async fn upkeep_loop(mut stop: tokio::sync::watch::Receiver<bool>) {
 /// `GET /metrics`: Prometheus text format. Store positions, disk usage and
 /// consumer lag are sampled at scrape time.
 pub async fn metrics<B: MessagingApi + 'static>(State(ctx): State<Arc<Ctx<B>>>) -> Response {
-    let s = ctx.probe.status();
-    for (name, v) in [
-        ("rocketgate_store_min_offset", s.log_min),
-        ("rocketgate_store_flushed_offset", s.log_flushed),
-        ("rocketgate_store_written_offset", s.log_written),
-        ("rocketgate_store_dispatched_offset", s.log_dispatched),
-        ("rocketgate_store_corrupt_records_total", s.corrupt_records),
-        ("rocketgate_store_unread_dropped_total", s.unread_dropped),
-    ] {
-        metrics::gauge!(name).set(v as f64);
+    // A proxy has no store of its own: no store or disk gauges.
+    if let Some(s) = ctx.probe.status() {
+        for (name, v) in [
+            ("rocketgate_store_min_offset", s.log_min),
+            ("rocketgate_store_flushed_offset", s.log_flushed),
+            ("rocketgate_store_written_offset", s.log_written),
+            ("rocketgate_store_dispatched_offset", s.log_dispatched),
+            ("rocketgate_store_corrupt_records_total", s.corrupt_records),
+            ("rocketgate_store_unread_dropped_total", s.unread_dropped),
+        ] {
+            metrics::gauge!(name).set(v as f64);
+        }
+        metrics::gauge!("rocketgate_disk_usage_ratio").set(s.disk_usage);
+        if let (Some(free), Some(total)) = (s.disk_free_bytes, s.disk_total_bytes) {
+            metrics::gauge!("rocketgate_disk_free_bytes").set(free as f64);
+            metrics::gauge!("rocketgate_disk_total_bytes").set(total as f64);
+        }
+        metrics::gauge!("rocketgate_store_size_bytes")
+            .set(s.log_written.saturating_sub(s.log_min) as f64);
+        metrics::gauge!("rocketgate_disk_full").set(if s.disk_full() { 1.0 } else { 0.0 });
     }
-    metrics::gauge!("rocketgate_disk_usage_ratio").set(s.disk_usage);
-    if let (Some(free), Some(total)) = (s.disk_free_bytes, s.disk_total_bytes) {
-        metrics::gauge!("rocketgate_disk_free_bytes").set(free as f64);
-        metrics::gauge!("rocketgate_disk_total_bytes").set(total as f64);
-    }
-    metrics::gauge!("rocketgate_store_size_bytes")
-        .set(s.log_written.saturating_sub(s.log_min) as f64);
-    metrics::gauge!("rocketgate_disk_full").set(if s.disk_full() { 1.0 } else { 0.0 });
     if let Some(r) = ctx.probe.replication() {
         if let Some(c) = r.confirmed_offset {
             metrics::gauge!("rocketgate_replication_confirmed_offset").set(c as f64);
@@ -161,8 +163,10 @@ pub struct Health {
     pub ready: bool,
     /// Why it is not ready (empty when it is).
     pub reasons: Vec<String>,
-    pub disk: Disk,
-    pub store: crate::NodeStatus,
+    /// The local disk; `null` on a proxy (no store of its own).
+    pub disk: Option<Disk>,
+    /// The local store; `null` on a proxy.
+    pub store: Option<crate::NodeStatus>,
 }
 
 /// The disk as health checks see it.
@@ -177,15 +181,17 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, Health) {
     let s = ctx.probe.status();
     let stopping = *ctx.shutdown.borrow();
     let mut reasons = Vec::new();
-    if s.disk_full() {
-        reasons.push(format!(
-            "disk usage {:.1}% is above the hard limit of {:.1}%",
-            s.disk_usage * 100.0,
-            s.disk_hard_ratio * 100.0
-        ));
-    }
-    if let Some(why) = &s.writes_stopped {
-        reasons.push(format!("writes are stopped until a restart: {why}"));
+    if let Some(s) = &s {
+        if s.disk_full() {
+            reasons.push(format!(
+                "disk usage {:.1}% is above the hard limit of {:.1}%",
+                s.disk_usage * 100.0,
+                s.disk_hard_ratio * 100.0
+            ));
+        }
+        if let Some(why) = &s.writes_stopped {
+            reasons.push(format!("writes are stopped until a restart: {why}"));
+        }
     }
     if stopping {
         reasons.push("shutting down".to_owned());
@@ -195,11 +201,11 @@ fn readiness<B>(ctx: &Ctx<B>) -> (bool, Health) {
         status: "ok".into(),
         ready: ok,
         reasons,
-        disk: Disk {
+        disk: s.as_ref().map(|s| Disk {
             usage_ratio: s.disk_usage,
             hard_ratio: s.disk_hard_ratio,
             full: s.disk_full(),
-        },
+        }),
         store: s,
     };
     (ok, body)
