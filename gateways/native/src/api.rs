@@ -1,6 +1,6 @@
 //! The broker API over the native door: how a `MessagingApi` call and its answer travel
 //! in a remoting command, shared by the broker side (`server/api.rs`) and
-//! [`crate::client::RemoteBroker`]. Byte layout and the code of every method:
+//! the client's `RemoteBroker`. Byte layout and the code of every method:
 //! `docs/proxy-protocol.md`.
 //!
 //! A command carries its arguments (or result) as JSON in the header field `j`; bytes
@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use rocketgate_core::Error as CoreError;
 use rocketgate_core::broker::filter::{Filter, FilterType};
 use rocketgate_core::broker::{Delivered, PopRequest, PullRequest, PullStatus};
-use rocketgate_core::error::FilterError;
+use rocketgate_core::error::{FilterError, InvalidName};
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::{EncodedBatch, EncodedEntry};
 use rocketgate_remoting::codec::RemotingCommand;
@@ -443,9 +443,8 @@ pub(crate) enum WireError {
     InvalidFilter {
         error: FilterError,
     },
-    /// `InvalidName`: its parts are not all kept; the message is.
     InvalidName {
-        message: String,
+        name: NameWire,
     },
     TopicNotFound {
         topic: String,
@@ -565,7 +564,7 @@ impl WireError {
             },
             E::InvalidFilter(f) => W::InvalidFilter { error: f.clone() },
             E::InvalidName(n) => W::InvalidName {
-                message: n.to_string(),
+                name: NameWire::of(n),
             },
             E::TopicNotFound { topic } => W::TopicNotFound {
                 topic: topic.clone(),
@@ -682,9 +681,7 @@ impl WireError {
                 reason: intern(reason),
             },
             W::InvalidFilter { error } => E::InvalidFilter(error),
-            // The parts of a bad name are not kept; the message is, as an invalid
-            // argument (the same 400 everywhere a door answers a bad name).
-            W::InvalidName { message } => E::InvalidArgument(message),
+            W::InvalidName { name } => E::InvalidName(name.into_core()),
             W::TopicNotFound { topic } => E::TopicNotFound { topic },
             W::TopicExists { topic } => E::TopicExists { topic },
             W::NoPermission { topic, operation } => E::NoPermission {
@@ -741,6 +738,80 @@ impl WireError {
                 max: Duration::from_millis(max_ms),
             },
             W::Other { message } => other(broker, message),
+        }
+    }
+}
+
+/// [`InvalidName`] on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum NameWire {
+    Empty {
+        what: String,
+    },
+    TooLong {
+        what: String,
+        len: usize,
+        max: usize,
+    },
+    IllegalChar {
+        what: String,
+        name: String,
+        ch: char,
+        position: usize,
+    },
+    Reserved {
+        topic: String,
+    },
+}
+
+impl NameWire {
+    fn of(n: &InvalidName) -> NameWire {
+        match n {
+            InvalidName::Empty { what } => NameWire::Empty {
+                what: (*what).to_owned(),
+            },
+            InvalidName::TooLong { what, len, max } => NameWire::TooLong {
+                what: (*what).to_owned(),
+                len: *len,
+                max: *max,
+            },
+            InvalidName::IllegalChar {
+                what,
+                name,
+                ch,
+                position,
+            } => NameWire::IllegalChar {
+                what: (*what).to_owned(),
+                name: name.clone(),
+                ch: *ch,
+                position: *position,
+            },
+            InvalidName::Reserved(topic) => NameWire::Reserved {
+                topic: topic.clone(),
+            },
+        }
+    }
+
+    fn into_core(self) -> InvalidName {
+        match self {
+            NameWire::Empty { what } => InvalidName::Empty { what: intern(what) },
+            NameWire::TooLong { what, len, max } => InvalidName::TooLong {
+                what: intern(what),
+                len,
+                max,
+            },
+            NameWire::IllegalChar {
+                what,
+                name,
+                ch,
+                position,
+            } => InvalidName::IllegalChar {
+                what: intern(what),
+                name,
+                ch,
+                position,
+            },
+            NameWire::Reserved { topic } => InvalidName::Reserved(topic),
         }
     }
 }

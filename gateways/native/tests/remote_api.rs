@@ -425,6 +425,22 @@ async fn errors_keep_their_variant() {
         .await
         .unwrap_err();
     assert!(matches!(r, CoreError::TopicExists { .. }), "{r:?}");
+    for bad in ["bad name", "", "TBW102"] {
+        let r = remote
+            .create_topic(TopicConfig::new(bad, 1))
+            .await
+            .unwrap_err();
+        let l = local
+            .create_topic(TopicConfig::new(bad, 1))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            std::mem::discriminant(&r),
+            std::mem::discriminant(&l),
+            "{r:?} / {l:?}"
+        );
+        assert_eq!(r.to_string(), l.to_string());
+    }
     let r = remote.group_info("nobody").await.unwrap_err();
     assert!(matches!(r, CoreError::GroupNotFound { .. }), "{r:?}");
     let r = remote
