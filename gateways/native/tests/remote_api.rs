@@ -503,6 +503,100 @@ async fn errors_keep_their_variant() {
     assert!(matches!(r, CoreError::MessageTooLarge { .. }), "{r:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_does_not_fit_one_frame_is_split() {
+    let node = Node::start(Auth::disabled()).await;
+    let remote = node.remote().await;
+    remote
+        .create_topic(TopicConfig::new("big", 2))
+        .await
+        .unwrap();
+    // Six 3 MiB messages: 18 MiB, more than a frame (16 MiB); stored in order in
+    // one queue.
+    let entries: Vec<EncodedEntry> = (0..6u8)
+        .map(|i| EncodedEntry {
+            flag: 0,
+            body: Bytes::from(vec![i; 3 << 20]),
+            properties: Bytes::new(),
+        })
+        .collect();
+    let sent = remote
+        .send_encoded(
+            EncodedBatch {
+                topic: "big".into(),
+                sys_flag: 0,
+                born_timestamp: 1,
+                born_host: "127.0.0.1:1".parse().unwrap(),
+                reconsume_times: 0,
+                entries,
+            },
+            QueueChoice::RoundRobin,
+        )
+        .await
+        .unwrap();
+    let offsets: Vec<u64> = sent.records.iter().map(|r| r.queue_offset).collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 4, 5]);
+    let q = sent.queue_id;
+    remote.sync_visible().await;
+    // A pull of all six answers what fits a frame and continues from there.
+    let first = remote
+        .pull(pull("big", q, 0, Duration::ZERO))
+        .await
+        .unwrap();
+    let n = first.messages.len();
+    assert!((1..6).contains(&n), "{n}");
+    assert_eq!(first.next_offset, n as u64);
+    let rest = remote
+        .pull(pull("big", q, first.next_offset, Duration::ZERO))
+        .await
+        .unwrap();
+    let got: Vec<u8> = first
+        .messages
+        .iter()
+        .chain(&rest.messages)
+        .map(|m| body(&m.record)[0])
+        .collect();
+    assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+    // A POP of all six: what does not fit is visible again at once.
+    let pop = || PopRequest {
+        group: "bigpop".into(),
+        topic: "big".into(),
+        filter: Filter::all(),
+        max_messages: 8,
+        invisible: Duration::from_secs(60),
+        wait: Duration::ZERO,
+    };
+    let a = remote.pop(pop()).await.unwrap();
+    assert!((1..6).contains(&a.len()), "{}", a.len());
+    let mut seen = a.len();
+    while seen < 6 {
+        let more = remote.pop(pop()).await.unwrap();
+        assert!(!more.is_empty(), "the rest is visible again");
+        seen += more.len();
+    }
+    assert_eq!(seen, 6);
+    // One message larger than any frame never leaves: too large, not unavailable.
+    let e = remote
+        .send(
+            Message::new("big", 0, vec![0u8; 17 << 20]),
+            QueueChoice::RoundRobin,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CoreError::MessageTooLarge { .. }), "{e:?}");
+    // An empty batch gets the broker's own answer.
+    let r = remote
+        .send_batch(vec![], QueueChoice::RoundRobin)
+        .await
+        .unwrap_err();
+    let l = node
+        .broker
+        .send_batch(vec![], QueueChoice::RoundRobin)
+        .await
+        .unwrap_err();
+    assert_eq!(r.to_string(), l.to_string());
+}
+
 /// Records what the broker asks; answers nothing (the test ends the transaction).
 #[derive(Default)]
 struct Recorder(Mutex<Vec<HalfMessage>>);

@@ -164,11 +164,44 @@ impl RemoteBroker {
     }
 }
 
+/// Bytes of bodies and properties one send request carries at most; a larger batch
+/// goes in several requests (see [`RemoteBroker::send_encoded`]).
+const CHUNK_BYTES: usize = 8 << 20;
+
 /// The error a transport failure is: the broker is unavailable (see the module docs).
+/// A request that cannot be encoded never left: it is the caller's message at fault.
 fn unavailable(addr: &str, e: crate::Error) -> CoreError {
-    CoreError::NotLeader {
-        reason: format!("the broker at {addr} is unavailable: {e}"),
+    use rocketgate_remoting::codec::CodecError;
+    match e {
+        crate::Error::Codec(CodecError::FrameTooLarge { len, max }) => CoreError::MessageTooLarge {
+            size: usize::try_from(len).unwrap_or(usize::MAX),
+            max,
+        },
+        crate::Error::Codec(e) => CoreError::InvalidMessage(format!("cannot be sent: {e}")),
+        e => CoreError::NotLeader {
+            reason: format!("the broker at {addr} is unavailable: {e}"),
+        },
     }
+}
+
+/// Splits `items` into runs of at most [`CHUNK_BYTES`] (each run at least one item).
+fn chunks<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = Vec::new();
+    let mut bytes = 0usize;
+    for item in items {
+        let n = size(&item);
+        match out.last_mut() {
+            Some(run) if bytes.saturating_add(n) <= CHUNK_BYTES => {
+                bytes += n;
+                run.push(item);
+            }
+            _ => {
+                bytes = n;
+                out.push(vec![item]);
+            }
+        }
+    }
+    out
 }
 
 impl Inner {
@@ -360,29 +393,90 @@ impl MessagingApi for RemoteBroker {
         Ok(i.decode(&resp)?.0)
     }
 
+    /// A batch larger than a request's worth ([`CHUNK_BYTES`]) goes in several
+    /// requests to one queue (the first one's): in order, but not necessarily
+    /// contiguous in it, and a failure after the first leaves the earlier part stored.
     async fn send_batch(
         &self,
         messages: Vec<Message>,
         queue: QueueChoice,
     ) -> Result<Vec<SendResult>> {
         let i = &self.inner;
-        let (metas, bodies): (Vec<MessageMeta>, Vec<Bytes>) =
-            messages.into_iter().map(MessageMeta::split).unzip();
-        let json = to_json(&i.addr, &(metas, queue))?;
-        let resp = i
-            .exchange(code::SEND_BATCH, json, &bodies, Duration::ZERO)
-            .await?;
-        Ok(i.decode(&resp)?.0)
+        let mut queue = queue;
+        let mut sent: Vec<SendResult> = Vec::with_capacity(messages.len());
+        let mut runs = chunks(messages, |m| m.body.len());
+        if runs.is_empty() {
+            runs.push(Vec::new()); // for the broker's own answer to an empty batch
+        }
+        for run in runs {
+            let (metas, bodies): (Vec<MessageMeta>, Vec<Bytes>) =
+                run.into_iter().map(MessageMeta::split).unzip();
+            let json = to_json(&i.addr, &(metas, &queue))?;
+            let resp = i
+                .exchange(code::SEND_BATCH, json, &bodies, Duration::ZERO)
+                .await?;
+            let part: Vec<SendResult> = i.decode(&resp)?.0;
+            if let Some(first) = part.first() {
+                queue = QueueChoice::Queue(first.queue_id);
+            }
+            sent.extend(part);
+        }
+        Ok(sent)
     }
 
+    /// As [`Self::send_batch`] for a batch larger than [`CHUNK_BYTES`].
     async fn send_encoded(&self, batch: EncodedBatch, queue: QueueChoice) -> Result<BatchSent> {
         let i = &self.inner;
-        let (meta, parts) = EncodedMeta::split(batch);
-        let json = to_json(&i.addr, &(meta, queue))?;
-        let resp = i
-            .exchange(code::SEND_ENCODED, json, &parts, Duration::ZERO)
-            .await?;
-        Ok(i.decode(&resp)?.0)
+        let EncodedBatch {
+            topic,
+            sys_flag,
+            born_timestamp,
+            born_host,
+            reconsume_times,
+            entries,
+        } = batch;
+        let mut queue = queue;
+        let mut sent: Option<BatchSent> = None;
+        for run in chunks(entries, |e| e.body.len() + e.properties.len()) {
+            let part = EncodedBatch {
+                topic: topic.clone(),
+                sys_flag,
+                born_timestamp,
+                born_host,
+                reconsume_times,
+                entries: run,
+            };
+            let (meta, parts) = EncodedMeta::split(part);
+            let json = to_json(&i.addr, &(meta, &queue))?;
+            let resp = i
+                .exchange(code::SEND_ENCODED, json, &parts, Duration::ZERO)
+                .await?;
+            let part: BatchSent = i.decode(&resp)?.0;
+            queue = QueueChoice::Queue(part.queue_id);
+            match &mut sent {
+                Some(s) => s.records.extend(part.records),
+                None => sent = Some(part),
+            }
+        }
+        // An empty batch: one request, for the broker's own answer to it.
+        match sent {
+            Some(s) => Ok(s),
+            None => {
+                let (meta, parts) = EncodedMeta::split(EncodedBatch {
+                    topic,
+                    sys_flag,
+                    born_timestamp,
+                    born_host,
+                    reconsume_times,
+                    entries: Vec::new(),
+                });
+                let json = to_json(&i.addr, &(meta, &queue))?;
+                let resp = i
+                    .exchange(code::SEND_ENCODED, json, &parts, Duration::ZERO)
+                    .await?;
+                Ok(i.decode(&resp)?.0)
+            }
+        }
     }
 
     async fn send_back(

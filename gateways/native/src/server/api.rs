@@ -22,7 +22,7 @@ use rocketgate_core::broker::{
     TopicConfig, TopicKind, TransactionChecker, TransactionHandle,
 };
 use rocketgate_remoting::code::{api as code, response};
-use rocketgate_remoting::codec::{FLAG_ONEWAY, RemotingCommand};
+use rocketgate_remoting::codec::{DEFAULT_MAX_FRAME_LEN, FLAG_ONEWAY, RemotingCommand};
 use rocketgate_remoting::server::Peer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -144,7 +144,13 @@ async fn call<B: MessagingApi>(
 
         code::PULL => {
             let request = args::<PullArgs>(j)?.request()?;
-            let r = b.pull(request).await?;
+            let mut r = b.pull(request).await?;
+            // What does not fit one frame is left for the next pull.
+            let kept = fitting(r.messages.iter().map(|m| m.record.len()), budget(ctx));
+            if kept < r.messages.len() {
+                r.next_offset = r.messages[kept].queue_offset;
+                r.messages.truncate(kept);
+            }
             let (messages, parts) = split_delivered(r.messages);
             let meta = PullMeta {
                 status: r.status.into(),
@@ -157,7 +163,15 @@ async fn call<B: MessagingApi>(
         }
         code::POP => {
             let request = args::<PopArgs>(j)?.request()?;
-            let popped = b.pop(request).await?;
+            let mut popped = b.pop(request).await?;
+            // What does not fit one frame is given back at once (visible again).
+            let kept = fitting(popped.iter().map(|p| p.message.record.len()), budget(ctx));
+            for p in popped.split_off(kept) {
+                let receipt = p.receipt.to_string();
+                if let Err(e) = b.change_invisibility(&receipt, Duration::ZERO).await {
+                    tracing::debug!(error = %e, "giving back a POP that did not fit");
+                }
+            }
             let mut metas = Vec::with_capacity(popped.len());
             let mut parts = Vec::with_capacity(popped.len());
             for p in popped {
@@ -256,15 +270,15 @@ async fn call<B: MessagingApi>(
         code::GROUP_INFO => json(&b.group_info(&args::<String>(j)?).await?),
         code::MESSAGE_BY_ID => {
             let d = b.message_by_id(&args::<String>(j)?).await?;
-            delivered(vec![d])
+            delivered(ctx, vec![d])
         }
         code::MESSAGES_BY_KEY => {
             let (topic, key, max): (String, String, usize) = args(j)?;
-            delivered(b.messages_by_key(&topic, &key, max).await?)
+            delivered(ctx, b.messages_by_key(&topic, &key, max).await?)
         }
         code::MESSAGES_BY_TIME => {
             let (topic, begin, end, max): (String, i64, i64, usize) = args(j)?;
-            delivered(b.messages_by_time(&topic, begin, end, max).await?)
+            delivered(ctx, b.messages_by_time(&topic, begin, end, max).await?)
         }
 
         code::DELAY_LIMITS => json(&b.delay_limits()),
@@ -281,6 +295,28 @@ async fn call<B: MessagingApi>(
     }
 }
 
+/// Bytes of records one answer carries at most: a frame (the smaller of ours and
+/// what the client's link accepts), less room for the header.
+fn budget<B>(ctx: &Ctx<B>) -> usize {
+    let frame = ctx.settings.max_frame_len.min(DEFAULT_MAX_FRAME_LEN);
+    frame.saturating_sub(1 << 20).max(frame / 2)
+}
+
+/// How many of the leading records fit `budget` bytes (at least one: a single record
+/// is never larger than a frame's worth, the store refuses such messages).
+fn fitting(sizes: impl Iterator<Item = usize>, budget: usize) -> usize {
+    let mut total = 0usize;
+    let mut n = 0;
+    for size in sizes {
+        total = total.saturating_add(size);
+        if total > budget && n > 0 {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 fn one_part(parts: Vec<Bytes>) -> Result<Bytes, Failure> {
     let n = parts.len();
     let mut it = parts.into_iter();
@@ -290,7 +326,9 @@ fn one_part(parts: Vec<Bytes>) -> Result<Bytes, Failure> {
     }
 }
 
-fn delivered(d: Vec<rocketgate_core::broker::Delivered>) -> Out {
+/// Lookups answer "at most `max`": what does not fit one frame is left out.
+fn delivered<B>(ctx: &Ctx<B>, mut d: Vec<rocketgate_core::broker::Delivered>) -> Out {
+    d.truncate(fitting(d.iter().map(|m| m.record.len()), budget(ctx)).max(1));
     let (meta, parts) = split_delivered(d);
     Ok((to_json(&meta)?, parts))
 }
