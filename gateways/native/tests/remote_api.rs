@@ -840,6 +840,132 @@ async fn only_the_internal_credential_may_call_the_broker_api() {
     );
 }
 
+/// A CA and a certificate for 127.0.0.1 signed by it (openssl), in `dir`.
+fn certificates(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "key.pem",
+            "-out",
+            "req.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "req.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path());
+    let node = Node::start(Auth::disabled()).await;
+    let acceptor =
+        rocketgate_tls::Acceptor::new(rocketgate_tls::TlsSettings::new(cert, key)).unwrap();
+    let (server, addr) = Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        node.broker.clone(),
+        node.settings.clone(),
+    )
+    .await
+    .unwrap();
+    let _tls = server
+        .with_tls(rocketgate_native::TlsMode::Enforcing(acceptor))
+        .spawn();
+    let remote = RemoteBroker::connect(
+        RemoteSettings::new(addr.to_string())
+            .with_tls_ca(&ca)
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    remote
+        .create_topic(TopicConfig::new("tls", 1))
+        .await
+        .unwrap();
+    remote
+        .send(msg("tls", "secret", "k"), QueueChoice::RoundRobin)
+        .await
+        .unwrap();
+    remote.sync_visible().await;
+    let r = remote
+        .pull(pull("tls", 0, 0, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(body(&r.messages[0].record), b"secret");
+    // Plain remoting to a TLS-only port is refused.
+    assert!(
+        RemoteBroker::connect(RemoteSettings::new(addr.to_string()))
+            .await
+            .is_err()
+    );
+}
+
 /// A minimal raw connection (one request, its answer).
 struct Conn(tokio::net::TcpStream);
 
