@@ -766,6 +766,61 @@ async fn a_stopped_broker_is_unavailable_quickly_and_works_after_a_restart() {
     assert_eq!(body(&r.messages[0].record), b"back");
 }
 
+/// A broker that answers the connect (its delay limits) and then nothing: a call
+/// gives up after the request timeout (plus the wait it asked for) as unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_times_out_as_unavailable() {
+    use rocketgate_remoting::codec::{FrameCodec, RemotingCommand};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = serde_json::to_string(&rocketgate_core::broker::DelayLimits {
+        levels: rocketgate_core::broker::schedule::DelayLevels::default(),
+        max_delay: Duration::from_secs(3600),
+    })
+    .unwrap();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = bytes::BytesMut::new();
+        let mut answered = false;
+        loop {
+            while let Some(req) = FrameCodec::default().decode(&mut buf).unwrap() {
+                if !answered {
+                    answered = true;
+                    let mut resp = RemotingCommand::response_to(&req, 0);
+                    resp.ext_fields.insert("j", limits.clone());
+                    let mut out = bytes::BytesMut::new();
+                    FrameCodec::default().encode(&resp, &mut out).unwrap();
+                    sock.write_all(&out).await.unwrap();
+                }
+            }
+            if sock.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                return;
+            }
+        }
+    });
+    let remote = RemoteBroker::connect(
+        RemoteSettings::new(addr.to_string()).with_request_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    let e = remote.topic("t").await.unwrap_err();
+    assert!(matches!(e, CoreError::NotLeader { .. }), "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let t = Instant::now();
+    let e = remote
+        .pull(pull("t", 0, 0, Duration::from_millis(500)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CoreError::NotLeader { .. }), "{e:?}");
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_internal_credential_may_call_the_broker_api() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,7 +54,11 @@ use crate::api::{
 pub struct RemoteSettings {
     /// `host:port` of the broker's native listener.
     pub addr: String,
-    /// How long a call waits for its answer (plus whatever it asked to wait).
+    /// How long a call waits for its answer (plus whatever it asked to wait). Keep it
+    /// longer than the broker's own waits (`store.sync_flush_timeout`, 5 s by default,
+    /// and sync replication), so their errors arrive as themselves rather than as an
+    /// unavailable broker. Default 10 s; a lost or refused connection fails at once
+    /// whatever it is.
     pub request_timeout: Duration,
     /// TLS to the broker, trusting this configuration's roots.
     pub tls: Option<Arc<rocketgate_tls::rustls::ClientConfig>>,
@@ -67,7 +71,7 @@ impl RemoteSettings {
     pub fn new(addr: impl Into<String>) -> RemoteSettings {
         RemoteSettings {
             addr: addr.into(),
-            request_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
             tls: None,
             credentials: None,
         }
