@@ -36,24 +36,24 @@ pub(crate) const ERROR: &str = "e";
 /// Puts `json` and the raw `parts` into `cmd`.
 pub(crate) fn pack(mut cmd: RemotingCommand, json: String, parts: &[Bytes]) -> RemotingCommand {
     cmd.ext_fields.insert(JSON, json);
-    if !parts.is_empty() {
+    if let [one] = parts {
+        // One part (a send's body, a lookup's record): the body is that part, no copy.
+        cmd.ext_fields.insert(LENS, one.len().to_string());
+        cmd.body = one.clone();
+    } else if !parts.is_empty() {
         let mut lens = String::with_capacity(parts.len() * 4);
         let mut body = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
         for (i, p) in parts.iter().enumerate() {
             if i > 0 {
                 lens.push(',');
             }
-            lens.push_str(itoa(p.len()).as_str());
+            lens.push_str(&p.len().to_string());
             body.extend_from_slice(p);
         }
         cmd.ext_fields.insert(LENS, lens);
         cmd.body = body.freeze();
     }
     cmd
-}
-
-fn itoa(n: usize) -> String {
-    n.to_string()
 }
 
 /// The JSON and the raw parts of `cmd` (parts share the frame's buffer).
