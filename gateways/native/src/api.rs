@@ -22,7 +22,7 @@ use rocketgate_core::broker::filter::{Filter, FilterType};
 use rocketgate_core::broker::{Delivered, PopRequest, PullRequest, PullStatus};
 use rocketgate_core::error::{FilterError, InvalidName};
 use rocketgate_core::store::Message;
-use rocketgate_core::store::record::{EncodedBatch, EncodedEntry};
+use rocketgate_core::store::record::{BatchSent, EncodedBatch, EncodedEntry, Placed};
 use rocketgate_remoting::codec::RemotingCommand;
 use serde::{Deserialize, Serialize};
 
@@ -198,6 +198,52 @@ impl EncodedMeta {
             reconsume_times: self.reconsume_times,
             entries,
         })
+    }
+}
+
+/// A [`BatchSent`] with each record as `[phys_offset, size, queue_offset]` (a batch
+/// of small messages answered with named fields spent more bytes on the names than
+/// the messages had).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct BatchSentMeta {
+    pub topic: String,
+    pub queue_id: u32,
+    pub store_host: SocketAddr,
+    pub store_timestamp: i64,
+    pub records: Vec<(u64, u32, u64)>,
+}
+
+impl BatchSentMeta {
+    pub fn of(b: BatchSent) -> BatchSentMeta {
+        BatchSentMeta {
+            records: b
+                .records
+                .iter()
+                .map(|p| (p.phys_offset, p.size, p.queue_offset))
+                .collect(),
+            topic: b.topic,
+            queue_id: b.queue_id,
+            store_host: b.store_host,
+            store_timestamp: b.store_timestamp,
+        }
+    }
+
+    pub fn sent(self) -> BatchSent {
+        BatchSent {
+            records: self
+                .records
+                .into_iter()
+                .map(|(phys_offset, size, queue_offset)| Placed {
+                    phys_offset,
+                    size,
+                    queue_offset,
+                })
+                .collect(),
+            topic: self.topic,
+            queue_id: self.queue_id,
+            store_host: self.store_host,
+            store_timestamp: self.store_timestamp,
+        }
     }
 }
 

@@ -45,8 +45,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::link::{Links, Pushed};
 use crate::api::{
-    self, CheckMeta, DeliveredMeta, EncodedMeta, MessageMeta, PopArgs, PoppedMeta, PullArgs,
-    PullMeta, WireError, join_delivered, millis,
+    self, BatchSentMeta, CheckMeta, DeliveredMeta, EncodedMeta, MessageMeta, PopArgs, PoppedMeta,
+    PullArgs, PullMeta, WireError, join_delivered, millis,
 };
 
 /// How to reach one broker's native door.
@@ -455,7 +455,7 @@ impl MessagingApi for RemoteBroker {
             let resp = i
                 .exchange(code::SEND_ENCODED, json, &parts, Duration::ZERO)
                 .await?;
-            let part: BatchSent = i.decode(&resp)?.0;
+            let part = i.decode::<BatchSentMeta>(&resp)?.0.sent();
             queue = QueueChoice::Queue(part.queue_id);
             match &mut sent {
                 Some(s) => s.records.extend(part.records),
@@ -478,7 +478,7 @@ impl MessagingApi for RemoteBroker {
                 let resp = i
                     .exchange(code::SEND_ENCODED, json, &parts, Duration::ZERO)
                     .await?;
-                Ok(i.decode(&resp)?.0)
+                Ok(i.decode::<BatchSentMeta>(&resp)?.0.sent())
             }
         }
     }

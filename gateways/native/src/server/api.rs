@@ -32,8 +32,8 @@ use super::Ctx;
 use super::clients::{Clients, ConnId};
 use super::reply::core_fail;
 use crate::api::{
-    self, CheckMeta, EncodedMeta, MessageMeta, PopArgs, PoppedMeta, PullArgs, PullMeta, WireError,
-    split_delivered,
+    self, BatchSentMeta, CheckMeta, EncodedMeta, MessageMeta, PopArgs, PoppedMeta, PullArgs,
+    PullMeta, WireError, split_delivered,
 };
 
 enum Failure {
@@ -130,7 +130,7 @@ async fn call<B: MessagingApi>(
         code::SEND_ENCODED => {
             let (meta, queue): (EncodedMeta, QueueChoice) = args(j)?;
             let batch = meta.join(parts).map_err(Failure::Bad)?;
-            json(&b.send_encoded(batch, queue).await?)
+            json(&BatchSentMeta::of(b.send_encoded(batch, queue).await?))
         }
         code::SEND_BACK => {
             let (group, topic, queue_id, offset, level): (String, String, u32, u64, Option<u8>) =
