@@ -26,6 +26,7 @@ pub mod native;
 mod native_sink;
 mod node;
 pub mod prefault;
+pub mod proxy;
 mod stats;
 pub mod store;
 pub mod ws;
@@ -53,6 +54,9 @@ pub enum Command {
     Auth(auth::AuthBenchArgs),
     /// POP receive of an ordered (FIFO) group against a concurrent one, same run.
     Fifo(fifo::FifoBenchArgs),
+    /// The MQTT door over a broker in-process against over `RemoteBroker` (the
+    /// broker API through the native door), same run (issue #29).
+    Proxy(proxy::ProxyBenchArgs),
 }
 
 /// Runs one `rocketgate bench` subcommand.
@@ -67,5 +71,6 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Prefault(args) => prefault::run(args),
         Command::Auth(args) => auth::run(args),
         Command::Fifo(args) => fifo::run(args),
+        Command::Proxy(args) => proxy::run(args),
     }
 }

@@ -246,7 +246,7 @@ pub enum RecordError {
 
 /// Where in an expression an error was found. `line` and `column` are 1-based and
 /// count characters, not bytes; `offset` is the byte offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Position {
     pub offset: usize,
     pub line: usize,
@@ -284,7 +284,7 @@ impl fmt::Display for Position {
 }
 
 /// Why an expression was rejected at subscribe time.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum FilterError {
     /// The expression is not well formed, or is well formed but meaningless
     /// (`'a' > 1`, `x BETWEEN 5 AND 1`).

@@ -75,6 +75,76 @@ pub mod request {
     pub const BATCH_ACK_MESSAGE: i32 = 200151;
 }
 
+/// rocketgate's own request codes: the broker API ([`rocketgate_core`'s
+/// `MessagingApi`]) over the native door, for a proxy node whose doors run over
+/// brokers in other processes (`docs/proxy-protocol.md`). One code per method.
+///
+/// They sit in 31000..31100: above every code Apache RocketMQ assigns in the 16-bit
+/// range (its highest there are the 3xxx auth codes) and below `i16::MAX`, so these
+/// requests keep the compact binary header (a code above it forces a JSON header,
+/// see `FrameCodec::encode`). A broker that does not know them answers
+/// `REQUEST_CODE_NOT_SUPPORTED`.
+pub mod api {
+    pub const FIRST: i32 = 31_000;
+    pub const LAST: i32 = 31_099;
+
+    pub const CREATE_TOPIC: i32 = 31_001;
+    pub const UPDATE_TOPIC: i32 = 31_002;
+    pub const DELETE_TOPIC: i32 = 31_003;
+    pub const TOPIC: i32 = 31_004;
+    pub const TOPICS: i32 = 31_005;
+
+    pub const SEND: i32 = 31_010;
+    pub const SEND_BATCH: i32 = 31_011;
+    pub const SEND_ENCODED: i32 = 31_012;
+    pub const SEND_BACK: i32 = 31_013;
+    pub const RESEND_DEAD_LETTERS: i32 = 31_014;
+
+    pub const PULL: i32 = 31_020;
+    pub const POP: i32 = 31_021;
+    pub const ACK: i32 = 31_022;
+    pub const CHANGE_INVISIBILITY: i32 = 31_023;
+    pub const NACK: i32 = 31_024;
+
+    pub const HEARTBEAT: i32 = 31_030;
+    pub const UNREGISTER: i32 = 31_031;
+    pub const ASSIGNMENT: i32 = 31_032;
+    pub const QUERY_OFFSET: i32 = 31_033;
+    pub const COMMIT_OFFSET: i32 = 31_034;
+    pub const RESET_OFFSET: i32 = 31_035;
+    pub const LOCK_QUEUE: i32 = 31_036;
+    pub const UNLOCK_QUEUE: i32 = 31_037;
+
+    pub const SEND_HALF: i32 = 31_040;
+    pub const END_TRANSACTION: i32 = 31_041;
+    /// Registers the connection as a transaction checker of a producer group.
+    pub const REGISTER_CHECKER: i32 = 31_042;
+    pub const UNREGISTER_CHECKER: i32 = 31_043;
+    /// Broker to proxy, one-way: an undecided half message for a registered checker.
+    pub const CHECK_TRANSACTION: i32 = 31_044;
+
+    pub const QUEUE_STATS: i32 = 31_050;
+    pub const OFFSET_BY_TIME: i32 = 31_051;
+    pub const SET_MAX_RECONSUME_TIMES: i32 = 31_052;
+    pub const SET_FIFO: i32 = 31_053;
+    pub const GROUPS: i32 = 31_054;
+    pub const GROUP_INFO: i32 = 31_055;
+    pub const MESSAGE_BY_ID: i32 = 31_056;
+    pub const MESSAGES_BY_KEY: i32 = 31_057;
+    pub const MESSAGES_BY_TIME: i32 = 31_058;
+
+    pub const DELAY_LIMITS: i32 = 31_060;
+    pub const DELAYED: i32 = 31_061;
+    pub const CANCEL_DELAYED: i32 = 31_062;
+
+    pub const SYNC_VISIBLE: i32 = 31_070;
+
+    /// Whether `code` is one of the broker API's.
+    pub const fn is_api(code: i32) -> bool {
+        code >= FIRST && code <= LAST
+    }
+}
+
 /// Response codes (`RemotingCommand::code` of a response).
 pub mod response {
     pub const SUCCESS: i32 = 0;

@@ -140,17 +140,25 @@ fn connector(args: &MqttBenchArgs) -> anyhow::Result<Option<TlsConnector>> {
 
 /// One run's figures.
 #[derive(Debug, Default)]
-struct Report {
-    published: u64,
+pub(crate) struct Report {
+    pub published: u64,
     acked: u64,
-    received: u64,
-    seconds: f64,
-    latencies: Option<crate::stats::Summary>,
+    pub received: u64,
+    pub seconds: f64,
+    pub latencies: Option<crate::stats::Summary>,
     broker_rss: Option<u64>,
     per_connection: Option<f64>,
 }
 
 pub fn run(args: MqttBenchArgs) -> anyhow::Result<()> {
+    let report = measure(&args)?;
+    print_report(&args, &report);
+    Ok(())
+}
+
+/// One run of the generator on a runtime of its own; the figures, not printed.
+pub(crate) fn measure(args: &MqttBenchArgs) -> anyhow::Result<Report> {
+    let args = args.clone();
     if args.qos > 1 {
         bail!("--qos must be 0 or 1");
     }
@@ -169,8 +177,7 @@ pub fn run(args: MqttBenchArgs) -> anyhow::Result<()> {
             _ => traffic(&args).await,
         }
     })?;
-    print_report(&args, &report);
-    Ok(())
+    Ok(report)
 }
 
 fn qos(args: &MqttBenchArgs) -> QoS {

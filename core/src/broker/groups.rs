@@ -40,7 +40,7 @@ impl ConsumeMode {
 
 /// One topic a member consumes, with its filter expression (parsed, and
 /// rejected when malformed, at heartbeat time).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Subscription {
     pub topic: String,
     pub filter_type: FilterType,
@@ -69,7 +69,7 @@ impl Subscription {
 
 /// A member announcing itself (RocketMQ sends its whole subscription set with
 /// every heartbeat; the latest one wins).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Heartbeat {
     pub group: String,
     pub member: String,

@@ -28,7 +28,7 @@ pub const MAX_DELAY_LEVELS: usize = 256;
 
 /// A table of delay levels, level `n` (1-based) being the `n`-th entry. Level 0
 /// means "not delayed".
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DelayLevels {
     delays: Vec<Duration>,
 }
@@ -161,7 +161,7 @@ pub const DEFAULT_MAX_RECONSUME_TIMES: u32 = 16;
 pub const RETRY_FIRST_DELAY_LEVEL: u32 = 3;
 
 /// The outcome of a failed consumption.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RetryDecision {
     /// Send to `%RETRY%<group>`, delivered again after `delay`.
     Retry { delay_level: u32, delay: Duration },

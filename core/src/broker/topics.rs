@@ -108,7 +108,7 @@ impl TopicConfig {
 }
 
 /// Which topics a listing returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum TopicKind {
     /// Topics users created (or that were auto-created by a send).
     #[default]

@@ -21,7 +21,7 @@ use crate::store::{AppendResult, RecordView};
 use crate::{Error, Result};
 
 /// How a send picks the queue of its topic.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum QueueChoice {
     /// The next write queue of the topic, round-robin.
     #[default]
@@ -36,7 +36,7 @@ pub enum QueueChoice {
 }
 
 /// Where one sent message went.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendResult {
     pub topic: String,
     pub queue_id: u32,
@@ -132,7 +132,7 @@ impl Popped {
 }
 
 /// What [`MessagingApi::send_back`](super::MessagingApi::send_back) did with a failed message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendBackResult {
     /// Retried (to `%RETRY%<group>` after the delay) or dead-lettered (`%DLQ%<group>`).
     pub decision: RetryDecision,
@@ -143,7 +143,7 @@ pub struct SendBackResult {
 }
 
 /// Which dead letters [`MessagingApi::resend_dead_letters`](super::MessagingApi::resend_dead_letters) re-sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DeadLetters {
     /// The one at this offset of `%DLQ%<group>` (again, if it was re-sent before).
     One(u64),
@@ -153,7 +153,7 @@ pub enum DeadLetters {
 }
 
 /// Where [`MessagingApi::reset_offset`](super::MessagingApi::reset_offset) moves a consumer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OffsetReset {
     /// The oldest message still stored.
     Earliest,
@@ -181,7 +181,7 @@ impl std::str::FromStr for OffsetReset {
 }
 
 /// The state of one queue of a topic ([`MessagingApi::queue_stats`](super::MessagingApi::queue_stats)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueStats {
     pub queue_id: u32,
     /// The oldest offset still stored.
@@ -193,7 +193,7 @@ pub struct QueueStats {
 }
 
 /// A live member of a consumer group ([`MessagingApi::group_info`](super::MessagingApi::group_info)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemberInfo {
     pub member: String,
     pub subscriptions: Vec<Subscription>,
@@ -202,7 +202,7 @@ pub struct MemberInfo {
 }
 
 /// How far a group got in one queue ([`MessagingApi::group_info`](super::MessagingApi::group_info)).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueProgress {
     pub topic: String,
     pub queue_id: u32,
@@ -217,7 +217,7 @@ pub struct QueueProgress {
 
 /// A consumer group: mode and live members (while it has any) and its
 /// progress on every topic it subscribes to or has offsets for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GroupInfo {
     pub group: String,
     /// The mode of the live members, else the one the group last had (kept
@@ -239,7 +239,9 @@ pub struct GroupInfo {
 /// `to_string()` / `parse()` as `<commit_log_offset>-<half_queue_offset>`.
 /// The native door builds it from END_TRANSACTION's `commitLogOffset` and
 /// `tranStateTableOffset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct TransactionHandle {
     pub commit_log_offset: u64,
     pub half_queue_offset: u64,
@@ -269,7 +271,7 @@ impl FromStr for TransactionHandle {
 }
 
 /// How a transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Resolution {
     Commit,
     Rollback,
@@ -285,7 +287,7 @@ impl Resolution {
 }
 
 /// What [`MessagingApi::send_half`](super::MessagingApi::send_half) stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HalfSent {
     /// `topic` / `queue_id`: where a commit will put the message; `append`: the
     /// half record (its `queue_offset` is the half-queue offset, its `msg_id`

@@ -77,7 +77,7 @@ impl CommitLogSettings {
 }
 
 /// Where an appended message landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AppendResult {
     pub phys_offset: u64,
     pub size: u32,

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+mod api;
 pub mod client;
 mod error;
 pub mod message;

@@ -135,7 +135,7 @@ pub enum DelayRequest {
 /// holds. The doors check a user's delay against it with [`DelayLimits::property`]
 /// and refuse what does not fit; the core's own [`plan`] keeps RocketMQ's
 /// lenience (levels clamped, past times now) for RocketMQ clients.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DelayLimits {
     pub levels: DelayLevels,
     pub max_delay: Duration,

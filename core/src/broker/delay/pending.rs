@@ -19,7 +19,7 @@ use crate::{Error, Result};
 const SCAN_BATCH: usize = 1024;
 
 /// A delayed message that has not been delivered yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Delayed {
     /// The id the send answered (store host + commit-log offset of the waiting
     /// record); [`crate::broker::MessagingApi::cancel_delayed`] takes it.

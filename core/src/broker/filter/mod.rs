@@ -42,7 +42,9 @@ pub const MAX_NESTING_DEPTH: usize = 64;
 pub const TAGS_PROPERTY: &str = "TAGS";
 
 /// Which language an expression is written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum FilterType {
     /// `*` or `TagA || TagB`, RocketMQ's `TAG` expression type.
     Tag,

@@ -157,7 +157,7 @@ pub fn is_plain_properties(raw: &[u8], reserved: &[&str]) -> bool {
 }
 
 /// Where one message of a batch landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Placed {
     pub phys_offset: u64,
     pub size: u32,
@@ -166,7 +166,7 @@ pub struct Placed {
 
 /// Where a batch landed: one queue of one topic, records in order. Message ids
 /// are made on demand (a `String` per message was a cost of its own).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchSent {
     pub topic: String,
     pub queue_id: u32,

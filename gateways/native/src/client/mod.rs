@@ -8,6 +8,8 @@
 //! - [`PushConsumer`]: long-poll pull under the hood; concurrent or orderly listener,
 //!   clustering (average allocation, rebalance on membership change) or broadcasting,
 //!   send-back on failure, periodic offset commits, flow control, graceful shutdown.
+//! - [`RemoteBroker`]: one broker in another process as a `MessagingApi` (the broker
+//!   API codes), for a proxy node's doors.
 //! - [`TransactionProducer`]: half message, local transaction, commit/rollback, and a
 //!   check-back listener for transactions whose outcome the broker never heard.
 //!
@@ -39,6 +41,7 @@ mod producer;
 mod progress;
 mod pull_consumer;
 mod push_consumer;
+mod remote;
 mod session;
 mod transaction;
 
@@ -56,6 +59,7 @@ pub use pull_consumer::PullConsumer;
 pub use push_consumer::{
     ConsumeMode, ConsumeResult, OrderlyResult, PushConsumer, PushConsumerSettings,
 };
+pub use remote::{RemoteBroker, RemoteSettings};
 pub use session::Route;
 pub use transaction::{TransactionProducer, TransactionState};
 

@@ -9,13 +9,14 @@
 //! sending a message back and listing a group's consumers consume as the group;
 //! offset range queries read the topic; message lookups, topic creation and stats
 //! are admin requests; heartbeats, unregistering, client config, queue locks and
-//! ending transactions need only a valid signature.
+//! ending transactions need only a valid signature. The broker API codes
+//! (`code::api`, a proxy's calls) need the internal credential.
 
 use std::sync::Arc;
 
 use rocketgate_auth::{Auth, Grant};
 use rocketgate_remoting::body::field;
-use rocketgate_remoting::code::{request, response};
+use rocketgate_remoting::code::{self, request, response};
 use rocketgate_remoting::codec::RemotingCommand;
 
 use super::reply::Fail;
@@ -41,6 +42,17 @@ impl ConnAccess {
                     .increment(1);
                 Fail::new(response::NO_PERMISSION, e.to_string())
             })?;
+        if code::api::is_api(req.code) && !who.internal {
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "native", "action" => "broker_api")
+                .increment(1);
+            return Err(Fail::new(
+                response::NO_PERMISSION,
+                format!(
+                    "user {:?} may not call the broker API: only the internal credential may",
+                    who.user
+                ),
+            ));
+        }
         let generation = auth.generation();
         let grant = match &self.last {
             Some((user, g, grant)) if *user == who.user && *g == generation => grant.clone(),

@@ -43,6 +43,9 @@ struct Table {
     /// Transaction checkers registered with the core, per producer group with a
     /// connected producer (dropping one unregisters it).
     checkers: HashMap<String, CheckerRegistration>,
+    /// Checkers proxies registered through the broker API, per connection and
+    /// registration id (dropped with their connection).
+    api_checkers: HashMap<ConnId, HashMap<u64, CheckerRegistration>>,
 }
 
 #[derive(Default)]
@@ -71,6 +74,7 @@ impl Clients {
         let mut unregistered = Vec::new();
         let mut t = self.lock();
         t.conns.remove(&conn);
+        let api_checkers = t.api_checkers.remove(&conn);
         let client_id = t.client_ids.remove(&conn);
         let mut consumer_groups = Vec::new();
         t.consumers.retain(|group, members| {
@@ -100,6 +104,7 @@ impl Clients {
         drop(t);
         // Unregister from the core outside our lock.
         drop(unregistered);
+        drop(api_checkers);
         Departed {
             client_id,
             consumer_groups,
@@ -184,6 +189,35 @@ impl Clients {
         };
         drop(t);
         drop(duplicate);
+    }
+
+    /// Keeps a proxy's checker registration until it unregisters or its
+    /// connection closes (a registration for a closed connection is dropped).
+    pub fn set_api_checker(&self, conn: ConnId, id: u64, registration: CheckerRegistration) {
+        let mut t = self.lock();
+        let dropped = if t.conns.contains_key(&conn) {
+            t.api_checkers
+                .entry(conn)
+                .or_default()
+                .insert(id, registration)
+        } else {
+            Some(registration)
+        };
+        drop(t);
+        drop(dropped);
+    }
+
+    pub fn remove_api_checker(&self, conn: ConnId, id: u64) {
+        let mut t = self.lock();
+        let removed = t.api_checkers.get_mut(&conn).and_then(|m| m.remove(&id));
+        drop(t);
+        drop(removed);
+    }
+
+    /// Queues `cmd` to one connection; false if it is gone or its queue is full.
+    pub fn push_to_conn(&self, conn: ConnId, cmd: RemotingCommand) -> bool {
+        let t = self.lock();
+        t.conns.get(&conn).is_some_and(|out| out.try_send(cmd))
     }
 
     /// Client ids of a consumer group, sorted.

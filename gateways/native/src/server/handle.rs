@@ -7,7 +7,7 @@ use rocketgate_remoting::server::Peer;
 use tracing::debug;
 
 use super::reply::{Fail, ok};
-use super::{Ctx, admin, consumer, pull, send, txn};
+use super::{Ctx, admin, api, consumer, pull, send, txn};
 
 /// Answers one request. Never fails: a failure is a response with its code.
 pub(crate) async fn handle<B: MessagingApi>(
@@ -15,6 +15,9 @@ pub(crate) async fn handle<B: MessagingApi>(
     peer: Peer,
     req: RemotingCommand,
 ) -> RemotingCommand {
+    if rocketgate_remoting::code::api::is_api(req.code) {
+        return api::handle(ctx, peer, &req).await;
+    }
     let result = match req.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::send(ctx, peer, &req).await

@@ -14,6 +14,7 @@
 
 mod access;
 mod admin;
+mod api;
 mod clients;
 mod conn;
 mod consumer;
