@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod cluster;
 mod error;
 pub mod message;
 pub mod server;

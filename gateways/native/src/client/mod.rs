@@ -39,7 +39,7 @@ mod producer;
 mod progress;
 mod pull_consumer;
 mod push_consumer;
-mod session;
+pub(crate) mod session;
 mod transaction;
 
 use std::sync::Arc;
