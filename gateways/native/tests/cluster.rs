@@ -503,6 +503,27 @@ async fn a_long_poll_wakes_for_either_group_and_loses_nothing() {
     }
     seen.sort();
     assert_eq!(seen, vec!["x", "y"]);
+
+    // A door that stops waiting (its POP future dropped) loses nothing: the
+    // abandoned polls' catch is the next POP's.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        s.cluster
+            .pop(pop_req("lp", "L", 1, Duration::from_secs(10))),
+    )
+    .await;
+    assert!(dropped.is_err(), "nothing to pop yet");
+    s.cluster
+        .send(msg("L", "z"), QueueChoice::Queue(3))
+        .await
+        .unwrap();
+    let next = s
+        .cluster
+        .pop(pop_req("lp", "L", 5, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(next.iter().map(body).collect::<Vec<_>>(), vec!["z"]);
+    s.cluster.ack(&next[0].receipt.to_string()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -918,7 +939,11 @@ async fn routes_come_from_the_nameservers() {
     })
     .await;
     // The topic on both groups, then the registrars tell the NameServer.
-    cluster.create_topic(TopicConfig::new("NS", 2)).await.ok();
+    let created = cluster
+        .create_topic(TopicConfig::new("NS", 2))
+        .await
+        .unwrap();
+    assert_eq!(created.read_queues, 4);
     for r in &groups {
         (r.registrar.trigger())();
     }

@@ -2,16 +2,15 @@
 //! translation of queue ids and handles on the way back. The rules and their
 //! reasons are in the module docs of [`super`] and in `docs/proxy.md`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use rocketgate_core::broker::{
-    CheckerRegistration, DeadLetters, DelayLimits, Delayed, Delivered, GroupInfo, HalfMessage,
-    HalfSent, Heartbeat, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult,
-    QueueChoice, QueueStats, ReceiptHandle, Resolution, SendBackResult, SendResult, TopicConfig,
-    TopicKind, TransactionChecker, TransactionHandle, sharding_queue,
+    CheckerRegistration, DeadLetters, DelayLimits, Delayed, Delivered, GroupInfo, HalfSent,
+    Heartbeat, MessagingApi, OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice,
+    QueueStats, ReceiptHandle, Resolution, SendBackResult, SendResult, TopicConfig, TopicKind,
+    TransactionChecker, TransactionHandle,
 };
 use rocketgate_core::store::Message;
 use rocketgate_core::store::record::{self, BatchSent, EncodedBatch};
@@ -19,313 +18,26 @@ use rocketgate_core::sync::lock;
 use rocketgate_core::{Error, Result};
 use tracing::warn;
 
-use super::route::{BrokerAddr, Placement, RouteSource, TopicRoute, is_kind};
-use super::{Checker, Cluster, cannot_write, turn, unavailable};
-
-/// Where a send goes: a group and the local queue choice it is given.
-#[derive(Debug, Clone)]
-struct Target {
-    broker: BrokerAddr,
-    choice: QueueChoice,
-}
-
-/// The targets of one send: the first, and another group for one retry.
-struct Plan {
-    /// `None` when no group hosts the topic (it goes to one group, whose
-    /// auto-create rule decides).
-    route: Option<Arc<TopicRoute>>,
-    first: Target,
-    retry: Option<Target>,
-}
-
-fn broker_of(p: &Placement) -> BrokerAddr {
-    BrokerAddr {
-        name: p.broker.clone(),
-        addr: p.addr.clone(),
-    }
-}
-
-/// A transaction checker that names the broker in the handles it is given.
-struct Named {
-    broker: String,
-    inner: Arc<dyn TransactionChecker>,
-}
-
-impl TransactionChecker for Named {
-    fn check(&self, mut half: HalfMessage) {
-        half.handle.broker = Some(self.broker.clone());
-        self.inner.check(half);
-    }
-}
-
-pub(super) fn named_checker(
-    broker: &str,
-    inner: Arc<dyn TransactionChecker>,
-) -> Arc<dyn TransactionChecker> {
-    Arc::new(Named {
-        broker: broker.to_owned(),
-        inner,
-    })
-}
-
-/// The outcome of a call made on several groups: the first refusal that is not
-/// "unavailable" wins; unavailable groups are left out (logged) as long as one
-/// answered.
-fn gather<T>(what: &str, results: Vec<(String, Result<T>)>) -> Result<Vec<(String, T)>> {
-    let mut ok = Vec::with_capacity(results.len());
-    let mut down = None;
-    for (broker, r) in results {
-        match r {
-            Ok(v) => ok.push((broker, v)),
-            Err(e) if cannot_write(&e) => {
-                warn!(broker, what, error = %e, "group unavailable; left out");
-                down.get_or_insert(e);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    match down {
-        Some(e) if ok.is_empty() => Err(e),
-        _ => Ok(ok),
-    }
-}
+use super::fanout::{all_or_report, gather, named_checker};
+use super::route::{BrokerAddr, RouteSource, is_kind};
+use super::send::broker_of;
+use super::{Checker, Cluster, unavailable};
 
 impl<M, R> Cluster<M, R>
 where
     M: MessagingApi + 'static,
     R: RouteSource,
 {
-    /// Creates a topic on the named groups (RocketMQ `updateTopic -b`), each with the
-    /// config's queue counts; every group's outcome, in name order. An unknown name
-    /// is an error of its own entry.
-    pub async fn create_topic_on(
-        &self,
-        brokers: &[&str],
-        config: TopicConfig,
-    ) -> Vec<(String, Result<TopicConfig>)> {
-        let known = match self.inner.refresh_brokers().await {
-            Ok(k) => k,
-            Err(e) => {
-                return brokers
-                    .iter()
-                    .map(|b| ((*b).to_owned(), Err(unavailable(e.to_string()))))
-                    .collect();
-            }
-        };
-        let mut names: Vec<&str> = brokers.to_vec();
-        names.sort_unstable();
-        names.dedup();
-        let calls = names.into_iter().map(|name| {
-            let config = config.clone();
-            let known = known.clone();
-            async move {
-                let r = match known.iter().find(|b| b.name == name) {
-                    None => Err(Error::InvalidArgument(format!(
-                        "no broker group {name:?} in the cluster"
-                    ))),
-                    Some(b) => match self.member_at(b).await {
-                        Ok(m) => m.create_topic(config).await,
-                        Err(e) => Err(e),
-                    },
-                };
-                (name.to_owned(), r)
-            }
-        });
-        let out = join_all(calls).await;
-        self.forget(&config.name);
-        out
-    }
-
-    /// Every group's member with the result of `op` on it, all at once.
-    async fn on_all<T, F, Fut>(&self, op: F) -> Result<Vec<(String, Result<T>)>>
-    where
-        F: Fn(Arc<M>) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        let members = self.all_members().await?;
-        if members.is_empty() {
-            return Err(unavailable("no broker group is known".into()));
-        }
-        let calls = members.into_iter().map(|(b, m)| {
-            let f = op(m);
-            async move { (b.name, f.await) }
-        });
-        Ok(join_all(calls).await)
-    }
-
-    /// `op` on every group of `route`, all at once.
-    async fn on_route<T, F, Fut>(&self, route: &TopicRoute, op: F) -> Vec<(String, Result<T>)>
-    where
-        F: Fn(Arc<M>) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        let members = self.route_members(route).await;
-        let calls = members.into_iter().map(|(b, m)| {
-            let f = m.map(&op);
-            async move {
-                let r = match f {
-                    Ok(f) => f.await,
-                    Err(e) => Err(e),
-                };
-                (b.name, r)
-            }
-        });
-        join_all(calls).await
-    }
-
-    /// Where a send of `topic` goes; see the module docs for the rules.
-    async fn plan(&self, topic: &str, choice: &QueueChoice) -> Result<Plan> {
-        let route = match self.route(topic).await {
-            Ok(r) => r,
-            Err(Error::TopicNotFound { .. }) => return self.plan_unrouted(choice).await,
-            Err(e) => return Err(e),
-        };
-        let writable = route.writable();
-        if writable.is_empty() {
-            return Err(Error::NoPermission {
-                topic: topic.to_owned(),
-                operation: "write",
-            });
-        }
-        let target = |(i, q): (usize, u32)| Target {
-            broker: broker_of(&route.placements()[i]),
-            choice: QueueChoice::Queue(q),
-        };
-        let (first, retry) = match choice {
-            QueueChoice::RoundRobin => {
-                let live: Vec<(usize, u32)> = writable
-                    .iter()
-                    .copied()
-                    .filter(|(i, _)| !self.is_paused(&route.placements()[*i].broker))
-                    .collect();
-                let pool = if live.is_empty() { &writable } else { &live };
-                let first = pool[turn(&self.inner.next_queue, pool.len())];
-                // The retry: the next queue (after the first) on another group.
-                let at = pool.iter().position(|x| *x == first).unwrap_or(0);
-                let retry = (1..pool.len())
-                    .map(|k| pool[(at + k) % pool.len()])
-                    .find(|(i, _)| *i != first.0)
-                    .or_else(|| writable.iter().copied().find(|(i, _)| *i != first.0));
-                (target(first), retry.map(target))
-            }
-            QueueChoice::ShardingKey(key) => {
-                let n = u32::try_from(writable.len()).unwrap_or(u32::MAX);
-                let at = sharding_queue(key, n) as usize;
-                (target(writable[at]), None)
-            }
-            QueueChoice::Queue(q) => {
-                let (p, local) = route.locate(*q).ok_or_else(|| Error::QueueNotFound {
-                    topic: topic.to_owned(),
-                    queue_id: *q,
-                    queues: route.queue_count(),
-                })?;
-                (
-                    Target {
-                        broker: broker_of(p),
-                        choice: QueueChoice::Queue(local),
-                    },
-                    None,
-                )
-            }
-        };
-        Ok(Plan {
-            route: Some(route),
-            first,
-            retry,
-        })
-    }
-
-    /// A topic no group hosts yet: the send goes to one group (round-robin over the
-    /// groups), whose auto-create rule decides; the queue ids it answers are then
-    /// the global ones, as that group is the topic's only one.
-    async fn plan_unrouted(&self, choice: &QueueChoice) -> Result<Plan> {
-        let brokers = self.brokers().await?;
-        if brokers.is_empty() {
-            return Err(unavailable("no broker group is known".into()));
-        }
-        let live: Vec<&BrokerAddr> = brokers
-            .iter()
-            .filter(|b| !self.is_paused(&b.name))
-            .collect();
-        let pool: Vec<&BrokerAddr> = if live.is_empty() {
-            brokers.iter().collect()
-        } else {
-            live
-        };
-        let at = turn(&self.inner.next_queue, pool.len());
-        let retry = (pool.len() > 1 && *choice == QueueChoice::RoundRobin).then(|| Target {
-            broker: pool[(at + 1) % pool.len()].clone(),
-            choice: choice.clone(),
-        });
-        Ok(Plan {
-            route: None,
-            first: Target {
-                broker: pool[at].clone(),
-                choice: choice.clone(),
-            },
-            retry,
-        })
-    }
-
-    /// Runs `op` on the plan's first target, and once on its retry target when the
-    /// first group cannot take writes now. Returns the group that took it.
-    async fn attempt<T, F, Fut>(&self, topic: &str, plan: &Plan, op: F) -> Result<(String, T)>
-    where
-        F: Fn(Arc<M>, QueueChoice) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        let first = async {
-            let m = self.member_at(&plan.first.broker).await?;
-            op(m, plan.first.choice.clone()).await
-        };
-        match first.await {
-            Ok(v) => Ok((plan.first.broker.name.clone(), v)),
-            Err(e) if cannot_write(&e) => {
-                self.pause(&plan.first.broker.name, topic);
-                let Some(retry) = &plan.retry else {
-                    return Err(e);
-                };
-                warn!(from = plan.first.broker.name, to = retry.broker.name, error = %e, "send moved to another group");
-                let m = self.member_at(&retry.broker).await?;
-                let v = op(m, retry.choice.clone()).await?;
-                Ok((retry.broker.name.clone(), v))
-            }
-            Err(e) => {
-                if plan.route.is_none() {
-                    self.forget(topic);
-                }
-                Err(e)
-            }
-        }
-    }
-
     /// The global id of `broker`'s local `queue` of `topic` (the local id when the
     /// route is unknown or does not name the broker).
-    async fn global(&self, topic: &str, broker: &str, queue: u32) -> u32 {
+    pub(super) async fn global(&self, topic: &str, broker: &str, queue: u32) -> u32 {
         match self.route(topic).await {
             Ok(r) => r.global(broker, queue).unwrap_or(queue),
             Err(_) => queue,
         }
     }
 
-    /// After a send: the route of `topic` if the plan had none (the send may have
-    /// created the topic), so later sends see it.
-    fn settle(&self, plan: &Plan, topic: &str) {
-        if plan.route.is_none() {
-            self.forget(topic);
-        }
-    }
-
-    async fn send_result(&self, plan: &Plan, broker: &str, mut s: SendResult) -> SendResult {
-        s.queue_id = match &plan.route {
-            Some(r) if r.placements().iter().any(|p| p.broker == broker) => {
-                r.global(broker, s.queue_id).unwrap_or(s.queue_id)
-            }
-            _ => self.global(&s.topic.clone(), broker, s.queue_id).await,
-        };
-        s
-    }
-
+    /// A delivered message with its global queue id.
     async fn delivered(&self, broker: &str, mut d: Delivered) -> Delivered {
         if let Ok(view) = d.view() {
             let topic = view.topic().to_owned();
@@ -393,72 +105,6 @@ where
         })?;
         Ok((broker, h.to_string()))
     }
-
-    /// Everything a listing of groups found, merged by topic name.
-    fn merge_topics(found: Vec<(BrokerAddr, Vec<TopicConfig>)>) -> Vec<TopicConfig> {
-        let mut by_name: BTreeMap<String, Vec<Placement>> = BTreeMap::new();
-        for (b, configs) in found {
-            for c in configs {
-                by_name.entry(c.name.clone()).or_default().push(Placement {
-                    broker: b.name.clone(),
-                    addr: b.addr.clone(),
-                    read_queues: c.read_queues,
-                    write_queues: c.write_queues,
-                    perm: c.perm,
-                });
-            }
-        }
-        by_name
-            .into_iter()
-            .map(|(name, p)| TopicRoute::new(p).config(&name))
-            .collect()
-    }
-}
-
-/// The outcome of a change made on several groups: done everywhere (a refusal
-/// `fine` counts as done), refused everywhere (the first refusal), or a clear
-/// account of where it was done and where not.
-fn all_or_report(
-    topic: &str,
-    what: &str,
-    results: Vec<(String, Result<TopicConfig>)>,
-    fine: impl Fn(&Error) -> bool,
-) -> Result<()> {
-    let total = results.len();
-    let mut done = Vec::new();
-    let mut failed = Vec::new();
-    let mut first_refusal = None;
-    let mut changed = 0;
-    for (broker, r) in results {
-        match r {
-            Ok(_) => {
-                changed += 1;
-                done.push(broker);
-            }
-            Err(e) if fine(&e) => {
-                first_refusal.get_or_insert(e);
-                done.push(broker);
-            }
-            Err(e) => failed.push((broker, e)),
-        }
-    }
-    if failed.is_empty() {
-        // Nothing changed anywhere: the refusal is the answer.
-        return match first_refusal {
-            Some(e) if changed == 0 => Err(e),
-            _ => Ok(()),
-        };
-    }
-    if failed.len() == total {
-        return Err(failed.remove(0).1);
-    }
-    let why: Vec<String> = failed.iter().map(|(b, e)| format!("{b}: {e}")).collect();
-    Err(unavailable(format!(
-        "topic {topic:?} {what} on {} of {total} broker groups ({}); failed on {}",
-        done.len(),
-        done.join(", "),
-        why.join("; ")
-    )))
 }
 
 impl<M, R> MessagingApi for Cluster<M, R>
@@ -475,11 +121,12 @@ where
             return Err(unavailable("no broker group is known".into()));
         }
         let name = config.name.clone();
-        let results = self.create_topic_on(&names, config).await;
+        let results = self.create_topic_on(&names, config.clone()).await;
+        let groups = results.len();
         all_or_report(&name, "created", results, |e| {
             matches!(e, Error::TopicExists { .. })
         })?;
-        Ok(self.route(&name).await?.config(&name))
+        Ok(self.settled_config(config, groups).await)
     }
 
     /// On every group that has the topic, each with the config's queue counts.
@@ -498,8 +145,9 @@ where
             })
             .await;
         self.forget(&name);
+        let groups = results.len();
         all_or_report(&name, "updated", results, |_| false)?;
-        Ok(self.route(&name).await?.config(&name))
+        Ok(self.settled_config(config, groups).await)
     }
 
     /// On every group; [`Error::TopicNotFound`] only when none had it.
@@ -647,7 +295,7 @@ where
     }
 
     async fn pull(&self, request: PullRequest) -> Result<PullResult> {
-        let (b, m, local) = self.owner(&request.topic, request.queue_id).await?;
+        let (_, m, local) = self.owner(&request.topic, request.queue_id).await?;
         let global = request.queue_id;
         let mut r = m
             .pull(PullRequest {
@@ -658,12 +306,11 @@ where
         for d in &mut r.messages {
             d.queue_id = global;
         }
-        let _ = b;
         Ok(r)
     }
 
     async fn pop(&self, request: PopRequest) -> Result<Vec<Popped>> {
-        self.pop_all(request).await
+        self.pop_detached(request).await
     }
 
     async fn ack(&self, receipt: &str) -> Result<()> {

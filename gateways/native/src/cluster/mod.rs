@@ -27,9 +27,11 @@
 //! (failover) gets a new member from the factory.
 
 mod api;
+mod fanout;
 mod namesrv;
 mod pop;
 pub mod route;
+mod send;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -356,7 +358,7 @@ where
             .map(|(id, c)| (*id, c.group.clone(), c.checker.clone()))
             .collect();
         for (id, group, checker) in wanted {
-            let named = api::named_checker(broker, checker);
+            let named = fanout::named_checker(broker, checker);
             match api.register_transaction_checker(&group, named).await {
                 Ok(reg) => {
                     if let Some(c) = lock(&self.checkers).get_mut(&id) {

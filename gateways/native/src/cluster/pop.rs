@@ -19,6 +19,9 @@
 //!    handed out is dropped; a kept message nobody asks for reappears on its broker
 //!    when its invisible time ends, as any un-acked POP does.
 //!
+//! The whole POP runs in a task of its own, so a door that stops waiting (a
+//! `select!` that dropped it) loses nothing either: the answer goes to the stash.
+//!
 //! Each returned message carries its global queue id and a receipt handle naming its
 //! group; the handle's own queue id stays the group's local one (only the group reads
 //! it).
@@ -33,10 +36,13 @@ use rocketgate_core::sync::lock;
 use tracing::debug;
 
 use super::route::{RouteSource, TopicRoute};
-use super::{Cluster, Inner, cannot_write, turn};
+use super::{Cluster, Inner, cannot_write, turn, unavailable};
 
 /// A kept message is handed out only while this much of its invisible time is left.
 const MARGIN: Duration = Duration::from_millis(500);
+
+/// How long a group whose long poll failed is not polled again for the same key.
+const FAILED_POLL_PAUSE: Duration = Duration::from_secs(1);
 
 /// (consumer group, topic, filter).
 type Key = (String, String, String);
@@ -138,7 +144,24 @@ where
     M: MessagingApi + 'static,
     R: RouteSource,
 {
-    pub(super) async fn pop_all(&self, req: PopRequest) -> Result<Vec<Popped>> {
+    /// The POP, run in a task of its own: when the caller stops waiting (a door's
+    /// `select!`), what the groups already handed out is kept for the next POP
+    /// instead of being dropped with the future.
+    pub(super) async fn pop_detached(&self, req: PopRequest) -> Result<Vec<Popped>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let answer = this.pop_all(req.clone()).await;
+            if let Err(Ok(popped)) = tx.send(answer) {
+                this.inner.keep(&req, popped);
+                this.inner.woken.notify_waiters();
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(unavailable("the POP task ended without an answer".into())))
+    }
+
+    async fn pop_all(&self, req: PopRequest) -> Result<Vec<Popped>> {
         let route = self.route(&req.topic).await?;
         let max = req.max_messages.max(1);
         let mut out = self.inner.unstash(&req, max);
@@ -221,7 +244,12 @@ where
                 tokio::spawn(async move {
                     match m.pop(req.clone()).await {
                         Ok(p) => inner.keep(&req, named(&route, &b.name, p)),
-                        Err(e) => debug!(broker = b.name, error = %e, "a POP long poll failed"),
+                        Err(e) => {
+                            // Not asked again at once: a group that fails fast would
+                            // otherwise be polled in a loop until the wait ran out.
+                            debug!(broker = b.name, error = %e, "a POP long poll failed");
+                            tokio::time::sleep(req.wait.min(FAILED_POLL_PAUSE)).await;
+                        }
                     }
                     inner.end_poll(&b.name, &req);
                     inner.woken.notify_waiters();
