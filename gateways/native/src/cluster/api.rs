@@ -96,14 +96,26 @@ where
         Err(last)
     }
 
-    /// A handle's broker and the handle without it, as that broker gave it.
+    /// A handle's broker and the handle without it, as that broker gave it: cut as
+    /// text (the broker checks the rest when it acts on it, as it would without a
+    /// proxy), parsed only to explain a handle that is not one of ours.
     fn split_receipt(receipt: &str) -> Result<(String, String)> {
-        let mut h: ReceiptHandle = receipt.parse()?;
-        let broker = h.broker.take().ok_or_else(|| Error::InvalidReceiptHandle {
-            handle: receipt.to_owned(),
-            reason: "names no broker (a proxy over several broker groups hands out v2 handles)",
-        })?;
-        Ok((broker, h.to_string()))
+        if let Some((broker, rest)) = receipt.strip_prefix("v2:").and_then(|r| r.split_once(':'))
+            && rocketgate_core::broker::schedule::validate_topic(broker).is_ok()
+        {
+            return Ok((broker.to_owned(), format!("v1:{rest}")));
+        }
+        let h: ReceiptHandle = receipt.parse()?;
+        Err(match h.broker {
+            Some(_) => Error::InvalidReceiptHandle {
+                handle: receipt.to_owned(),
+                reason: "malformed broker name",
+            },
+            None => Error::InvalidReceiptHandle {
+                handle: receipt.to_owned(),
+                reason: "names no broker (a proxy over several broker groups hands out v2 handles)",
+            },
+        })
     }
 }
 
@@ -195,7 +207,7 @@ where
             })
             .await?;
         self.settle(&plan, &topic);
-        Ok(self.send_result(&plan, &broker, sent).await)
+        Ok(self.send_result(&plan, &topic, broker, sent).await)
     }
 
     async fn send_batch(
@@ -217,7 +229,7 @@ where
         self.settle(&plan, &topic);
         let mut out = Vec::with_capacity(sent.len());
         for s in sent {
-            out.push(self.send_result(&plan, &broker, s).await);
+            out.push(self.send_result(&plan, &topic, broker, s).await);
         }
         Ok(out)
     }
@@ -225,14 +237,17 @@ where
     async fn send_encoded(&self, batch: EncodedBatch, queue: QueueChoice) -> Result<BatchSent> {
         let topic = batch.topic.clone();
         let plan = self.plan(&topic, &queue).await?;
-        let (broker, mut sent) = self
+        let (at, mut sent) = self
             .attempt(&topic, &plan, |m, q| {
                 let b = batch.clone();
                 async move { m.send_encoded(b, q).await }
             })
             .await?;
         self.settle(&plan, &topic);
-        sent.queue_id = self.global(&topic, &broker, sent.queue_id).await;
+        sent.queue_id = match plan.global(at, sent.queue_id) {
+            Some(q) => q,
+            None => self.global(&topic, plan.name(at), sent.queue_id).await,
+        };
         Ok(sent)
     }
 
@@ -464,9 +479,9 @@ where
             })
             .await?;
         self.settle(&plan, &topic);
-        let sent = self.send_result(&plan, &broker, half.sent).await;
+        let sent = self.send_result(&plan, &topic, broker, half.sent).await;
         let mut transaction = half.transaction;
-        transaction.broker = Some(broker);
+        transaction.broker = Some(plan.name(broker).to_owned());
         Ok(HalfSent { sent, transaction })
     }
 

@@ -219,7 +219,7 @@ where
     /// The member of `broker` at `addr`, made (or replaced, when the address
     /// changed) by the factory.
     async fn member_at(&self, broker: &BrokerAddr) -> Result<Arc<M>> {
-        self.inner.member_at(broker).await
+        self.inner.member_at(&broker.name, &broker.addr).await
     }
 
     /// The member of a broker known by name only (a receipt or transaction handle
@@ -262,13 +262,6 @@ where
             out.push((b, m));
         }
         out
-    }
-
-    fn is_paused(&self, broker: &str) -> bool {
-        lock(&self.inner.members)
-            .get(broker)
-            .and_then(|s| s.paused_until)
-            .is_some_and(|t| t > Instant::now())
     }
 
     /// Leaves `broker` out of round-robin sends for a while, and reads the route of
@@ -316,26 +309,32 @@ where
         Ok(brokers)
     }
 
-    async fn member_at(&self, broker: &BrokerAddr) -> Result<Arc<M>> {
-        if let Some(s) = lock(&self.members).get(&broker.name)
-            && s.addr == broker.addr
+    /// The member of group `name` at `addr` (made, or replaced when the address
+    /// changed, by the factory).
+    async fn member_at(&self, name: &str, addr: &str) -> Result<Arc<M>> {
+        if let Some(s) = lock(&self.members).get(name)
+            && s.addr == addr
         {
             return Ok(s.api.clone());
         }
         // Made outside the lock; when two calls race, the first one stored wins.
-        let made = (self.factory)(broker).await?;
+        let broker = BrokerAddr {
+            name: name.to_owned(),
+            addr: addr.to_owned(),
+        };
+        let made = (self.factory)(&broker).await?;
         let (api, fresh) = {
             let mut members = lock(&self.members);
-            match members.get(&broker.name) {
-                Some(s) if s.addr == broker.addr => (s.api.clone(), false),
+            match members.get(name) {
+                Some(s) if s.addr == addr => (s.api.clone(), false),
                 _ => {
                     if members.is_empty() {
                         *lock(&self.delay_limits) = made.delay_limits();
                     }
                     members.insert(
-                        broker.name.clone(),
+                        broker.name,
                         Slot {
-                            addr: broker.addr.clone(),
+                            addr: broker.addr,
                             api: made.clone(),
                             paused_until: None,
                         },
@@ -345,8 +344,8 @@ where
             }
         };
         if fresh {
-            debug!(broker = broker.name, addr = broker.addr, "new member");
-            self.register_checkers(&broker.name, &api).await;
+            debug!(broker = name, addr, "new member");
+            self.register_checkers(name, &api).await;
         }
         Ok(api)
     }

@@ -40,7 +40,7 @@ impl Placement {
     }
 
     /// Local queues a send may go to.
-    fn writable(&self) -> u32 {
+    pub fn writable(&self) -> u32 {
         if self.perm.is_writable() {
             self.write_queues
         } else {
@@ -91,14 +91,37 @@ impl TopicRoute {
 
     /// The placement owning global queue `queue` and its local id there.
     pub fn locate(&self, queue: u32) -> Option<(&Placement, u32)> {
+        self.locate_index(queue)
+            .map(|(i, q)| (&self.placements[i], q))
+    }
+
+    /// The first global id of the placement at `index`.
+    pub fn base_at(&self, index: usize) -> u32 {
+        self.placements[..index.min(self.placements.len())]
+            .iter()
+            .map(Placement::span)
+            .sum()
+    }
+
+    /// [`TopicRoute::locate`] as the placement's index.
+    pub fn locate_index(&self, queue: u32) -> Option<(usize, u32)> {
         let mut base = 0;
-        for p in &self.placements {
+        for (i, p) in self.placements.iter().enumerate() {
             if queue < base + p.span() {
-                return Some((p, queue - base));
+                return Some((i, queue - base));
             }
             base += p.span();
         }
         None
+    }
+
+    /// Writable queues of the placements `skip` leaves in.
+    pub fn writable_count(&self, skip: impl Fn(&Placement) -> bool) -> u32 {
+        self.placements
+            .iter()
+            .filter(|p| !skip(p))
+            .map(Placement::writable)
+            .sum()
     }
 
     /// The global id of `broker`'s local queue `local`.
@@ -272,6 +295,9 @@ mod tests {
         assert_eq!(r.locate(5), None);
         assert_eq!(r.global("b", 1), Some(4));
         assert_eq!(r.writable(), vec![(0, 0), (1, 0), (1, 1)]);
+        assert_eq!(r.writable_count(|p| p.broker == "a"), 2);
+        assert_eq!((r.base_at(0), r.base_at(1), r.base_at(2)), (0, 3, 5));
+        assert_eq!(r.locate_index(4), Some((1, 1)));
         let c = r.config("t");
         assert_eq!((c.read_queues, c.write_queues), (5, 3));
     }
