@@ -933,8 +933,10 @@ async fn routes_come_from_the_nameservers() {
         .iter()
         .map(|r| (r.group.addr.clone(), r.group.broker.clone()))
         .collect();
+    let by_addr_late = Arc::new(Mutex::new(by_addr));
+    let lookup = by_addr_late.clone();
     let cluster = Cluster::start(source, fast(), move |b: &BrokerAddr| {
-        let m = by_addr.get(&b.addr).cloned();
+        let m = lookup.lock().unwrap().get(&b.addr).cloned();
         async move { m.ok_or_else(|| Error::InvalidArgument("unknown broker".into())) }
     })
     .await;
@@ -970,6 +972,48 @@ async fn routes_come_from_the_nameservers() {
     for r in &groups {
         assert_eq!(r.group.stored("NS").await, 2, "{}", r.group.name);
     }
+    // Failover: broker-b's master goes, a new one registers at another address; the
+    // route names it within a refresh and its sends go to a member made for it.
+    let mut groups = groups;
+    let old_b = groups.remove(1);
+    old_b.registrar.stop().await;
+    let new_b = Group::open("broker-b", 20033);
+    new_b
+        .broker
+        .create_topic(TopicConfig::new("NS", 2))
+        .await
+        .unwrap();
+    let new_addr = new_b.addr.clone();
+    by_addr_late
+        .lock()
+        .unwrap()
+        .insert(new_addr.clone(), new_b.broker.clone());
+    let new_b = register(new_b, &namesrv);
+    (new_b.registrar.trigger())();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let route = cluster.route("NS").await.unwrap();
+        if route.placements().iter().any(|p| p.addr == new_addr) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new master never showed: {route:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = cluster
+        .send(msg("NS", "after failover"), QueueChoice::Queue(3))
+        .await
+        .unwrap();
+    assert_eq!(sent.queue_id, 3);
+    assert_eq!(new_b.group.stored("NS").await, 1);
+    assert_eq!(
+        old_b.group.stored("NS").await,
+        2,
+        "nothing more on the old master"
+    );
+
     // An unknown topic has no route; a dead NameServer is an "unavailable" error.
     assert!(cluster.refresh_route("none").await.unwrap().is_none());
     let dead = NameServerRoutes::new(
