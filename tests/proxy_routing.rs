@@ -224,3 +224,94 @@ async fn mqtt_and_http_doors_over_two_broker_groups() {
     assert_eq!(done["status"], "committed", "{done}");
     http.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_door_over_two_broker_groups() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Frame;
+
+    let (a, b) = (group(20211), group(20212));
+    let groups = Arc::new(cluster(&[("broker-a", &a), ("broker-b", &b)]).await);
+    groups
+        .create_topic(TopicConfig::new("feed", 2))
+        .await
+        .unwrap();
+    let (ws, ws_addr) = rocketgate_websocket::Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        groups.clone(),
+        rocketgate_websocket::Settings::default(),
+        rocketgate_websocket::Hooks::default(),
+    )
+    .await
+    .unwrap();
+    let ws = ws.spawn();
+    let (mut s, _) = tokio_tungstenite::connect_async(format!("ws://{ws_addr}/v1/ws"))
+        .await
+        .unwrap();
+    let send = |v: Value| Frame::text(v.to_string());
+    // A clustering subscription (POP over both groups) and a broadcasting one (pulls
+    // every global queue) on one connection; then 6 publishes through the socket.
+    s.send(send(
+        serde_json::json!({"op": "subscribe", "id": "shared", "topic": "feed",
+        "group": "wsg", "credit": 20}),
+    ))
+    .await
+    .unwrap();
+    s.send(send(
+        serde_json::json!({"op": "subscribe", "id": "all", "topic": "feed",
+        "group": "wsb", "mode": "broadcasting", "start": "earliest", "credit": 20}),
+    ))
+    .await
+    .unwrap();
+    for i in 0..6 {
+        s.send(send(
+            serde_json::json!({"op": "publish", "topic": "feed", "body": format!("w{i}")}),
+        ))
+        .await
+        .unwrap();
+    }
+    let mut shared = Vec::new();
+    let mut all = Vec::new();
+    let mut queues = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shared.len() < 6 || all.len() < 6 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let frame = tokio::time::timeout(left, s.next())
+            .await
+            .unwrap_or_else(|_| panic!("shared {shared:?}, all {all:?}"))
+            .unwrap()
+            .unwrap();
+        let f: Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
+        match f["type"].as_str() {
+            Some("message") => {
+                let body = f["body"].as_str().unwrap().to_owned();
+                queues.insert(f["queue_id"].as_u64().unwrap());
+                if f["subscription"] == "shared" {
+                    let receipt = f["receipt"].as_str().unwrap();
+                    assert!(receipt.starts_with("v2:broker-"), "{receipt}");
+                    s.send(send(serde_json::json!({"op": "ack", "receipt": receipt})))
+                        .await
+                        .unwrap();
+                    shared.push(body);
+                } else {
+                    all.push(body);
+                }
+            }
+            Some("error") => panic!("{f}"),
+            _ => {}
+        }
+    }
+    shared.sort();
+    all.sort();
+    let want: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    assert_eq!((shared, all), (want.clone(), want));
+    assert_eq!(
+        queues.len(),
+        4,
+        "every global queue of both groups: {queues:?}"
+    );
+    let (on_a, on_b) = (stored(&a, "feed").await, stored(&b, "feed").await);
+    assert!(on_a > 0 && on_b > 0 && on_a + on_b == 6, "{on_a} + {on_b}");
+    s.close(None).await.unwrap();
+    ws.stop().await;
+}
