@@ -121,6 +121,13 @@ async fn mqtt_and_http_doors_over_two_broker_groups() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // A shared subscription ($share group = a consumer group over both groups' queues).
+    let shared = Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &port, "-q", "1", "-i", "sub-2"])
+        .args(["-t", "$share/meters/sensors/#", "-C", "10", "-W", "30", "-v"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     // The subscription starts at the end of the log: publish once it is in place.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for i in 0..10 {
@@ -148,6 +155,15 @@ async fn mqtt_and_http_doors_over_two_broker_groups() {
         .map(|i| format!("sensors/room{i}/temp t{i}"))
         .collect();
     assert_eq!(lines, want);
+    let out = tokio::task::spawn_blocking(move || shared.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, want, "the shared subscriber");
     assert!(stored(&a, "sensors").await > 0 && stored(&b, "sensors").await > 0);
     mqtt.stop().await;
 
