@@ -124,7 +124,15 @@ async fn mqtt_and_http_doors_over_two_broker_groups() {
     // A shared subscription ($share group = a consumer group over both groups' queues).
     let shared = Command::new("mosquitto_sub")
         .args(["-h", "127.0.0.1", "-p", &port, "-q", "1", "-i", "sub-2"])
-        .args(["-t", "$share/meters/sensors/#", "-C", "10", "-W", "30", "-v"])
+        .args([
+            "-t",
+            "$share/meters/sensors/#",
+            "-C",
+            "10",
+            "-W",
+            "30",
+            "-v",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -518,12 +518,13 @@ where
     ) -> Result<CheckerRegistration> {
         let id = self
             .inner
-            .next_checker
+            .checkers
+            .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Listed (and so made) before the checker is kept: members made from now on
         // register it themselves (`member_at`), these are registered here.
         let members = self.all_members().await?;
-        lock(&self.inner.checkers).insert(
+        lock(&self.inner.checkers.by_id).insert(
             id,
             Checker {
                 group: producer_group.to_owned(),
@@ -540,7 +541,7 @@ where
                 .await;
             match reg {
                 Ok(r) => {
-                    if let Some(c) = lock(&self.inner.checkers).get_mut(&id) {
+                    if let Some(c) = lock(&self.inner.checkers.by_id).get_mut(&id) {
                         c.registrations.push(r);
                     }
                 }
@@ -550,7 +551,7 @@ where
         let inner = Arc::downgrade(&self.inner);
         Ok(CheckerRegistration::new(move || {
             if let Some(inner) = inner.upgrade() {
-                let removed = lock(&inner.checkers).remove(&id);
+                let removed = lock(&inner.checkers.by_id).remove(&id);
                 drop(removed);
             }
         }))

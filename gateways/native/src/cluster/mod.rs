@@ -103,6 +103,14 @@ struct Checker {
     registrations: Vec<rocketgate_core::broker::CheckerRegistration>,
 }
 
+/// Transaction checkers registered through the cluster.
+#[derive(Default)]
+struct Checkers {
+    /// By id. Std lock; registering on a member happens outside it.
+    by_id: Mutex<BTreeMap<u64, Checker>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
 struct Inner<M, R> {
     routes: R,
     factory: Factory<M>,
@@ -115,18 +123,11 @@ struct Inner<M, R> {
     brokers: Mutex<Arc<Vec<BrokerAddr>>>,
     /// Round-robin cursor of sends.
     next_queue: AtomicUsize,
-    /// Which group a POP asks first.
-    pop_turn: AtomicUsize,
-    /// Messages long polls brought and the polls running (`pop.rs`). Std lock.
-    stash: Mutex<pop::Stash>,
-    /// Woken whenever a long poll ends (`pop.rs`).
-    woken: tokio::sync::Notify,
+    /// What POPs share (`pop.rs`).
+    pops: pop::Pops,
     /// From the first member made. Std lock, cloned out.
     delay_limits: Mutex<DelayLimits>,
-    /// Registered transaction checkers by id. Std lock; registering on a member
-    /// happens outside it.
-    checkers: Mutex<BTreeMap<u64, Checker>>,
-    next_checker: std::sync::atomic::AtomicU64,
+    checkers: Checkers,
 }
 
 /// The error a door answers as "unavailable, try again" (503): a group or the
@@ -174,12 +175,9 @@ where
             cache: Mutex::default(),
             brokers: Mutex::default(),
             next_queue: AtomicUsize::new(0),
-            pop_turn: AtomicUsize::new(0),
-            stash: Mutex::default(),
-            woken: tokio::sync::Notify::new(),
+            pops: pop::Pops::default(),
             delay_limits: Mutex::new(DelaySettings::default().limits()),
-            checkers: Mutex::default(),
-            next_checker: Default::default(),
+            checkers: Checkers::default(),
         });
         let cluster = Cluster { inner };
         if let Err(e) = cluster.all_members().await {
@@ -352,7 +350,7 @@ where
 
     /// Registers every checker registered so far on a new member.
     async fn register_checkers(&self, broker: &str, api: &Arc<M>) {
-        let wanted: Vec<(u64, String, Arc<dyn TransactionChecker>)> = lock(&self.checkers)
+        let wanted: Vec<(u64, String, Arc<dyn TransactionChecker>)> = lock(&self.checkers.by_id)
             .iter()
             .map(|(id, c)| (*id, c.group.clone(), c.checker.clone()))
             .collect();
@@ -360,7 +358,7 @@ where
             let named = fanout::named_checker(broker, checker);
             match api.register_transaction_checker(&group, named).await {
                 Ok(reg) => {
-                    if let Some(c) = lock(&self.checkers).get_mut(&id) {
+                    if let Some(c) = lock(&self.checkers.by_id).get_mut(&id) {
                         c.registrations.push(reg);
                     }
                 }

@@ -27,7 +27,8 @@
 //! it).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rocketgate_core::Result;
@@ -47,10 +48,22 @@ const FAILED_POLL_PAUSE: Duration = Duration::from_secs(1);
 /// (consumer group, topic, filter).
 type Key = (String, String, String);
 
+/// What the POPs of a cluster share.
+#[derive(Default)]
+pub(super) struct Pops {
+    /// Which group a POP asks first.
+    turn: AtomicUsize,
+    /// Messages long polls brought and the polls running. Std lock, never held
+    /// across a call to a group.
+    stash: Mutex<Stash>,
+    /// Woken whenever a long poll ends.
+    woken: tokio::sync::Notify,
+}
+
 /// Messages long polls brought, by key, and which groups have a long poll running
 /// for which key.
 #[derive(Default)]
-pub(super) struct Stash {
+struct Stash {
     kept: HashMap<Key, VecDeque<Popped>>,
     polling: HashSet<(String, Key)>,
 }
@@ -91,7 +104,7 @@ where
     /// enough to be worth handing out; the ones too close to reappearing go.
     fn unstash(&self, req: &PopRequest, max: usize) -> Vec<Popped> {
         let deadline = now_ms() + i64::try_from(MARGIN.as_millis()).unwrap_or(0);
-        let mut stash = lock(&self.stash);
+        let mut stash = lock(&self.pops.stash);
         let k = key(req);
         let Some(kept) = stash.kept.get_mut(&k) else {
             return Vec::new();
@@ -116,7 +129,7 @@ where
             "kept for the next POP"
         );
         let now = now_ms();
-        let mut stash = lock(&self.stash);
+        let mut stash = lock(&self.pops.stash);
         // Whatever reappeared on its broker by now is of no use to anyone.
         stash.kept.retain(|_, kept| {
             kept.retain(|p| p.receipt.invisible_until_ms > now);
@@ -127,13 +140,13 @@ where
 
     /// Notes a long poll of `broker` for the request's key; false when one runs.
     fn start_poll(&self, broker: &str, req: &PopRequest) -> bool {
-        lock(&self.stash)
+        lock(&self.pops.stash)
             .polling
             .insert((broker.to_owned(), key(req)))
     }
 
     fn end_poll(&self, broker: &str, req: &PopRequest) {
-        lock(&self.stash)
+        lock(&self.pops.stash)
             .polling
             .remove(&(broker.to_owned(), key(req)));
     }
@@ -154,7 +167,7 @@ where
             let answer = this.pop_all(req.clone()).await;
             if let Err(Ok(popped)) = tx.send(answer) {
                 this.inner.keep(&req, popped);
-                this.inner.woken.notify_waiters();
+                this.inner.pops.woken.notify_waiters();
             }
         });
         rx.await
@@ -173,7 +186,7 @@ where
         if n == 0 {
             return Ok(out);
         }
-        let first = turn(&self.inner.pop_turn, n);
+        let first = turn(&self.inner.pops.turn, n);
         let mut refusal = None;
         for k in 0..n {
             let (b, m) = &members[(first + k) % n];
@@ -219,7 +232,7 @@ where
     ) -> Result<Vec<Popped>> {
         let deadline = Instant::now() + req.wait;
         loop {
-            let woken = self.inner.woken.notified();
+            let woken = self.inner.pops.woken.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             let kept = self.inner.unstash(req, max);
@@ -252,7 +265,7 @@ where
                         }
                     }
                     inner.end_poll(&b.name, &req);
-                    inner.woken.notify_waiters();
+                    inner.pops.woken.notify_waiters();
                 });
             }
             tokio::select! {
