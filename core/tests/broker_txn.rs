@@ -187,11 +187,11 @@ async fn bad_handles_and_bad_halves_are_clear_errors() {
     env.dispatched();
     let wrong_offset = TransactionHandle {
         commit_log_offset: h.commit_log_offset + 1,
-        ..h
+        ..h.clone()
     };
     let wrong_queue = TransactionHandle {
         half_queue_offset: 99,
-        ..h
+        ..h.clone()
     };
     for bad in [wrong_offset, wrong_queue] {
         assert!(matches!(
@@ -448,7 +448,7 @@ async fn the_check_loop_runs_rounds_on_its_interval() {
     let task = b.spawn_transaction_checks();
     // Tokio's paused clock jumps to the loop's next tick (60 s) while idle.
     let checked = rx.recv().await.unwrap();
-    assert_eq!((checked.handle, checked.check_times), (h, 1));
+    assert_eq!((checked.handle, checked.check_times), (h.clone(), 1));
     let checked = rx.recv().await.unwrap();
     assert_eq!(checked.check_times, 2);
     b.end_transaction(&h, Resolution::Commit).await.unwrap();

@@ -473,6 +473,7 @@ fn popped(
             invisible_until_ms: lease.deadline_ms,
             attempt: lease.attempt,
             revision: lease.revision,
+            broker: None,
         },
     }
 }

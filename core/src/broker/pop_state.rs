@@ -618,6 +618,7 @@ mod tests {
             invisible_until_ms: lease.deadline_ms,
             attempt: lease.attempt,
             revision: lease.revision,
+            broker: None,
         }
     }
 

@@ -10,6 +10,12 @@
 //! `v1:<group>:<topic>:<queue_id>:<queue_offset>:<invisible_until_ms>:<attempt>:<revision>`;
 //! `:` is not a legal character in group or topic names, so splitting is exact,
 //! and the string is URL- and header-safe apart from `%` and `|` in names.
+//!
+//! A handle handed out by a proxy over several broker groups (the native crate's
+//! `Cluster`) also names the broker that holds the delivery, so an ack through any
+//! proxy reaches it: `v2:<broker>:` followed by the v1 fields. The broker name keeps
+//! to the same characters as a topic. A local broker ignores the name (the proxy
+//! strips it before it passes the handle on).
 //! A handle is not a credential: it carries no secret, and the broker checks it
 //! against its own POP state (`pop_state.rs`) when acking.
 
@@ -20,6 +26,8 @@ use super::schedule;
 use crate::Error;
 
 const VERSION: &str = "v1";
+/// A v1 handle that names its broker first.
+const VERSION_WITH_BROKER: &str = "v2";
 
 /// The decoded content of a POP receipt handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,13 +42,20 @@ pub struct ReceiptHandle {
     pub attempt: u32,
     /// 0 when delivered, raised by each change of invisibility.
     pub revision: u32,
+    /// The broker (group) that handed it out, when a proxy over several of them
+    /// did; `None` from a broker itself.
+    pub broker: Option<String>,
 }
 
 impl fmt::Display for ReceiptHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.broker {
+            Some(broker) => write!(f, "{VERSION_WITH_BROKER}:{broker}:")?,
+            None => write!(f, "{VERSION}:")?,
+        }
         write!(
             f,
-            "{VERSION}:{}:{}:{}:{}:{}:{}:{}",
+            "{}:{}:{}:{}:{}:{}:{}",
             self.group,
             self.topic,
             self.queue_id,
@@ -60,7 +75,16 @@ impl FromStr for ReceiptHandle {
             handle: s.to_owned(),
             reason,
         };
-        let parts: Vec<&str> = s.split(':').collect();
+        let mut parts: Vec<&str> = s.split(':').collect();
+        let broker = match parts.first() {
+            Some(&VERSION_WITH_BROKER) if parts.len() > 1 => {
+                let broker = parts.remove(1);
+                schedule::validate_topic(broker).map_err(|_| bad("invalid broker name"))?;
+                parts[0] = VERSION;
+                Some(broker.to_owned())
+            }
+            _ => None,
+        };
         let [
             version,
             group,
@@ -93,6 +117,7 @@ impl FromStr for ReceiptHandle {
                 .map_err(|_| bad("invalid attempt"))?,
             revision: u32::try_from(num(revision, "invalid revision")?)
                 .map_err(|_| bad("invalid revision"))?,
+            broker,
         })
     }
 }
@@ -111,10 +136,33 @@ mod tests {
             invisible_until_ms: 1_700_000_030_000,
             attempt: 2,
             revision: 1,
+            broker: None,
         };
         let s = h.to_string();
         assert_eq!(s, "v1:%RETRY%g-1:orders|eu:3:42:1700000030000:2:1");
         assert_eq!(s.parse::<ReceiptHandle>().unwrap(), h);
+    }
+
+    #[test]
+    fn handles_naming_their_broker_roundtrip() {
+        let h = ReceiptHandle {
+            group: "g".into(),
+            topic: "t".into(),
+            queue_id: 1,
+            queue_offset: 7,
+            invisible_until_ms: 5,
+            attempt: 1,
+            revision: 0,
+            broker: Some("broker-a".into()),
+        };
+        let s = h.to_string();
+        assert_eq!(s, "v2:broker-a:g:t:1:7:5:1:0");
+        assert_eq!(s.parse::<ReceiptHandle>().unwrap(), h);
+        let plain = ReceiptHandle {
+            broker: None,
+            ..h.clone()
+        };
+        assert_eq!(plain.to_string(), "v1:g:t:1:7:5:1:0");
     }
 
     #[test]
@@ -130,6 +178,10 @@ mod tests {
             "v1:g g:t:0:0:0:1:0",
             "v1:g::0:0:0:1:0",
             "v1:g:t:0:0:0:1:-1",
+            "v2:g:t:0:0:0:1:0",
+            "v2:b a:g:t:0:0:0:1:0",
+            "v2::g:t:0:0:0:1:0",
+            "v1:b:g:t:0:0:0:1:0",
         ] {
             assert!(
                 matches!(

@@ -352,10 +352,7 @@ impl TxnState {
             .await?
             .pop()
             .ok_or_else(|| Error::InvalidMessage("nothing appended".into()))?;
-        let transaction = TransactionHandle {
-            commit_log_offset: append.phys_offset,
-            half_queue_offset: append.queue_offset,
-        };
+        let transaction = TransactionHandle::at(append.phys_offset, append.queue_offset);
         Ok(HalfSent {
             sent: SendResult {
                 topic,
@@ -536,10 +533,7 @@ impl TxnState {
                 if now.saturating_sub(stored_at) < wait_ms {
                     continue;
                 }
-                let handle = TransactionHandle {
-                    commit_log_offset: entry.phys_offset,
-                    half_queue_offset: at,
-                };
+                let handle = TransactionHandle::at(entry.phys_offset, at);
                 let checks = {
                     let mut t = lock(&self.txns);
                     if t.live.halves.contains(at) || t.ending.contains(&at) {
@@ -581,11 +575,11 @@ impl TxnState {
             let uniq = view.property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
             let half = HalfMessage {
                 producer_group: group.to_owned(),
-                handle,
                 msg_id: uniq.map_or_else(
                     || encode_msg_id(view.store_host(), handle.commit_log_offset),
                     str::to_owned,
                 ),
+                handle,
                 transaction_id: view.property(TRANSACTION_ID).or(uniq).map(str::to_owned),
                 check_times: n,
                 record: record.clone(),
@@ -608,13 +602,21 @@ mod tests {
 
     #[test]
     fn handles_round_trip_and_reject_garbage() {
-        let h = TransactionHandle {
-            commit_log_offset: 4096,
-            half_queue_offset: 7,
-        };
+        let h = TransactionHandle::at(4096, 7);
         assert_eq!(h.to_string(), "4096-7");
         assert_eq!("4096-7".parse::<TransactionHandle>().unwrap(), h);
-        for bad in ["", "4096", "a-1", "1-", "-1", "1-2-3", "1--2"] {
+        let named = TransactionHandle {
+            broker: Some("broker-a".into()),
+            ..h.clone()
+        };
+        assert_eq!(named.to_string(), "broker-a@4096-7");
+        assert_eq!(
+            "broker-a@4096-7".parse::<TransactionHandle>().unwrap(),
+            named
+        );
+        for bad in [
+            "", "4096", "a-1", "1-", "-1", "1-2-3", "1--2", "@1-2", "b a@1-2", "a@b@1-2",
+        ] {
             assert!(bad.parse::<TransactionHandle>().is_err(), "{bad:?}");
         }
     }

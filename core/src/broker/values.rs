@@ -238,17 +238,36 @@ pub struct GroupInfo {
 /// Self-describing, so any broker process over the same store can end it;
 /// `to_string()` / `parse()` as `<commit_log_offset>-<half_queue_offset>`.
 /// The native door builds it from END_TRANSACTION's `commitLogOffset` and
-/// `tranStateTableOffset`.
+/// `tranStateTableOffset`. A proxy over several broker groups (the native crate's
+/// `Cluster`) names the broker that stores the half in front:
+/// `<broker>@<commit_log_offset>-<half_queue_offset>` (`@` is not a name character).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub struct TransactionHandle {
     pub commit_log_offset: u64,
     pub half_queue_offset: u64,
+    /// The broker (group) holding the half message, when a proxy over several
+    /// handed the handle out; `None` from a broker itself (which ignores it).
+    pub broker: Option<String>,
+}
+
+impl TransactionHandle {
+    /// The handle of the half at these offsets, naming no broker.
+    pub fn at(commit_log_offset: u64, half_queue_offset: u64) -> Self {
+        TransactionHandle {
+            commit_log_offset,
+            half_queue_offset,
+            broker: None,
+        }
+    }
 }
 
 impl fmt::Display for TransactionHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(broker) = &self.broker {
+            write!(f, "{broker}@")?;
+        }
         write!(f, "{}-{}", self.commit_log_offset, self.half_queue_offset)
     }
 }
@@ -259,13 +278,21 @@ impl FromStr for TransactionHandle {
     fn from_str(s: &str) -> Result<Self> {
         let bad = || {
             Error::InvalidArgument(format!(
-                "malformed transaction handle {s:?}: expected <commit log offset>-<half queue offset>"
+                "malformed transaction handle {s:?}: expected [<broker>@]<commit log offset>-<half queue offset>"
             ))
         };
-        let (c, q) = s.split_once('-').ok_or_else(bad)?;
+        let (broker, offsets) = match s.split_once('@') {
+            Some((b, rest)) => {
+                super::schedule::validate_topic(b).map_err(|_| bad())?;
+                (Some(b.to_owned()), rest)
+            }
+            None => (None, s),
+        };
+        let (c, q) = offsets.split_once('-').ok_or_else(bad)?;
         Ok(TransactionHandle {
             commit_log_offset: c.parse().map_err(|_| bad())?,
             half_queue_offset: q.parse().map_err(|_| bad())?,
+            broker,
         })
     }
 }

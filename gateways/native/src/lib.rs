@@ -4,8 +4,10 @@
 //! its SDKs, on the broker side and in our Rust client. This crate owns how messages
 //! travel in commands ([`message`]: the stored record layout of a pull, batch bodies),
 //! the broker-side [`server`] (RocketMQ clients send, pull, heartbeat, commit offsets and
-//! run transactions here) and the async Rust [`client`] (producer, pull and push
-//! consumers, transactional producer).
+//! run transactions here), the async Rust [`client`] (producer, pull and push
+//! consumers, transactional producer) and the [`cluster`]: the broker API
+//! (`MessagingApi`) over many broker groups, routed by the NameServers, which a proxy
+//! hands to its MQTT, HTTP and WebSocket doors (`docs/proxy.md`).
 //!
 //! The wire itself is not here: the codec, request codes, headers and JSON bodies, the
 //! framed client link, the server loop and the broker's NameServer registration are in
@@ -15,13 +17,15 @@
 //! about other gateways, and must not grow a second codec or connection loop.
 //!
 //! Start reading at [`server`] (then `server/handle.rs`, the request dispatch) for the
-//! broker side, and at [`client`] for the client. `docs/native.md` lists the supported
+//! broker side, at [`client`] for the client, and at [`cluster`] for the routing over
+//! broker groups. `docs/native.md` lists the supported
 //! request codes and the client's API.
 
 #![forbid(unsafe_code)]
 
 mod api;
 pub mod client;
+pub mod cluster;
 mod error;
 pub mod message;
 pub mod server;

@@ -42,7 +42,7 @@ mod progress;
 mod pull_consumer;
 mod push_consumer;
 mod remote;
-mod session;
+pub(crate) mod session;
 mod transaction;
 
 use std::sync::Arc;

@@ -110,7 +110,10 @@ impl Session {
     }
 
     /// Asks the NameServers in turn until one answers `SUCCESS`.
-    async fn namesrv_call(&self, cmd: RemotingCommand) -> Result<RemotingCommand, Error> {
+    pub(crate) async fn namesrv_call(
+        &self,
+        cmd: RemotingCommand,
+    ) -> Result<RemotingCommand, Error> {
         let addrs = &self.config.namesrv_addrs;
         if addrs.is_empty() {
             return Err(Error::NoNameServer);

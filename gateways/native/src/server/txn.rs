@@ -23,10 +23,10 @@ pub(crate) async fn end_transaction<B: MessagingApi>(
     req: &RemotingCommand,
 ) -> Handled {
     required(req, field::PRODUCER_GROUP)?;
-    let handle = TransactionHandle {
-        commit_log_offset: parse(req, field::COMMIT_LOG_OFFSET)?,
-        half_queue_offset: parse(req, field::TRAN_STATE_TABLE_OFFSET)?,
-    };
+    let handle = TransactionHandle::at(
+        parse(req, field::COMMIT_LOG_OFFSET)?,
+        parse(req, field::TRAN_STATE_TABLE_OFFSET)?,
+    );
     let decision: i32 = parse(req, field::COMMIT_OR_ROLLBACK)?;
     let resolution = match decision {
         transaction::COMMIT => Resolution::Commit,
