@@ -191,6 +191,25 @@ async fn every_method_answers_as_the_local_broker() {
         .await
         .unwrap();
     assert_eq!(encoded.records.len(), 2);
+    remote
+        .create_topic(TopicConfig::new("keyed", 8))
+        .await
+        .unwrap();
+    let keyed = remote
+        .send(
+            msg("keyed", "six", "k6"),
+            QueueChoice::ShardingKey("user-9".into()),
+        )
+        .await
+        .unwrap();
+    let again = local
+        .send(
+            msg("keyed", "seven", "k7"),
+            QueueChoice::ShardingKey("user-9".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(keyed.queue_id, again.queue_id);
     assert_eq!(encoded.records[0].queue_offset, 3);
     remote.sync_visible().await;
     let r = remote
@@ -305,6 +324,8 @@ async fn every_method_answers_as_the_local_broker() {
     assert_eq!(resent[0].topic, "orders");
 
     // POP: receive, change invisibility, nack, ack; FIFO setting.
+    remote.set_fifo("fifo", true).await.unwrap();
+    assert!(local.group_info("fifo").await.unwrap().fifo);
     remote.set_fifo("pg", false).await.unwrap();
     remote
         .create_topic(TopicConfig::new("jobs", 1))
