@@ -23,8 +23,10 @@
 //! - group membership, group settings and topic administration go to every group.
 //!
 //! Routes are cached and re-read every [`ClusterSettings::refresh`] by a background
-//! task (and at once after a failed send); a broker whose master address changed
-//! (failover) gets a new member from the factory.
+//! task (and at once after a failed send); a topic no group hosts is remembered as
+//! absent for one refresh period, so a door polling an unknown name does not ask the
+//! NameServers on every call; a broker whose master address changed (failover) gets a
+//! new member from the factory.
 
 mod api;
 mod fanout;
@@ -103,6 +105,15 @@ struct Checker {
     registrations: Vec<rocketgate_core::broker::CheckerRegistration>,
 }
 
+/// A topic's route as last read.
+#[derive(Clone)]
+enum Cached {
+    Route(Arc<TopicRoute>),
+    /// No group hosted it, as of then: asked again after one refresh period (not
+    /// by the refresh task, so names nobody creates cost nothing after that).
+    Absent(Instant),
+}
+
 /// Transaction checkers registered through the cluster.
 #[derive(Default)]
 struct Checkers {
@@ -118,7 +129,7 @@ struct Inner<M, R> {
     /// Broker name → member. Std lock, map operations only; members are cloned out.
     members: Mutex<BTreeMap<String, Slot<M>>>,
     /// Topic → its route as last read. Std lock, map operations only.
-    cache: Mutex<HashMap<String, Arc<TopicRoute>>>,
+    cache: Mutex<HashMap<String, Cached>>,
     /// Every master as last read (empty until the first answer). Std lock.
     brokers: Mutex<Arc<Vec<BrokerAddr>>>,
     /// Round-robin cursor of sends.
@@ -190,8 +201,15 @@ where
     /// The route of `topic`: cached, else asked for. [`Error::TopicNotFound`] when
     /// no group hosts it.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
-        if let Some(r) = lock(&self.inner.cache).get(topic) {
-            return Ok(r.clone());
+        let cached = lock(&self.inner.cache).get(topic).cloned();
+        match cached {
+            Some(Cached::Route(r)) => return Ok(r),
+            Some(Cached::Absent(at)) if at.elapsed() < self.inner.settings.refresh => {
+                return Err(Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                });
+            }
+            _ => {}
         }
         self.refresh_route(topic)
             .await?
@@ -291,11 +309,11 @@ where
         match self.routes.route(topic).await? {
             Some(r) => {
                 let r = Arc::new(r);
-                lock(&self.cache).insert(topic.to_owned(), r.clone());
+                lock(&self.cache).insert(topic.to_owned(), Cached::Route(r.clone()));
                 Ok(Some(r))
             }
             None => {
-                lock(&self.cache).remove(topic);
+                lock(&self.cache).insert(topic.to_owned(), Cached::Absent(Instant::now()));
                 Ok(None)
             }
         }
@@ -369,7 +387,18 @@ where
 
     /// Re-reads the broker list and every cached route, all at once.
     async fn refresh_all(&self) {
-        let topics: Vec<String> = lock(&self.cache).keys().cloned().collect();
+        let topics: Vec<String> = {
+            let mut cache = lock(&self.cache);
+            cache.retain(|_, c| match c {
+                Cached::Route(_) => true,
+                Cached::Absent(at) => at.elapsed() < self.settings.refresh,
+            });
+            cache
+                .iter()
+                .filter(|(_, c)| matches!(c, Cached::Route(_)))
+                .map(|(t, _)| t.clone())
+                .collect()
+        };
         let brokers = async {
             if let Err(e) = self.refresh_brokers().await {
                 debug!(error = %e, "broker list refresh failed");
