@@ -101,6 +101,10 @@ struct Slot<M> {
 struct Checker {
     group: String,
     checker: Arc<dyn TransactionChecker>,
+    /// The members (group name and address) it is registered on or being
+    /// registered on: whoever inserts one here registers it, so each member gets it
+    /// once however the cluster's listing and a new member's making interleave.
+    on: std::collections::BTreeSet<(String, String)>,
     /// The members' registrations, dropped with this entry.
     registrations: Vec<rocketgate_core::broker::CheckerRegistration>,
 }
@@ -361,27 +365,36 @@ where
         };
         if fresh {
             debug!(broker = name, addr, "new member");
-            self.register_checkers(name, &api).await;
+            self.register_checkers(name, addr, &api).await;
         }
         Ok(api)
     }
 
     /// Registers every checker registered so far on a new member.
-    async fn register_checkers(&self, broker: &str, api: &Arc<M>) {
-        let wanted: Vec<(u64, String, Arc<dyn TransactionChecker>)> = lock(&self.checkers.by_id)
-            .iter()
-            .map(|(id, c)| (*id, c.group.clone(), c.checker.clone()))
-            .collect();
-        for (id, group, checker) in wanted {
-            let named = fanout::named_checker(broker, checker);
-            match api.register_transaction_checker(&group, named).await {
-                Ok(reg) => {
-                    if let Some(c) = lock(&self.checkers.by_id).get_mut(&id) {
-                        c.registrations.push(reg);
-                    }
+    async fn register_checkers(&self, broker: &str, addr: &str, api: &Arc<M>) {
+        let ids: Vec<u64> = lock(&self.checkers.by_id).keys().copied().collect();
+        for id in ids {
+            self.register_checker(id, broker, addr, api).await;
+        }
+    }
+
+    /// Registers checker `id` on one member, unless it is (being) registered there.
+    async fn register_checker(&self, id: u64, broker: &str, addr: &str, api: &Arc<M>) {
+        let claimed = lock(&self.checkers.by_id).get_mut(&id).and_then(|c| {
+            c.on.insert((broker.to_owned(), addr.to_owned()))
+                .then(|| (c.group.clone(), c.checker.clone()))
+        });
+        let Some((group, checker)) = claimed else {
+            return;
+        };
+        let named = fanout::named_checker(broker, checker);
+        match api.register_transaction_checker(&group, named).await {
+            Ok(reg) => {
+                if let Some(c) = lock(&self.checkers.by_id).get_mut(&id) {
+                    c.registrations.push(reg);
                 }
-                Err(e) => warn!(broker, group, error = %e, "cannot register checker"),
             }
+            Err(e) => warn!(broker, group, error = %e, "cannot register checker"),
         }
     }
 
