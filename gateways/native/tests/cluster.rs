@@ -60,7 +60,11 @@ impl Group {
         let (store, _) = Store::open(dir.path(), settings, deps).unwrap();
         let broker = Broker::open(
             Arc::new(store),
-            BrokerSettings::default(),
+            BrokerSettings {
+                // Undecided halves are checked back after 300 ms, not seconds.
+                transaction_timeout: Duration::from_millis(300),
+                ..BrokerSettings::default()
+            },
             Arc::new(SystemClock),
         )
         .unwrap();
@@ -674,6 +678,13 @@ async fn sends_move_off_a_group_that_cannot_write_and_nothing_acked_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_group_and_a_new_master_address_are_picked_up() {
     let mut s = two_groups("N").await;
+    // Registered before the group joins: it reaches the new group too.
+    let checks = Arc::new(Checks(Mutex::new(Vec::new())));
+    let _reg = s
+        .cluster
+        .register_transaction_checker("pg", checks.clone())
+        .await
+        .unwrap();
     let c = Group::open("broker-c", 20013);
     c.broker
         .create_topic(TopicConfig::new("N", 4))
@@ -696,6 +707,28 @@ async fn a_new_group_and_a_new_master_address_are_picked_up() {
     }
     assert_eq!(groups, BTreeSet::from([0, 1, 2]));
     assert_eq!(c.stored("N").await, 4);
+    let half = s
+        .cluster
+        .send_half("pg", msg("N", "undecided on c"), QueueChoice::Queue(9))
+        .await
+        .unwrap();
+    assert_eq!(half.transaction.broker.as_deref(), Some("broker-c"));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        c.broker.check_transactions().await.unwrap();
+        let heard = checks.0.lock().unwrap().iter().any(|h| {
+            h.handle.broker.as_deref() == Some("broker-c")
+                && h.handle.commit_log_offset == half.transaction.commit_log_offset
+        });
+        if heard {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new group's check never came"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // broker-b's master moves (failover): a new member is made for the new address.
     let b2 = Group::open("broker-b", 20022);

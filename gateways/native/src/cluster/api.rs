@@ -18,7 +18,7 @@ use rocketgate_core::sync::lock;
 use rocketgate_core::{Error, Result};
 use tracing::warn;
 
-use super::fanout::{all_or_report, gather, named_checker};
+use super::fanout::{all_or_report, gather};
 use super::route::{BrokerAddr, RouteSource, is_kind};
 use super::send::broker_of;
 use super::{Checker, Cluster, unavailable};
@@ -521,32 +521,19 @@ where
             .checkers
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Listed (and so made) before the checker is kept: members made from now on
-        // register it themselves (`member_at`), these are registered here.
-        let members = self.all_members().await?;
         lock(&self.inner.checkers.by_id).insert(
             id,
             Checker {
                 group: producer_group.to_owned(),
-                checker: checker.clone(),
+                checker,
+                on: Default::default(),
                 registrations: Vec::new(),
             },
         );
-        for (b, m) in members {
-            let reg = m
-                .register_transaction_checker(
-                    producer_group,
-                    named_checker(&b.name, checker.clone()),
-                )
-                .await;
-            match reg {
-                Ok(r) => {
-                    if let Some(c) = lock(&self.inner.checkers.by_id).get_mut(&id) {
-                        c.registrations.push(r);
-                    }
-                }
-                Err(e) => warn!(broker = b.name, error = %e, "cannot register transaction checker"),
-            }
+        // Members made from now on register it themselves (`member_at`); the ones
+        // listed here are registered unless that already happened.
+        for (b, m) in self.all_members().await? {
+            self.inner.register_checker(id, &b.name, &b.addr, &m).await;
         }
         let inner = Arc::downgrade(&self.inner);
         Ok(CheckerRegistration::new(move || {

@@ -23,8 +23,10 @@
 //! - group membership, group settings and topic administration go to every group.
 //!
 //! Routes are cached and re-read every [`ClusterSettings::refresh`] by a background
-//! task (and at once after a failed send); a broker whose master address changed
-//! (failover) gets a new member from the factory.
+//! task (and at once after a failed send); a topic no group hosts is remembered as
+//! absent for one refresh period, so a door polling an unknown name does not ask the
+//! NameServers on every call; a broker whose master address changed (failover) gets a
+//! new member from the factory.
 
 mod api;
 mod fanout;
@@ -99,8 +101,21 @@ struct Slot<M> {
 struct Checker {
     group: String,
     checker: Arc<dyn TransactionChecker>,
+    /// The members (group name and address) it is registered on or being
+    /// registered on: whoever inserts one here registers it, so each member gets it
+    /// once however the cluster's listing and a new member's making interleave.
+    on: std::collections::BTreeSet<(String, String)>,
     /// The members' registrations, dropped with this entry.
     registrations: Vec<rocketgate_core::broker::CheckerRegistration>,
+}
+
+/// A topic's route as last read.
+#[derive(Clone)]
+enum Cached {
+    Route(Arc<TopicRoute>),
+    /// No group hosted it, as of then: asked again after one refresh period (not
+    /// by the refresh task, so names nobody creates cost nothing after that).
+    Absent(Instant),
 }
 
 /// Transaction checkers registered through the cluster.
@@ -118,7 +133,7 @@ struct Inner<M, R> {
     /// Broker name → member. Std lock, map operations only; members are cloned out.
     members: Mutex<BTreeMap<String, Slot<M>>>,
     /// Topic → its route as last read. Std lock, map operations only.
-    cache: Mutex<HashMap<String, Arc<TopicRoute>>>,
+    cache: Mutex<HashMap<String, Cached>>,
     /// Every master as last read (empty until the first answer). Std lock.
     brokers: Mutex<Arc<Vec<BrokerAddr>>>,
     /// Round-robin cursor of sends.
@@ -190,8 +205,15 @@ where
     /// The route of `topic`: cached, else asked for. [`Error::TopicNotFound`] when
     /// no group hosts it.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
-        if let Some(r) = lock(&self.inner.cache).get(topic) {
-            return Ok(r.clone());
+        let cached = lock(&self.inner.cache).get(topic).cloned();
+        match cached {
+            Some(Cached::Route(r)) => return Ok(r),
+            Some(Cached::Absent(at)) if at.elapsed() < self.inner.settings.refresh => {
+                return Err(Error::TopicNotFound {
+                    topic: topic.to_owned(),
+                });
+            }
+            _ => {}
         }
         self.refresh_route(topic)
             .await?
@@ -291,11 +313,11 @@ where
         match self.routes.route(topic).await? {
             Some(r) => {
                 let r = Arc::new(r);
-                lock(&self.cache).insert(topic.to_owned(), r.clone());
+                lock(&self.cache).insert(topic.to_owned(), Cached::Route(r.clone()));
                 Ok(Some(r))
             }
             None => {
-                lock(&self.cache).remove(topic);
+                lock(&self.cache).insert(topic.to_owned(), Cached::Absent(Instant::now()));
                 Ok(None)
             }
         }
@@ -343,33 +365,53 @@ where
         };
         if fresh {
             debug!(broker = name, addr, "new member");
-            self.register_checkers(name, &api).await;
+            self.register_checkers(name, addr, &api).await;
         }
         Ok(api)
     }
 
     /// Registers every checker registered so far on a new member.
-    async fn register_checkers(&self, broker: &str, api: &Arc<M>) {
-        let wanted: Vec<(u64, String, Arc<dyn TransactionChecker>)> = lock(&self.checkers.by_id)
-            .iter()
-            .map(|(id, c)| (*id, c.group.clone(), c.checker.clone()))
-            .collect();
-        for (id, group, checker) in wanted {
-            let named = fanout::named_checker(broker, checker);
-            match api.register_transaction_checker(&group, named).await {
-                Ok(reg) => {
-                    if let Some(c) = lock(&self.checkers.by_id).get_mut(&id) {
-                        c.registrations.push(reg);
-                    }
+    async fn register_checkers(&self, broker: &str, addr: &str, api: &Arc<M>) {
+        let ids: Vec<u64> = lock(&self.checkers.by_id).keys().copied().collect();
+        for id in ids {
+            self.register_checker(id, broker, addr, api).await;
+        }
+    }
+
+    /// Registers checker `id` on one member, unless it is (being) registered there.
+    async fn register_checker(&self, id: u64, broker: &str, addr: &str, api: &Arc<M>) {
+        let claimed = lock(&self.checkers.by_id).get_mut(&id).and_then(|c| {
+            c.on.insert((broker.to_owned(), addr.to_owned()))
+                .then(|| (c.group.clone(), c.checker.clone()))
+        });
+        let Some((group, checker)) = claimed else {
+            return;
+        };
+        let named = fanout::named_checker(broker, checker);
+        match api.register_transaction_checker(&group, named).await {
+            Ok(reg) => {
+                if let Some(c) = lock(&self.checkers.by_id).get_mut(&id) {
+                    c.registrations.push(reg);
                 }
-                Err(e) => warn!(broker, group, error = %e, "cannot register checker"),
             }
+            Err(e) => warn!(broker, group, error = %e, "cannot register checker"),
         }
     }
 
     /// Re-reads the broker list and every cached route, all at once.
     async fn refresh_all(&self) {
-        let topics: Vec<String> = lock(&self.cache).keys().cloned().collect();
+        let topics: Vec<String> = {
+            let mut cache = lock(&self.cache);
+            cache.retain(|_, c| match c {
+                Cached::Route(_) => true,
+                Cached::Absent(at) => at.elapsed() < self.settings.refresh,
+            });
+            cache
+                .iter()
+                .filter(|(_, c)| matches!(c, Cached::Route(_)))
+                .map(|(t, _)| t.clone())
+                .collect()
+        };
         let brokers = async {
             if let Err(e) = self.refresh_brokers().await {
                 debug!(error = %e, "broker list refresh failed");
