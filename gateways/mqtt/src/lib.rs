@@ -51,6 +51,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod codec;
 mod conn;
 mod end;
@@ -74,6 +75,7 @@ mod share;
 mod shared;
 mod state;
 mod sys;
+mod tail;
 mod topic;
 mod window;
 
