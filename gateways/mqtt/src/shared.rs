@@ -83,6 +83,8 @@ pub(crate) struct Shared<B> {
     pub sessions: Mutex<HashMap<String, Slot>>,
     /// The state log could not be read or written at the last try (logged once).
     log_failing: AtomicBool,
+    /// The state log was loaded (else the tail loads it first).
+    pub loaded: AtomicBool,
     pub shutdown: watch::Receiver<bool>,
     /// Connections per client address (`auth.max_connections_per_address`).
     pub conn_limit: rocketgate_auth::ConnectionLimit,
@@ -108,8 +110,16 @@ impl<B: MessagingApi + 'static> Shared<B> {
             }
         };
         let log = Arc::new(StateLog::new(me, settings.snapshot_chunk));
-        StateLog::ensure_topics(&*api).await?;
-        log.load(&*api).await?;
+        // A read-only replica (a slave) cannot create the topics, and a remote
+        // broker may be away: the door starts anyway, and the tail loads the
+        // state once it can (`tail.rs`).
+        let loaded = match StateLog::ensure_topics(&*api).await {
+            Ok(()) => log.load(&*api).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &loaded {
+            tracing::warn!(error = %e, "the MQTT state topics cannot be read yet; the door starts without them");
+        }
         let router = Router::new(api.clone(), settings.topic_poll);
         let shared = Shared {
             conn_limit: settings.auth.connection_limit(),
@@ -120,6 +130,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
             router,
             sessions: Mutex::new(HashMap::new()),
             log_failing: AtomicBool::new(false),
+            loaded: AtomicBool::new(loaded.is_ok()),
             shutdown,
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
@@ -132,7 +143,9 @@ impl<B: MessagingApi + 'static> Shared<B> {
                 at_ms: message::now_ms(),
             })
             .await;
-        shared.import_legacy().await?;
+        if loaded.is_ok() {
+            shared.import_legacy().await?;
+        }
         {
             let view = lock(&shared.log.view);
             tracing::info!(

@@ -22,6 +22,31 @@ use crate::shared::{Shared, Slot, Takeover};
 /// Runs until the door stops.
 pub(crate) async fn tail<B: MessagingApi + 'static>(shared: Arc<Shared<B>>) {
     let mut stop = shared.shutdown.clone();
+    let mut quiet = false;
+    while !shared.loaded.load(std::sync::atomic::Ordering::Acquire) {
+        let loaded = match StateLog::ensure_topics(&*shared.api).await {
+            Ok(()) => shared.log.load(&*shared.api).await,
+            Err(e) => Err(e),
+        };
+        match loaded {
+            Ok(()) => {
+                shared
+                    .loaded
+                    .store(true, std::sync::atomic::Ordering::Release);
+                tracing::info!("MQTT state loaded");
+            }
+            Err(e) => {
+                if !quiet {
+                    tracing::warn!(error = %e, "the MQTT state topics cannot be read yet");
+                    quiet = true;
+                }
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
     let mut at = shared.log.applied();
     loop {
         let read = tokio::select! {
@@ -30,14 +55,19 @@ pub(crate) async fn tail<B: MessagingApi + 'static>(shared: Arc<Shared<B>>) {
         };
         match read {
             Ok((entries, next)) => {
+                quiet = false;
                 at = next.max(at);
                 for e in shared.log.apply_all(entries, next) {
                     act(&shared, e).await;
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the MQTT state topic failed");
+                if !quiet {
+                    tracing::warn!(error = %e, "reading the MQTT state topic failed");
+                    quiet = true;
+                }
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
             }
         }
     }
