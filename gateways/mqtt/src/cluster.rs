@@ -167,14 +167,16 @@ pub enum Effect {
     /// closed (0x8E) and its session released; a local offline session is dropped
     /// (its pending will published when `clean`).
     Claimed { client: String, clean: bool },
-    /// This door adopted `clients` of a dead door: they become its offline
-    /// sessions (`online`: the dead door's connection held it, so it ended
-    /// without DISCONNECT and its will is due).
-    Adopted {
-        sessions: Vec<(SessionRecord, bool)>,
+    /// A door was found dead (the first adoption of it in the log): its
+    /// sessions this door adopted become its offline sessions (`true`: the dead
+    /// door's connection held it, so it ended without DISCONNECT and its will
+    /// is due); `disowned`: offline sessions this door had that another door
+    /// adopted (this door was taken for dead), dropped here.
+    DoorDead {
+        dead: u64,
+        adopted: Vec<(SessionRecord, bool)>,
+        disowned: Vec<String>,
     },
-    /// Another door adopted sessions this door had offline: dropped here.
-    Disowned { clients: Vec<String> },
     /// A retained message changed (already applied to the view's map).
     Retained,
 }
@@ -317,13 +319,11 @@ impl View {
                         adopted.push((r.clone(), online));
                     }
                 }
-                if by == me {
-                    Some(Effect::Adopted { sessions: adopted })
-                } else if !disowned.is_empty() {
-                    Some(Effect::Disowned { clients: disowned })
-                } else {
-                    None
-                }
+                Some(Effect::DoorDead {
+                    dead,
+                    adopted,
+                    disowned,
+                })
             }
             Entry::Snapshot { as_of, at_ms } => {
                 if self.last_snapshot.is_none_or(|(a, _)| a <= as_of) {
@@ -803,7 +803,11 @@ mod tests {
         v.apply(3, 2, claim("b", 1, 2), 0);
         v.apply(3, 3, session("b", 1, 2, true, Some(&rec("b"))), 0);
         let e = v.apply(3, 4, Written::plain(Entry::Adopt { dead: 1, by: 3 }), 0);
-        let Some(Effect::Adopted { mut sessions }) = e else {
+        let Some(Effect::DoorDead {
+            adopted: mut sessions,
+            ..
+        }) = e
+        else {
             panic!("{e:?}")
         };
         sessions.sort_by(|x, y| x.0.client_id.cmp(&y.0.client_id));

@@ -123,7 +123,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
         let router = Router::new(api.clone(), settings.topic_poll);
         let shared = Shared {
             conn_limit: settings.auth.connection_limit(),
-            shares: Arc::new(Registry::new(api.clone(), router.clone())),
+            shares: Arc::new(Registry::new(api.clone(), router.clone(), me)),
             api,
             settings,
             log,

@@ -117,18 +117,25 @@ async fn act<B: MessagingApi + 'static>(shared: &Arc<Shared<B>>, effect: Effect)
                 None => {}
             }
         }
-        Effect::Adopted { sessions } => {
-            let n = sessions.len();
-            for (record, _online) in sessions {
+        Effect::DoorDead {
+            dead,
+            adopted,
+            disowned,
+        } => {
+            shared.shares.forget_door(dead);
+            let n = adopted.len();
+            for (record, _online) in adopted {
                 shared.adopt(record, true);
             }
             if n > 0 {
-                tracing::info!(sessions = n, "adopted the sessions of a dead MQTT door");
+                tracing::info!(
+                    door = dead,
+                    sessions = n,
+                    "adopted the sessions of a dead MQTT door"
+                );
             }
-        }
-        Effect::Disowned { clients } => {
             let mut sessions = lock(&shared.sessions);
-            for c in clients {
+            for c in disowned {
                 if matches!(sessions.get(&c), Some(Slot::Offline { .. })) {
                     sessions.remove(&c);
                 }

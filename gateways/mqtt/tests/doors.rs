@@ -388,3 +388,85 @@ async fn the_state_survives_a_broker_restart_through_the_log_and_old_files_are_i
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_subscription_with_members_on_two_doors_gets_each_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start_with(dir.path(), fast(dir.path())).await;
+    let door1 = Door::start(node.broker.clone(), fast(dir.path()));
+
+    let mut members = Vec::new();
+    for (i, addr) in [door1.addr, node.addr].into_iter().enumerate() {
+        let mut o = c5::MqttOptions::new(format!("worker-{i}"), "127.0.0.1", addr.port());
+        o.set_keep_alive(Duration::from_secs(30));
+        let mut m = clients::v5_with(o);
+        m.connack().await;
+        m.subscribe(
+            "$share/workers/jobs/#",
+            c5::mqttbytes::QoS::AtLeastOnce,
+            None,
+        )
+        .await;
+        members.push(m);
+    }
+    // Both doors' group tasks joined the core group and took their queues.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    // Publishers with different client ids: their messages land in different
+    // queues (sharding key = client id), so both doors get some.
+    let mut want = Vec::new();
+    for i in 0..16 {
+        let mut p = publisher(node.addr, &format!("job-pub-{i}"));
+        p.connack().await;
+        for j in 0..4 {
+            let body = format!("job-{i}-{j}");
+            publish_acked(&mut p, &format!("jobs/{i}"), body.as_bytes(), false).await;
+            want.push(body);
+        }
+        p.client.disconnect().await.unwrap();
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, mut m) in members.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let p = m
+                    .next(|p| match p {
+                        c5::mqttbytes::v5::Packet::Publish(p) => Some(p),
+                        _ => None,
+                    })
+                    .await;
+                if tx
+                    .send((i, String::from_utf8(p.payload.to_vec()).unwrap()))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    let mut got: Vec<(usize, String)> = Vec::new();
+    while got.len() < want.len() {
+        let x = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("every job delivered")
+            .unwrap();
+        got.push(x);
+    }
+    // Anything more would be a duplicate.
+    if let Ok(Some(x)) = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+        got.push(x);
+    }
+    let mut bodies: Vec<String> = got.iter().map(|(_, b)| b.clone()).collect();
+    bodies.sort();
+    want.sort();
+    assert_eq!(bodies, want, "each message exactly once");
+    for door in 0..2 {
+        assert!(
+            got.iter().any(|(i, _)| *i == door),
+            "the members on door {door} got none: {got:?}"
+        );
+    }
+    drop(door1);
+    node.stop().await;
+}

@@ -219,7 +219,9 @@ async fn retained_set_replace_clear_and_after_restart() {
         ("status/dev3", ""),
     ] {
         assert!(
-            saved.iter().any(|(h, b)| h.contains(topic) && b == payload.as_bytes()),
+            saved
+                .iter()
+                .any(|(h, b)| h.contains(topic) && b == payload.as_bytes()),
             "{topic} {payload:?} in {saved:?}"
         );
     }
