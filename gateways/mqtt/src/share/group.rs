@@ -86,6 +86,10 @@ pub(super) struct Group<B> {
     /// The queues the core assigns this door (`None`: not known, or the core
     /// cannot say: every queue).
     assigned: Option<BTreeSet<u32>>,
+    /// The topic did not exist at the last rebalance: its first batch asks
+    /// the core again at once.
+    topic_missing: bool,
+    rebalance_soon: bool,
     /// An ordered (FIFO) group: a queue's messages go to one member at a time,
     /// the next member only once everything it was given is settled (read from
     /// the core group's setting at start and at every join).
@@ -121,6 +125,8 @@ impl<B: MessagingApi + 'static> Group<B> {
             committed: HashMap::new(),
             pull_from: 0,
             assigned: None,
+            topic_missing: false,
+            rebalance_soon: false,
             fifo: false,
         };
         g.read_fifo().await;
@@ -160,6 +166,10 @@ impl<B: MessagingApi + 'static> Group<B> {
                 // the other tasks of this worker run.
                 _ = std::future::ready(()), if g.reading() => tokio::task::yield_now().await,
             }
+            if g.rebalance_soon {
+                g.rebalance_soon = false;
+                g.rebalance().await;
+            }
             if g.members.is_empty() && g.end(&mut cmds).await {
                 break;
             }
@@ -182,11 +192,17 @@ impl<B: MessagingApi + 'static> Group<B> {
         };
         let assigned = match api.heartbeat(hb).await {
             Ok(()) => match api.assignment(&group, &self.registry.member, &topic).await {
-                Ok(a) => Some(a.into_iter().collect::<BTreeSet<u32>>()),
+                Ok(a) => {
+                    self.topic_missing = false;
+                    Some(a.into_iter().collect::<BTreeSet<u32>>())
+                }
                 // Not created yet: nothing is this door's until the core says
                 // so (taken as everything, the first messages went to a member
                 // on every door).
-                Err(rocketgate_core::Error::TopicNotFound { .. }) => Some(BTreeSet::new()),
+                Err(rocketgate_core::Error::TopicNotFound { .. }) => {
+                    self.topic_missing = true;
+                    Some(BTreeSet::new())
+                }
                 Err(_) => None,
             },
             Err(_) => None,
@@ -545,6 +561,12 @@ impl<B: MessagingApi + 'static> Group<B> {
     fn on_batch(&mut self, b: &Batch) {
         let owned = self.owns(b.queue);
         let Some(qs) = self.queues.get_mut(&b.queue) else {
+            if self.topic_missing {
+                // Created since: which queues are this door's? (The messages
+                // are read back from the log once it knows.)
+                self.rebalance_soon = true;
+                return;
+            }
             if !owned {
                 return; // another door's
             }
