@@ -356,13 +356,16 @@ impl View {
     }
 }
 
+/// A retained message in a snapshot: topic, QoS, payload (base64), properties.
+type SnapshotRetained = (String, u8, String, Vec<(String, String)>);
+
 /// A snapshot as written to [`SNAPSHOT_TOPIC`].
 #[derive(Serialize, Deserialize)]
 struct SnapshotBody {
     version: u32,
     as_of: u64,
     clients: Vec<(String, Client)>,
-    retained: Vec<(String, u8, String, Vec<(String, String)>)>,
+    retained: Vec<SnapshotRetained>,
     doors: Vec<(u64, Door)>,
 }
 
@@ -848,5 +851,98 @@ mod tests {
         });
         v.apply(1, 1, clear, 0);
         assert!(v.retained.is_empty());
+    }
+
+    /// Snapshots in parts, written while entries keep coming, and a second
+    /// writer's parts interleaved: a new door loads the newest complete one plus
+    /// the entries after it and has the same view as one that read everything.
+    #[tokio::test]
+    async fn a_view_loads_from_the_newest_snapshot_and_the_entries_after_it() {
+        use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+        use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
+                .unwrap()
+                .0,
+        );
+        let broker = Arc::new(
+            Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap(),
+        );
+        StateLog::ensure_topics(&*broker).await.unwrap();
+        let writer = StateLog::new(1, 1024);
+        let other = StateLog::new(2, 1024);
+        let append = async |log: &StateLog, w: Written| {
+            let at = log.append(&*broker, &w).await.unwrap();
+            let (entries, next) = StateLog::read(&*broker, at, Duration::ZERO).await.unwrap();
+            log.apply_all(entries, next);
+            // (`other` follows too, so its snapshot is current.)
+            let (entries, next) = StateLog::read(&*broker, other.applied(), Duration::ZERO)
+                .await
+                .unwrap();
+            other.apply_all(entries, next);
+        };
+        let retained = |i: usize, body: &[u8]| Written {
+            entry: Entry::Retained {
+                topic: format!("r/{i}"),
+                qos: 1,
+                properties: vec![],
+                clear: body.is_empty(),
+            },
+            body: Bytes::copy_from_slice(body),
+        };
+        for i in 0..40 {
+            append(&writer, retained(i, &[b'x'; 300])).await;
+            let mut r = rec(&format!("c{i}"));
+            r.expiry = i as u32;
+            append(&writer, claim(&format!("c{i}"), 1, i as u64)).await;
+            append(
+                &writer,
+                session(&format!("c{i}"), 1, i as u64, true, Some(&r)),
+            )
+            .await;
+        }
+        // Two snapshots of many parts; the second writer's parts come between.
+        let (a, b) = tokio::join!(
+            writer.write_snapshot(&*broker),
+            other.write_snapshot(&*broker)
+        );
+        a.unwrap();
+        b.unwrap();
+        // The newest snapshot carries a mark no entry made: a load that used it
+        // has the mark.
+        lock(&writer.view).retained.insert(
+            "snap/only".into(),
+            Retained {
+                qos: qos_of(0),
+                payload: Bytes::from_static(b"mark"),
+                properties: vec![],
+            },
+        );
+        writer.write_snapshot(&*broker).await.unwrap();
+        lock(&writer.view).retained.remove("snap/only");
+        for i in 0..10 {
+            append(&writer, retained(i, b"")).await;
+            append(&writer, session(&format!("c{i}"), 1, i as u64, true, None)).await;
+        }
+        append(&writer, claim("c20", 2, 99)).await;
+
+        let fresh = StateLog::new(3, 1024);
+        fresh.load(&*broker).await.unwrap();
+        let (v, w) = (lock(&fresh.view), lock(&writer.view));
+        assert!(v.last_snapshot.is_some(), "the snapshot entry was seen");
+        assert!(
+            v.retained.contains_key("snap/only"),
+            "loaded from the snapshot"
+        );
+        let mut r = v.retained.clone();
+        r.remove("snap/only");
+        assert_eq!(r.len(), 30);
+        assert_eq!(r, w.retained);
+        assert_eq!(v.clients, w.clients);
+        assert_eq!(v.clients["c20"].holder, Some((2, 99)));
+        assert_eq!(v.clients["c25"].record.as_ref().unwrap().expiry, 25);
+        assert_eq!(v.applied, w.applied);
     }
 }
