@@ -520,6 +520,27 @@ impl StateLog {
         effects
     }
 
+    /// Applies an entry this door just wrote at `offset` when it is the next
+    /// one to apply (nothing of another door came between): the writer needs
+    /// not wait for the tail to read it back. False when something came
+    /// between (the tail applies them in order).
+    pub fn apply_own(&self, offset: u64, w: &Written) -> (bool, Option<Effect>) {
+        let effect = {
+            let mut view = lock(&self.view);
+            if view.applied != offset {
+                return (false, None);
+            }
+            view.apply(self.me, offset, w.clone(), crate::message::now_ms())
+        };
+        let applied = offset + 1;
+        self.applied_tx.send_if_modified(|a| {
+            let moved = *a < applied;
+            *a = (*a).max(applied);
+            moved
+        });
+        (true, effect)
+    }
+
     /// Loads the newest complete snapshot (if any) into the view, then every
     /// entry after it up to the end of the topic. Effects of the replay are
     /// returned (adoptions recorded by this door id cannot be among them: the id

@@ -16,7 +16,7 @@ use rocketgate_core::broker::{MessagingApi, QueueChoice};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::cluster::{Entry, StateLog, Written, session_body};
+use crate::cluster::{Effect, Entry, StateLog, Written, session_body};
 use crate::error::Result;
 use crate::message::{self, Refused};
 use crate::router::Router;
@@ -361,28 +361,109 @@ impl<B: MessagingApi + 'static> Shared<B> {
             .is_some_and(|(door, _)| door != self.log.me)
     }
 
+    /// Acts on what an entry of the state log means for this door: another
+    /// door's connection claimed a client id this door holds (the connection
+    /// is closed with 0x8E and its session released to the log) or keeps
+    /// offline (dropped; its will published when the claim is a clean start);
+    /// a door died (this door adopts its sessions when it won the adoption:
+    /// they become its offline sessions, their wills scheduled).
+    pub async fn act(self: &Arc<Self>, effect: Effect) {
+        let shared = self;
+        match effect {
+            Effect::Claimed { client, clean } => {
+                let slot = {
+                    let mut sessions = lock(&shared.sessions);
+                    match sessions.get(&client) {
+                        Some(_) => sessions.remove(&client),
+                        None => None,
+                    }
+                };
+                match slot {
+                    Some(Slot::Online {
+                        conn_id, takeover, ..
+                    }) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            let (tx, rx) = tokio::sync::oneshot::channel();
+                            let handed = if takeover.send(Takeover::new(tx)).is_ok() {
+                                tokio::time::timeout(Duration::from_secs(5), rx)
+                                    .await
+                                    .ok()
+                                    .and_then(Result::ok)
+                            } else {
+                                None
+                            };
+                            // (None: the connection ended by itself meanwhile and
+                            // released the session on its way out.)
+                            if let Some(mut session) = handed {
+                                if clean && let Some(w) = session.will.take() {
+                                    shared.fire_will(&client, w.to_publish()).await;
+                                }
+                                shared.save_session(&session, conn_id, true).await;
+                                tracing::debug!(client = %client, "session taken over by another door");
+                            }
+                        });
+                    }
+                    Some(Slot::Offline { mut session, .. }) => {
+                        if clean && let Some(w) = session.will.take() {
+                            shared.fire_will(&client, w.to_publish()).await;
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Effect::DoorDead {
+                dead,
+                adopted,
+                disowned,
+            } => {
+                shared.shares.forget_door(dead);
+                let n = adopted.len();
+                for (record, _online) in adopted {
+                    shared.adopt(record, true);
+                }
+                if n > 0 {
+                    tracing::info!(
+                        door = dead,
+                        sessions = n,
+                        "adopted the sessions of a dead MQTT door"
+                    );
+                }
+                let mut sessions = lock(&shared.sessions);
+                for c in disowned {
+                    if matches!(sessions.get(&c), Some(Slot::Offline { .. })) {
+                        sessions.remove(&c);
+                    }
+                }
+            }
+            Effect::Retained => {}
+        }
+    }
+
     /// Claims `client_id` for connection `conn` in the log (a CONNECT), then
     /// reads the log up to the claim and, when another door's connection held
     /// the client id, waits (bounded) for it to release the session or for its
     /// door to be found dead: read-your-writes across doors, so a device that
     /// moved gets the newest session.
-    pub async fn claim(&self, client_id: &str, conn: u64, clean: bool) -> Claimed {
+    pub async fn claim(self: &Arc<Self>, client_id: &str, conn: u64, clean: bool) -> Claimed {
         let me = self.log.me;
         let timeout = self.settings.door_timeout;
         let bound = timeout + Duration::from_secs(1);
-        let Some(at) = self
-            .append(Entry::Claim {
-                client: client_id.to_owned(),
-                door: me,
-                conn,
-                clean,
-            })
-            .await
-        else {
+        let w = Written::plain(Entry::Claim {
+            client: client_id.to_owned(),
+            door: me,
+            conn,
+            clean,
+        });
+        let Some(at) = self.append_written(&w).await else {
             return Claimed::default();
         };
         let deadline = Instant::now() + bound;
-        self.log.wait_applied(at + 1, bound).await;
+        // Usually nothing came between: applied here, no wait for the tail.
+        // (A claim of this door's own has no effect to act on.)
+        if !self.log.apply_own(at, &w).0 {
+            self.log.wait_applied(at + 1, bound).await;
+        }
         loop {
             let (done, claimed) = {
                 let view = lock(&self.log.view);
@@ -418,9 +499,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
                 return claimed;
             }
             let next = self.log.applied() + 1;
-            self.log
-                .wait_applied(next, Duration::from_millis(100))
-                .await;
+            self.log.wait_applied(next, Duration::from_millis(50)).await;
         }
     }
 

@@ -1,11 +1,7 @@
 //! The door's two background tasks over the state log (`cluster.rs`):
 //!
 //! - the **tail** long-polls the state topic and applies every entry to the
-//!   door's view, acting on what concerns it: another door's connection claimed
-//!   a client id this door holds (the connection is closed with 0x8E and its
-//!   session released to the log) or keeps offline (dropped; its will published
-//!   when the claim is a clean start), this door adopted a dead door's
-//!   sessions (they become its offline sessions, their wills scheduled);
+//!   door's view, acting on what concerns it ([`Shared::act`]);
 //! - the **keeper** says the door is alive, adopts doors silent past
 //!   `door_timeout` (the first adoption in the log wins, so a dead door's wills
 //!   are published once), and writes a snapshot when one is due.
@@ -16,8 +12,8 @@ use std::time::Duration;
 use rocketgate_core::broker::MessagingApi;
 use rocketgate_core::sync::lock;
 
-use crate::cluster::{Effect, Entry, StateLog};
-use crate::shared::{Shared, Slot, Takeover};
+use crate::cluster::{Entry, StateLog};
+use crate::shared::Shared;
 
 /// Runs until the door stops.
 pub(crate) async fn tail<B: MessagingApi + 'static>(shared: Arc<Shared<B>>) {
@@ -58,8 +54,9 @@ pub(crate) async fn tail<B: MessagingApi + 'static>(shared: Arc<Shared<B>>) {
                 quiet = false;
                 at = next.max(at);
                 for e in shared.log.apply_all(entries, next) {
-                    act(&shared, e).await;
+                    shared.act(e).await;
                 }
+                at = at.max(shared.log.applied());
             }
             Err(e) => {
                 if !quiet {
@@ -70,78 +67,6 @@ pub(crate) async fn tail<B: MessagingApi + 'static>(shared: Arc<Shared<B>>) {
                 continue;
             }
         }
-    }
-}
-
-async fn act<B: MessagingApi + 'static>(shared: &Arc<Shared<B>>, effect: Effect) {
-    match effect {
-        Effect::Claimed { client, clean } => {
-            let slot = {
-                let mut sessions = lock(&shared.sessions);
-                match sessions.get(&client) {
-                    Some(_) => sessions.remove(&client),
-                    None => None,
-                }
-            };
-            match slot {
-                Some(Slot::Online {
-                    conn_id, takeover, ..
-                }) => {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        let (tx, rx) = tokio::sync::oneshot::channel();
-                        let handed = if takeover.send(Takeover::new(tx)).is_ok() {
-                            tokio::time::timeout(Duration::from_secs(5), rx)
-                                .await
-                                .ok()
-                                .and_then(Result::ok)
-                        } else {
-                            None
-                        };
-                        // (None: the connection ended by itself meanwhile and
-                        // released the session on its way out.)
-                        if let Some(mut session) = handed {
-                            if clean && let Some(w) = session.will.take() {
-                                shared.fire_will(&client, w.to_publish()).await;
-                            }
-                            shared.save_session(&session, conn_id, true).await;
-                            tracing::debug!(client = %client, "session taken over by another door");
-                        }
-                    });
-                }
-                Some(Slot::Offline { mut session, .. }) => {
-                    if clean && let Some(w) = session.will.take() {
-                        shared.fire_will(&client, w.to_publish()).await;
-                    }
-                }
-                None => {}
-            }
-        }
-        Effect::DoorDead {
-            dead,
-            adopted,
-            disowned,
-        } => {
-            shared.shares.forget_door(dead);
-            let n = adopted.len();
-            for (record, _online) in adopted {
-                shared.adopt(record, true);
-            }
-            if n > 0 {
-                tracing::info!(
-                    door = dead,
-                    sessions = n,
-                    "adopted the sessions of a dead MQTT door"
-                );
-            }
-            let mut sessions = lock(&shared.sessions);
-            for c in disowned {
-                if matches!(sessions.get(&c), Some(Slot::Offline { .. })) {
-                    sessions.remove(&c);
-                }
-            }
-        }
-        Effect::Retained => {}
     }
 }
 
