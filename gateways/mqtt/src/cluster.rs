@@ -143,6 +143,10 @@ pub struct Client {
     /// (the claimer waits for that before it reads `record`).
     pub prev: Option<Holder>,
     pub prev_released: bool,
+    /// The displaced holder's door was adopted before it released: its
+    /// connection ended without DISCONNECT (the claimer publishes its will).
+    #[serde(default)]
+    pub prev_died: bool,
     /// The holder has written a record since its claim (the displaced holder's
     /// late writes are then stale).
     pub holder_wrote: bool,
@@ -210,6 +214,7 @@ impl View {
                 let c = self.clients.entry(client.clone()).or_default();
                 c.prev = c.holder;
                 c.prev_released = c.holder.is_none();
+                c.prev_died = false;
                 c.holder = Some((door, conn));
                 c.holder_wrote = false;
                 c.claim_at = offset;
@@ -298,9 +303,10 @@ impl View {
                 for (id, c) in self.clients.iter_mut() {
                     let online = c.holder.is_some_and(|(d, _)| d == dead);
                     let offline = c.holder.is_none() && c.owner == dead;
-                    if c.prev.is_some_and(|(d, _)| d == dead) {
+                    if c.prev.is_some_and(|(d, _)| d == dead) && !c.prev_released {
                         // A claimer waiting for the dead door's release waits no more.
                         c.prev_released = true;
+                        c.prev_died = true;
                     }
                     if !(online || offline) {
                         if c.holder.is_none() && c.owner == me && by != me && dead == me {

@@ -440,11 +440,11 @@ impl<B: MessagingApi + 'static> Shared<B> {
         }
     }
 
-    /// Claims `client_id` for connection `conn` in the log (a CONNECT), then
-    /// reads the log up to the claim and, when another door's connection held
-    /// the client id, waits (bounded) for it to release the session or for its
-    /// door to be found dead: read-your-writes across doors, so a device that
-    /// moved gets the newest session.
+    /// Claims `client_id` for connection `conn` in the log (a CONNECT); unless
+    /// `clean`, reads the log up to the claim and, when another door's
+    /// connection held the client id, waits (bounded) for it to release the
+    /// session or for its door to be found dead: read-your-writes across doors,
+    /// so a device that moved gets the newest session.
     pub async fn claim(self: &Arc<Self>, client_id: &str, conn: u64, clean: bool) -> Claimed {
         let me = self.log.me;
         let timeout = self.settings.door_timeout;
@@ -461,7 +461,26 @@ impl<B: MessagingApi + 'static> Shared<B> {
         let deadline = Instant::now() + bound;
         // Usually nothing came between: applied here, no wait for the tail.
         // (A claim of this door's own has no effect to act on.)
-        if !self.log.apply_own(at, &w).0 {
+        let applied = self.log.apply_own(at, &w).0;
+        if clean {
+            // A clean start resumes nothing, so it needs not know who held the
+            // client id before (whichever claim came first, the other door sees
+            // the later one and closes its connection, or this one) — unless a
+            // connection on another door holds it as far as this door knows: a
+            // dead door's connection ended without DISCONNECT, and its will is
+            // this connection's to publish.
+            let foreign = lock(&self.log.view)
+                .clients
+                .get(client_id)
+                .is_some_and(|c| {
+                    let held = if applied { c.prev } else { c.holder };
+                    held.is_some_and(|(d, _)| d != me) && !(applied && c.prev_released)
+                });
+            if !foreign {
+                return Claimed::default();
+            }
+        }
+        if !applied {
             self.log.wait_applied(at + 1, bound).await;
         }
         loop {
@@ -478,7 +497,10 @@ impl<B: MessagingApi + 'static> Shared<B> {
                             _ if c.claim_at != at => true,
                             None => true,
                             Some((d, _)) if d == me => true,
-                            Some(_) if c.prev_released => true,
+                            Some(_) if c.prev_released => {
+                                out.holder_died = c.prev_died;
+                                true
+                            }
                             Some((d, _)) if view.is_dead(d, timeout) => {
                                 out.holder_died = true;
                                 true

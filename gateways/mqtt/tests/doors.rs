@@ -297,18 +297,22 @@ async fn the_will_of_a_device_whose_door_died_is_published_once() {
     // One never comes back; one reconnects on another door.
     let (_gone, _) = connect_kept(door1.addr, "will-gone", will("wills/gone")).await;
     let (_back, _) = connect_kept(door1.addr, "will-back", will("wills/back")).await;
+    let (_clean, _) = connect_kept(door1.addr, "will-clean", will("wills/clean")).await;
     door1.kill();
     let (_back, ack) = connect_kept(door3.addr, "will-back", None).await;
     assert!(ack.session_present);
+    // Back with a clean start: the old session ends, its will goes out.
+    let (_clean, ack) = Raw::connect_v5(node.addr, "will-clean", None).await;
+    assert!(!ack.session_present);
 
     let mut got = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let m = next_publish(&mut watcher).await;
         got.push(m.topic.clone());
         watcher.send(Packet::PubAck(v5::PubAck::new(m.pkid))).await;
     }
     got.sort();
-    assert_eq!(got, ["wills/back", "wills/gone"]);
+    assert_eq!(got, ["wills/back", "wills/clean", "wills/gone"]);
     // Nothing more: each will once, whichever survivor adopted the dead door.
     let more = tokio::time::timeout(Duration::from_secs(2), next_publish(&mut watcher)).await;
     assert!(more.is_err(), "a will came twice: {more:?}");
