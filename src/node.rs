@@ -170,8 +170,9 @@ pub(crate) fn tls_for(tls: &Option<(Acceptor, ReloadHandle)>, on: bool) -> Optio
     tls.as_ref().filter(|_| on).map(|(a, _)| a.clone())
 }
 
-/// The MQTT door on `listen.mqtt` (and `listen.mqtts` with `tls.mqtt`), its sessions
-/// and retained messages in `<data_dir>/mqtt`.
+/// The MQTT door on `listen.mqtt` (and `listen.mqtts` with `tls.mqtt`); its sessions
+/// and retained messages live in the broker's state topics (an earlier version's
+/// `<data_dir>/mqtt` files are imported once).
 pub(crate) async fn start_mqtt<B: MessagingApi + 'static>(
     config: &Config,
     broker: &Arc<B>,
@@ -198,6 +199,13 @@ pub(crate) async fn start_mqtt<B: MessagingApi + 'static>(
     settings.server_keep_alive = u16::try_from(m.server_keep_alive.as_secs()).unwrap_or(u16::MAX);
     settings.topic_alias_maximum = m.topic_alias_maximum;
     settings.sys_interval = m.sys_interval;
+    settings.door_liveness = m.door_liveness;
+    settings.door_timeout = m.door_timeout;
+    settings.snapshot_interval = m.snapshot_interval;
+    // A snapshot part must fit in one stored record.
+    settings.snapshot_chunk = usize::try_from(record_room)
+        .unwrap_or(usize::MAX)
+        .min(1 << 20);
     let (server, addr) =
         rocketgate_mqtt::Server::bind(config.listen.mqtt, broker.clone(), settings)
             .await

@@ -368,7 +368,8 @@ impl Default for HttpConfig {
     }
 }
 
-/// MQTT gateway settings (sessions and retained messages live in `<data_dir>/mqtt`).
+/// MQTT gateway settings (sessions and retained messages live in the broker's
+/// state topics; an earlier version's `<data_dir>/mqtt` files are imported once).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MqttConfig {
@@ -395,6 +396,17 @@ pub struct MqttConfig {
     /// How often `$SYS/#` (Mosquitto's broker statistics) is updated; 0 = no `$SYS`.
     #[serde(with = "units::duration")]
     pub sys_interval: Duration,
+    /// How often the door writes that it is alive to the broker's MQTT state topic.
+    #[serde(with = "units::duration")]
+    pub door_liveness: Duration,
+    /// A door silent this long is dead: another door over the same broker adopts its
+    /// sessions and publishes their wills (docs/mqtt.md, "Where the state lives").
+    #[serde(with = "units::duration")]
+    pub door_timeout: Duration,
+    /// The MQTT state is written whole (a snapshot) at least this often; keep it well
+    /// below `store.retention`.
+    #[serde(with = "units::duration")]
+    pub snapshot_interval: Duration,
 }
 
 impl Default for MqttConfig {
@@ -408,6 +420,9 @@ impl Default for MqttConfig {
             server_keep_alive: Duration::ZERO,
             topic_alias_maximum: 64,
             sys_interval: Duration::from_secs(10),
+            door_liveness: Duration::from_secs(1),
+            door_timeout: Duration::from_secs(4),
+            snapshot_interval: Duration::from_secs(3600),
         }
     }
 }
@@ -995,6 +1010,15 @@ impl Config {
         }
         if m.server_keep_alive.as_secs() > u64::from(u16::MAX) {
             bad.push("mqtt.server_keep_alive must be at most 65535s".to_string());
+        }
+        if m.door_liveness.is_zero() || m.door_timeout < m.door_liveness * 2 {
+            bad.push(
+                "mqtt.door_liveness must be above 0s and mqtt.door_timeout at least twice it"
+                    .to_string(),
+            );
+        }
+        if m.snapshot_interval.is_zero() {
+            bad.push("mqtt.snapshot_interval must be above 0s".to_string());
         }
         if self.namesrv.broker_expiry <= self.namesrv.scan_interval {
             bad.push("namesrv.broker_expiry must be longer than namesrv.scan_interval".into());

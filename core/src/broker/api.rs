@@ -34,7 +34,9 @@ use crate::store::record::{self, BatchSent, EncodedBatch, Placed, property};
 pub trait MessagingApi: Send + Sync {
     // ---- topics ----
 
-    /// Creates a user topic; [`crate::Error::TopicExists`] if it exists.
+    /// Creates a user topic, or a door-state system topic
+    /// ([`super::schedule::DOOR_STATE_TOPIC_PREFIX`]); [`crate::Error::TopicExists`]
+    /// if it exists.
     fn create_topic(&self, config: TopicConfig)
     -> impl Future<Output = Result<TopicConfig>> + Send;
     /// Changes queue counts or permission; [`crate::Error::TopicNotFound`] if absent.

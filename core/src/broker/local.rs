@@ -447,7 +447,12 @@ impl Drop for Broker {
 
 impl MessagingApi for Broker {
     async fn create_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
-        let created = self.topics_write().create(config)?;
+        let created = if schedule::is_door_state_topic(&config.name) {
+            schedule::validate_topic(&config.name)?;
+            self.topics_write().create_system(config)?
+        } else {
+            self.topics_write().create(config)?
+        };
         self.note_topics_changed();
         Ok(created)
     }

@@ -192,6 +192,13 @@ pub const TRANS_OP_HALF_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
 pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
 /// Every topic starting with this is the broker's own (RocketMQ's rule).
 pub const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
+/// System topics a door keeps its own state in (the MQTT door's sessions and
+/// retained messages: `rmq_sys_rg_door_mqtt_state`, ...). Unlike the broker's
+/// other system topics they are created through
+/// [`MessagingApi::create_topic`](super::MessagingApi::create_topic), so a door
+/// over a remote broker (a proxy) can create them; they are still system topics
+/// (not listed as user topics, not auto-created by a send).
+pub const DOOR_STATE_TOPIC_PREFIX: &str = "rmq_sys_rg_door_";
 /// The template topic RocketMQ routes auto-created topics through.
 pub const AUTO_CREATE_TOPIC: &str = "TBW102";
 
@@ -299,6 +306,11 @@ pub fn validate_topic(topic: &str) -> Result<(), InvalidName> {
 
 /// [`validate_topic`], and the topic is not a system topic: what a user may create
 /// (or auto-create by sending).
+/// True for a door-state topic name (see [`DOOR_STATE_TOPIC_PREFIX`]).
+pub fn is_door_state_topic(topic: &str) -> bool {
+    topic.starts_with(DOOR_STATE_TOPIC_PREFIX) && topic.len() > DOOR_STATE_TOPIC_PREFIX.len()
+}
+
 pub fn validate_user_topic(topic: &str) -> Result<(), InvalidName> {
     validate_topic(topic)?;
     if is_system_topic(topic) {

@@ -467,18 +467,20 @@ impl Inbound {
                         .iter()
                         .map(|s| (s.queue_id, s.append.queue_offset))
                         .collect();
+                    // Retained state is in the state log before the acknowledgement.
                     let mut props = retained_props.into_iter();
-                    let mut any = false;
                     for p in &pubs {
                         if let Some((name, payload)) = &p.retain {
                             let pr = props.next().unwrap_or_default();
-                            cx.shared.set_retained(name, p.qos, payload.clone(), pr);
-                            any = true;
+                            if let Err(e) = cx
+                                .shared
+                                .store_retained(name, p.qos, payload.clone(), pr)
+                                .await
+                            {
+                                failure = Some(e);
+                                break;
+                            }
                         }
-                    }
-                    if any {
-                        // Retained state is on disk before the acknowledgement.
-                        cx.shared.persist_retained().await;
                     }
                 }
                 Err(e) => failure = Some(Self::not_stored(&cx.session.client_id, e)),

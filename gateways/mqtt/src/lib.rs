@@ -7,7 +7,8 @@
 //! which the WebSocket door uses for `/mqtt`.
 //!
 //! Where to start reading: [`server`] (listener, sweeper), `shared.rs` (the
-//! state every connection shares: session registry, retained messages), then
+//! state every connection shares: session registry, the state log with the
+//! retained messages), `tail.rs` (the state log's tail and keeper), then
 //! `conn.rs`, one connection's task, which composes the parts of a connection
 //! and routes events between them: `inbound.rs` (incoming PUBLISHes),
 //! `follow.rs` (what it follows of the log: router feeds, catch-up, committed
@@ -20,7 +21,11 @@
 //! reader per core queue fanning out to sessions), `codec.rs` (pure framing
 //! over mqttbytes, encoding `outgoing.rs`'s PUBLISH), `topic.rs` (the topic
 //! mapping and wildcard matching), `message.rs` (PUBLISH <-> core message),
-//! `state.rs` (what is kept on disk). Modules depend only on those below them.
+//! `cluster.rs` (the state log: sessions, retained messages, claims and door
+//! liveness as entries of a system topic of the broker, shared by every door
+//! over it; docs/mqtt.md "Where the state lives"), `state.rs` (the records, and
+//! the import of an earlier version's files). Modules depend only on those
+//! below them.
 //!
 //! ## The mapping
 //! MQTT topic `T/a/b` is core topic `T` with tag `a/b`; a first level that is no
@@ -51,6 +56,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod codec;
 mod conn;
 mod end;
@@ -74,6 +80,7 @@ mod share;
 mod shared;
 mod state;
 mod sys;
+mod tail;
 mod topic;
 mod window;
 

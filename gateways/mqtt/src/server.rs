@@ -1,5 +1,5 @@
-//! The listener and the background sweeper (session expiry, delayed wills,
-//! retained-message persistence): the top of the door, which starts a
+//! The listener, the background sweeper (session expiry, delayed wills) and
+//! the state log's tail and keeper (`tail.rs`): the top of the door, which starts a
 //! connection task (`conn.rs`) per socket over the state they share
 //! (`shared.rs`).
 
@@ -30,7 +30,8 @@ pub struct Server<B> {
 }
 
 impl<B: MessagingApi + 'static> Server<B> {
-    /// Binds the listener and loads stored sessions and retained messages.
+    /// Binds the listener and loads the state log (sessions, retained messages)
+    /// from the broker's state topics, importing an earlier version's files.
     pub async fn bind(
         addr: SocketAddr,
         api: Arc<B>,
@@ -41,7 +42,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             .map_err(|source| Error::Bind { addr, source })?;
         let local = listener.local_addr()?;
         let (stop_tx, shutdown) = watch::channel(false);
-        let shared = Arc::new(Shared::load(api, settings, shutdown)?);
+        let shared = Arc::new(Shared::load(api, settings, shutdown).await?);
         register_meters(&shared);
         Ok((
             Server {
@@ -110,11 +111,12 @@ impl<B: MessagingApi + 'static> Server<B> {
                         _ = stop.changed() => return,
                         _ = tick.tick() => shared.sweep().await,
                     }
-                    shared.persist_retained().await;
                 }
             })
         };
-        let mut tasks = vec![accept, sweeper];
+        let tail = tokio::spawn(crate::tail::tail(shared.clone()));
+        let keeper = tokio::spawn(crate::tail::keeper(shared.clone()));
+        let mut tasks = vec![accept, sweeper, tail, keeper];
         if let Some(every) = crate::sys::period(shared.settings.sys_interval) {
             let shared = shared.clone();
             let mut stop = shared.shutdown.clone();
@@ -384,10 +386,10 @@ impl<B: MessagingApi + 'static> Streams<B> {
         }
     }
 
-    /// A session removed from the registry ends: its file goes, a pending will
-    /// is published.
+    /// A session removed from the registry ends: the log says so, a pending
+    /// will is published.
     async fn end_session(&self, mut session: Box<crate::session::Session>) {
-        self.shared.files.remove_session(&session.client_id);
+        self.shared.session_ended(&session.client_id).await;
         if let Some(w) = session.will.take() {
             self.shared
                 .fire_will(&session.client_id, w.to_publish())
@@ -469,7 +471,13 @@ fn register_meters<B: MessagingApi + 'static>(shared: &Arc<Shared<B>>) {
         "rocketgate_mqtt_retained_messages",
         "Retained messages held by the MQTT door.",
         &[],
-        move || Some(rocketgate_core::sync::lock(&weak.upgrade()?.retained).len() as f64),
+        move || {
+            Some(
+                rocketgate_core::sync::lock(&weak.upgrade()?.log.view)
+                    .retained
+                    .len() as f64,
+            )
+        },
     );
 }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 /// Gateway settings (the `[mqtt]` config section).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where sessions and retained messages are kept (`<data dir>/mqtt`).
+    /// Where an earlier version kept sessions and retained messages
+    /// (`<data dir>/mqtt`): imported into the broker's state topics once at
+    /// start, then moved aside. The state itself lives in the broker.
     pub state_dir: PathBuf,
     /// Largest packet accepted (and announced as Maximum Packet Size in v5).
     pub max_packet_size: u32,
@@ -35,6 +37,18 @@ pub struct Settings {
     pub auth: Arc<rocketgate_auth::Auth>,
     /// How often the `$SYS/#` values are updated (zero: no `$SYS` at all).
     pub sys_interval: Duration,
+    /// How often the door writes that it is alive to the state topic.
+    pub door_liveness: Duration,
+    /// A door silent this long is dead: the first other door to say so in the
+    /// log adopts its sessions and publishes their wills.
+    pub door_timeout: Duration,
+    /// The state is written whole (a snapshot) at least this often, and after
+    /// [`Settings::snapshot_entries`] entries; keep it well below the store's
+    /// retention.
+    pub snapshot_interval: Duration,
+    pub snapshot_entries: u64,
+    /// Largest part of a snapshot, in bytes (below the store's largest message).
+    pub snapshot_chunk: usize,
 }
 
 impl Settings {
@@ -52,6 +66,11 @@ impl Settings {
             connect_timeout: Duration::from_secs(10),
             auth: rocketgate_auth::Auth::disabled(),
             sys_interval: Duration::from_secs(10),
+            door_liveness: Duration::from_secs(1),
+            door_timeout: Duration::from_secs(4),
+            snapshot_interval: Duration::from_secs(3600),
+            snapshot_entries: 10_000,
+            snapshot_chunk: 1 << 20,
         }
     }
 }

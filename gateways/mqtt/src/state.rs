@@ -1,7 +1,8 @@
-//! What survives a restart besides the core's offsets: session records (client
-//! id, expiry, subscriptions, will, QoS 2 packet ids awaiting PUBREL) and the
-//! retained messages, as JSON files under `<data dir>/mqtt/`, each written to a
-//! temporary name, synced and renamed so a crash leaves the old or the new file.
+//! What outlives a connection besides the core's offsets, as records: session
+//! records (client id, expiry, subscriptions, will, QoS 2 packet ids awaiting
+//! PUBREL) and retained messages. They are kept in the broker's state topics
+//! (`cluster.rs`); the files an earlier version wrote under `<data dir>/mqtt/`
+//! are only read, once, to import them ([`Legacy`]).
 //!
 //! A plain subscription's place in the log is not here: it is the core's
 //! consumer offset of the session's group (see [`session_group`]).
@@ -163,6 +164,7 @@ pub struct Retained {
     pub properties: Vec<(String, String)>,
 }
 
+/// A retained message in the old `retained.json`.
 #[derive(Serialize, Deserialize)]
 struct RetainedRecord {
     topic: String,
@@ -171,57 +173,67 @@ struct RetainedRecord {
     properties: Vec<(String, String)>,
 }
 
-/// The files under the gateway's directory.
+/// The files an earlier version kept under `<data dir>/mqtt/` (`sessions/*.json`,
+/// `retained.json`): read once at start, imported into the state topics
+/// (`cluster.rs`), then moved aside to `<data dir>/mqtt.imported-<unix ms>`.
 #[derive(Debug, Clone)]
-pub struct Files {
+pub struct Legacy {
     dir: PathBuf,
 }
 
-impl Files {
-    pub fn open(dir: &Path) -> Result<Files> {
-        let sessions = dir.join("sessions");
-        std::fs::create_dir_all(&sessions).map_err(|source| Error::File {
-            path: sessions.clone(),
-            source,
-        })?;
-        Ok(Files {
+/// What the files held.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub sessions: Vec<SessionRecord>,
+    pub retained: HashMap<String, Retained>,
+}
+
+impl Legacy {
+    pub fn new(dir: &Path) -> Legacy {
+        Legacy {
             dir: dir.to_owned(),
+        }
+    }
+
+    /// Whether there is anything to import.
+    pub fn present(&self) -> bool {
+        self.dir.join("sessions").is_dir() || self.dir.join("retained.json").is_file()
+    }
+
+    /// Reads the files (unreadable session files are logged and skipped).
+    pub fn read(&self) -> Result<Imported> {
+        Ok(Imported {
+            sessions: self.load_sessions()?,
+            retained: self.load_retained()?,
         })
     }
 
-    fn session_path(&self, client_id: &str) -> PathBuf {
-        let mut name = String::new();
-        rocketgate_core::hex::push_lower(&mut name, client_id.as_bytes());
-        if name.len() > 200 {
-            name = format!("{}-{:016x}", &name[..160], fnv64(client_id.as_bytes()));
-        }
-        self.dir.join("sessions").join(format!("{name}.json"))
-    }
-
-    pub fn save_session(&self, record: &SessionRecord) -> Result<()> {
-        let json = serde_json::to_vec_pretty(record).map_err(|e| Error::CorruptState {
-            path: self.session_path(&record.client_id),
-            reason: e.to_string(),
-        })?;
-        write_atomic(&self.session_path(&record.client_id), &json)
-    }
-
-    pub fn remove_session(&self, client_id: &str) {
-        let path = self.session_path(client_id);
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), error = %e, "removing a session file failed");
-        }
-    }
-
-    /// Every stored session; unreadable files are logged and skipped.
-    pub fn load_sessions(&self) -> Result<Vec<SessionRecord>> {
-        let dir = self.dir.join("sessions");
-        let entries = std::fs::read_dir(&dir).map_err(|source| Error::File {
-            path: dir.clone(),
+    /// Moves the directory aside (after its content is in the state topics);
+    /// returns where it went.
+    pub fn move_aside(&self) -> Result<PathBuf> {
+        let name = format!(
+            "{}.imported-{}",
+            self.dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("mqtt"),
+            crate::message::now_ms()
+        );
+        let to = self.dir.with_file_name(name);
+        std::fs::rename(&self.dir, &to).map_err(|source| Error::File {
+            path: self.dir.clone(),
             source,
         })?;
+        Ok(to)
+    }
+
+    fn load_sessions(&self) -> Result<Vec<SessionRecord>> {
+        let dir = self.dir.join("sessions");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(Error::File { path: dir, source }),
+        };
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
@@ -242,25 +254,7 @@ impl Files {
         Ok(out)
     }
 
-    pub fn save_retained(&self, retained: &HashMap<String, Retained>) -> Result<()> {
-        let records: Vec<RetainedRecord> = retained
-            .iter()
-            .map(|(topic, r)| RetainedRecord {
-                topic: topic.clone(),
-                qos: r.qos as u8,
-                payload: B64.encode(&r.payload),
-                properties: r.properties.clone(),
-            })
-            .collect();
-        let path = self.dir.join("retained.json");
-        let json = serde_json::to_vec(&records).map_err(|e| Error::CorruptState {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        write_atomic(&path, &json)
-    }
-
-    pub fn load_retained(&self) -> Result<HashMap<String, Retained>> {
+    fn load_retained(&self) -> Result<HashMap<String, Retained>> {
         let path = self.dir.join("retained.json");
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -288,24 +282,6 @@ impl Files {
     }
 }
 
-/// Writes `bytes` to `path` through a synced temporary file and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let io = |source| Error::File {
-        path: tmp.clone(),
-        source,
-    };
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|source| Error::File {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,9 +297,10 @@ mod tests {
     }
 
     #[test]
-    fn sessions_and_retained_round_trip() {
+    fn old_files_are_read_and_moved_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let files = Files::open(dir.path()).unwrap();
+        let mqtt = dir.path().join("mqtt");
+        std::fs::create_dir_all(mqtt.join("sessions")).unwrap();
         let rec = SessionRecord {
             client_id: "c/1".into(),
             expiry: 60,
@@ -338,20 +315,31 @@ mod tests {
             will: None,
             qos2_incoming: vec![7],
         };
-        files.save_session(&rec).unwrap();
-        assert_eq!(files.load_sessions().unwrap(), vec![rec]);
-        files.remove_session("c/1");
-        assert!(files.load_sessions().unwrap().is_empty());
-        let mut r = HashMap::new();
-        r.insert(
-            "a/b".to_string(),
+        std::fs::write(
+            mqtt.join("sessions/632f31.json"),
+            serde_json::to_vec(&rec).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(mqtt.join("sessions/bad.json"), b"{").unwrap();
+        std::fs::write(
+            mqtt.join("retained.json"),
+            br#"[{"topic":"a/b","qos":1,"payload":"AHg=","properties":[["k","v"]]}]"#,
+        )
+        .unwrap();
+        let legacy = Legacy::new(&mqtt);
+        assert!(legacy.present());
+        let got = legacy.read().unwrap();
+        assert_eq!(got.sessions, vec![rec]);
+        assert_eq!(
+            got.retained["a/b"],
             Retained {
                 qos: QoS::AtLeastOnce,
                 payload: Bytes::from_static(b"\x00x"),
                 properties: vec![("k".into(), "v".into())],
-            },
+            }
         );
-        files.save_retained(&r).unwrap();
-        assert_eq!(files.load_retained().unwrap(), r);
+        let to = legacy.move_aside().unwrap();
+        assert!(to.join("retained.json").is_file());
+        assert!(!Legacy::new(&mqtt).present());
     }
 }

@@ -262,6 +262,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let keep_alive = granted_keep_alive(v5, c.keep_alive, &s);
         let server_keep_alive = (keep_alive != c.keep_alive).then_some(keep_alive);
 
+        // Claim the client id in the state log (every door agrees on the order);
+        // a connection on another door is closed and releases the session first.
+        let prior = self
+            .shared
+            .claim(&client_id, self.following.id(), c.clean_session)
+            .await;
         // Take the session: from the registry, or from the connection holding it.
         let card = Arc::new(Card {
             peer: self.peer,
@@ -292,7 +298,24 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     None
                 }
             }
-            None => None,
+            None => match prior.record {
+                // Kept by another door (or by this one before a restart): the
+                // log's record. Its will, when its connection died with its door,
+                // is due now unless it waits for a delay this connection cut
+                // short; else the door owning the session drops it (or, on a
+                // clean start, publishes it).
+                Some(record) => {
+                    let mut s = Box::new(Session::from_record(&record));
+                    if let Some(w) = s.will.take()
+                        && prior.holder_died
+                        && (c.clean_session || w.delay == 0)
+                    {
+                        self.shared.fire_will(&client_id, w.to_publish()).await;
+                    }
+                    Some(s)
+                }
+                None => None,
+            },
         };
         if c.clean_session
             && let Some(mut o) = old.take()
@@ -301,7 +324,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if let Some(w) = o.will.take() {
                 self.shared.fire_will(&o.client_id, w.to_publish()).await;
             }
-            self.shared.files.remove_session(&o.client_id);
         }
         let session_present = old.is_some();
         let mut session = old.unwrap_or_else(|| Box::new(Session::new(&client_id, expiry)));
@@ -316,7 +338,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
         session.access = Some(access);
         session.card = Some(card);
         self.session = session;
-        self.shared.save_if_kept(&self.session);
+        self.shared
+            .save_if_kept(&self.session, self.following.id())
+            .await;
 
         let mut ack = ConnAck::new(ConnectReturnCode::Success, session_present);
         if v5 {
@@ -397,7 +421,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
         match end {
             End::Takeover(t) => self.hand_over(session, t).await,
             End::Shutdown => {
-                self.shared.save_if_kept(&session);
+                self.shared
+                    .save_session(&session, self.following.id(), true)
+                    .await;
                 lock(&self.shared.sessions).remove(&client_id);
             }
             _ => {

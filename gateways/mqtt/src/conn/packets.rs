@@ -394,6 +394,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
             let topics = self.shared.topics().await;
             self.sync_following(&topics, Start::End).await;
             self.following.refresh_interest(&self.shared, &self.session);
+            if added.iter().any(|(sub, _)| sub.filter.share.is_none()) {
+                // Retained messages another door set before this SUBSCRIBE count.
+                self.shared.catch_up().await;
+            }
             for (sub, existed) in &added {
                 let send = sub.filter.share.is_none()
                     && (sub.retain_handling == 0 || (sub.retain_handling == 1 && !*existed));
@@ -401,7 +405,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     self.queue_retained(sub);
                 }
             }
-            self.shared.save_if_kept(&self.session);
+            self.shared
+                .save_if_kept(&self.session, self.following.id())
+                .await;
         }
         None
     }
@@ -466,8 +472,9 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let now = message::now_ms();
         let v5 = self.out.v5();
         let matching: Vec<(String, crate::state::Retained)> = {
-            let r = lock(&self.shared.retained);
-            r.iter()
+            let view = lock(&self.shared.log.view);
+            view.retained
+                .iter()
                 .filter(|(t, _)| sub.filter.matches(t))
                 .map(|(t, m)| (t.clone(), m.clone()))
                 .collect()
@@ -514,6 +521,8 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .drop_uncovered(&self.shared, &mut self.session);
         self.following.refresh_interest(&self.shared, &self.session);
         self.out.send(&Packet::UnsubAck(ack));
-        self.shared.save_if_kept(&self.session);
+        self.shared
+            .save_if_kept(&self.session, self.following.id())
+            .await;
     }
 }

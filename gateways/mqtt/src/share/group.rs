@@ -2,13 +2,15 @@
 //! who holds which message, and of its committed positions (see the parent
 //! module's docs).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rocketgate_core::broker::{Delivered, MessagingApi, PullStatus};
+use rocketgate_core::broker::{
+    ConsumeMode, Delivered, Heartbeat, MessagingApi, PullStatus, Subscription,
+};
 use tokio::sync::{Notify, mpsc};
 
 use super::{Cmd, Key, Offer, Offered, Registry};
@@ -81,6 +83,13 @@ pub(super) struct Group<B> {
     committed: HashMap<u32, u64>,
     /// The queue the next catch-up pull starts looking from.
     pull_from: u32,
+    /// The queues the core assigns this door (`None`: not known, or the core
+    /// cannot say: every queue).
+    assigned: Option<BTreeSet<u32>>,
+    /// The topic did not exist at the last rebalance: its first batch asks
+    /// the core again at once.
+    topic_missing: bool,
+    rebalance_soon: bool,
     /// An ordered (FIFO) group: a queue's messages go to one member at a time,
     /// the next member only once everything it was given is settled (read from
     /// the core group's setting at start and at every join).
@@ -115,9 +124,13 @@ impl<B: MessagingApi + 'static> Group<B> {
             waiting: VecDeque::new(),
             committed: HashMap::new(),
             pull_from: 0,
+            assigned: None,
+            topic_missing: false,
+            rebalance_soon: false,
             fifo: false,
         };
         g.read_fifo().await;
+        g.rebalance().await;
         g.add_queues().await;
         // Every message of the topic: the group matches its own filter (wildcards).
         g.registry
@@ -145,16 +158,91 @@ impl<B: MessagingApi + 'static> Group<B> {
                     }
                 }
                 _ = lagged.notified() => g.recheck().await,
-                _ = tick.tick() => g.commit().await,
+                _ = tick.tick() => {
+                    g.rebalance().await;
+                    g.commit().await;
+                }
                 // More to read from the log: go round again, after letting
                 // the other tasks of this worker run.
                 _ = std::future::ready(()), if g.reading() => tokio::task::yield_now().await,
+            }
+            if g.rebalance_soon {
+                g.rebalance_soon = false;
+                g.rebalance().await;
             }
             if g.members.is_empty() && g.end(&mut cmds).await {
                 break;
             }
         }
         g.registry.router.leave(&g.key.1, g.inbox.id);
+    }
+
+    /// Tells the core this door serves the group (a heartbeat) and asks which
+    /// of the topic's queues are this door's; queues it lost are committed and
+    /// dropped (what members hold of them may still be acknowledged), queues
+    /// it gained are followed from the group's committed offset.
+    async fn rebalance(&mut self) {
+        let (group, topic) = (self.key.0.clone(), self.key.1.clone());
+        let api = &self.registry.api;
+        let hb = Heartbeat {
+            group: group.clone(),
+            member: self.registry.member.clone(),
+            mode: ConsumeMode::Clustering,
+            subscriptions: vec![Subscription::tag(&*topic, "*")],
+        };
+        let assigned = match api.heartbeat(hb).await {
+            Ok(()) => match api.assignment(&group, &self.registry.member, &topic).await {
+                Ok(a) => {
+                    self.topic_missing = false;
+                    Some(a.into_iter().collect::<BTreeSet<u32>>())
+                }
+                // Not created yet: nothing is this door's until the core says
+                // so (taken as everything, the first messages went to a member
+                // on every door).
+                Err(rocketgate_core::Error::TopicNotFound { .. }) => {
+                    self.topic_missing = true;
+                    Some(BTreeSet::new())
+                }
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        if assigned == self.assigned {
+            return;
+        }
+        self.assigned = assigned;
+        let lost: Vec<u32> = self
+            .queues
+            .keys()
+            .copied()
+            .filter(|q| !self.owns(*q))
+            .collect();
+        for q in lost {
+            let Some(qs) = self.queues.remove(&q) else {
+                continue;
+            };
+            let at = qs.position();
+            if self.committed.get(&q) != Some(&at) {
+                let _ = api.commit_offset(&group, "", &topic, q, at).await;
+            }
+            self.committed.remove(&q);
+            for o in qs.out.into_values() {
+                if let Some(m) = o
+                    .member
+                    .and_then(|id| self.members.iter_mut().find(|m| m.id == id))
+                {
+                    m.holding = m.holding.saturating_sub(1);
+                    m.blocked = false;
+                }
+            }
+            self.waiting.retain(|w| w.queue != q);
+        }
+        self.add_queues().await;
+    }
+
+    /// Whether queue `q` is this door's to serve.
+    fn owns(&self, q: u32) -> bool {
+        self.assigned.as_ref().is_none_or(|a| a.contains(&q))
     }
 
     /// No member left: commits, and ends unless a join came in meanwhile.
@@ -175,7 +263,14 @@ impl<B: MessagingApi + 'static> Group<B> {
                 self.on_cmd(cmd).await;
                 false
             }
-            None => true,
+            None => {
+                let _ = self
+                    .registry
+                    .api
+                    .unregister(&self.key.0, &self.registry.member)
+                    .await;
+                true
+            }
         }
     }
 
@@ -191,7 +286,7 @@ impl<B: MessagingApi + 'static> Group<B> {
         };
         let mut offsets = Vec::new();
         for q in 0..config.read_queues {
-            if self.queues.contains_key(&q) {
+            if self.queues.contains_key(&q) || !self.owns(q) {
                 continue;
             }
             let committed = self
@@ -464,7 +559,17 @@ impl<B: MessagingApi + 'static> Group<B> {
     /// Takes the matching messages of a live batch, or falls back to reading the
     /// log when the batch does not start where the group is.
     fn on_batch(&mut self, b: &Batch) {
+        let owned = self.owns(b.queue);
         let Some(qs) = self.queues.get_mut(&b.queue) else {
+            if self.topic_missing {
+                // Created since: which queues are this door's? (The messages
+                // are read back from the log once it knows.)
+                self.rebalance_soon = true;
+                return;
+            }
+            if !owned {
+                return; // another door's
+            }
             // A queue first seen now (the topic was created after the group
             // started): all its messages are new to the group.
             self.queues.insert(

@@ -57,6 +57,11 @@ pub(crate) struct Registry<B> {
     /// under it, and a task removes itself under it only after checking its
     /// channel is empty, so a join never reaches a task that ends.
     groups: Mutex<HashMap<Key, mpsc::UnboundedSender<Cmd>>>,
+    /// This door as a member of the core clustering groups (`door-<id>`): the
+    /// core assigns each door's group task a share of the topic's queues, so
+    /// with members on several doors over one broker each message still goes
+    /// to one member.
+    member: String,
 }
 
 /// What a member tells its group. Unbounded: settlements are bounded by the
@@ -80,6 +85,11 @@ pub(crate) enum Cmd {
         member: u64,
         left: oneshot::Sender<()>,
     },
+}
+
+/// The core group member name of a door.
+fn door_member(door: u64) -> String {
+    format!("door-{door:016x}")
 }
 
 /// Messages a group hands to one member (one membership of a connection).
@@ -127,11 +137,27 @@ impl Link {
 }
 
 impl<B: MessagingApi + 'static> Registry<B> {
-    pub fn new(api: Arc<B>, router: Arc<Router<B>>) -> Registry<B> {
+    pub fn new(api: Arc<B>, router: Arc<Router<B>>, door: u64) -> Registry<B> {
         Registry {
             api,
             router,
             groups: Mutex::new(HashMap::new()),
+            member: door_member(door),
+        }
+    }
+
+    /// A door died: it leaves the core groups this door serves at once (the
+    /// core would drop it only after its member timeout), so its queues move
+    /// to the doors left.
+    pub fn forget_door(&self, door: u64) {
+        let groups: Vec<String> = lock(&self.groups).keys().map(|k| k.0.clone()).collect();
+        let member = door_member(door);
+        for g in groups {
+            let api = self.api.clone();
+            let member = member.clone();
+            tokio::spawn(async move {
+                let _ = api.unregister(&g, &member).await;
+            });
         }
     }
 

@@ -106,6 +106,43 @@ impl Node {
     }
 }
 
+/// Every entry of the MQTT state topic so far: (header JSON, body).
+pub async fn state_entries(node: &Node) -> Vec<(String, Vec<u8>)> {
+    use rocketgate_core::broker::{MessagingApi, PullRequest, filter::Filter};
+    use rocketgate_core::store::record::RecordView;
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let r = node
+            .broker
+            .pull(PullRequest {
+                group: "test%state".into(),
+                member: String::new(),
+                topic: "rmq_sys_rg_door_mqtt_state".into(),
+                queue_id: 0,
+                offset: at,
+                max_messages: 256,
+                filter: Filter::all(),
+                wait: Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        if r.messages.is_empty() {
+            return out;
+        }
+        for m in &r.messages {
+            let v = RecordView::parse(&m.record).unwrap();
+            let h = v
+                .properties()
+                .find(|(k, _)| *k == "mqtt.state")
+                .map(|(_, v)| v.to_owned())
+                .unwrap_or_default();
+            out.push((h, v.body().to_vec()));
+        }
+        at = r.next_offset;
+    }
+}
+
 /// A raw MQTT 5 / 3.1.1 connection for protocol-level tests.
 pub struct Raw {
     pub sock: TcpStream,
