@@ -28,6 +28,9 @@ pub enum Command {
     Namesrv(NamesrvArgs),
     /// A broker that registers with the given NameServers.
     Broker(BrokerArgs),
+    /// The MQTT, HTTP and WebSocket doors over a cluster of broker groups, with no store
+    /// of its own (docs/proxy.md): routes from the NameServers, sessions in the brokers.
+    Proxy(ProxyArgs),
     /// A controller of automatic failover (docs/controller.md), or with `status` /
     /// `elect` an admin command to the controllers.
     Controller(ControllerArgs),
@@ -147,6 +150,25 @@ impl GroupArgs {
             ));
         }
     }
+}
+
+/// Flags of `proxy`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The cluster's NameServers, `HOST:PORT;HOST:PORT` (`broker.namesrv_addrs`).
+    #[arg(long, value_name = "LIST")]
+    pub namesrv: Option<String>,
+    /// MQTT listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub mqtt: Option<std::net::SocketAddr>,
+    /// HTTP listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub http: Option<std::net::SocketAddr>,
+    /// WebSocket listen address.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub ws: Option<std::net::SocketAddr>,
 }
 
 /// Flags of `verify` and `repair` (the data directory and store settings come

@@ -11,6 +11,7 @@ mod controller;
 mod ha;
 mod node;
 mod provenance;
+mod proxy;
 mod role;
 mod run;
 mod serve;

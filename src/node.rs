@@ -173,14 +173,17 @@ pub(crate) fn tls_for(tls: &Option<(Acceptor, ReloadHandle)>, on: bool) -> Optio
 /// The MQTT door on `listen.mqtt` (and `listen.mqtts` with `tls.mqtt`); its sessions
 /// and retained messages live in the broker's state topics (an earlier version's
 /// `<data_dir>/mqtt` files are imported once).
+///
+/// `legacy_dir`: where an earlier version kept MQTT state files (empty: none).
 pub(crate) async fn start_mqtt<B: MessagingApi + 'static>(
     config: &Config,
     broker: &Arc<B>,
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
+    legacy_dir: std::path::PathBuf,
 ) -> anyhow::Result<rocketgate_mqtt::Handle<B>> {
     let m = &config.mqtt;
-    let mut settings = rocketgate_mqtt::Settings::new(config.data_dir.join("mqtt"));
+    let mut settings = rocketgate_mqtt::Settings::new(legacy_dir);
     settings.auth = auth.clone();
     // A packet must fit in one stored record (with room for the added properties),
     // so a publish batch never fails for one message's size.
@@ -372,38 +375,56 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
 
 /// The HTTP door's probe: the store's positions and the broker group's view, and
 /// what the operations API asks of the other doors (`late`: filled in as they start).
-struct NodeProbe {
-    store: http::StoreProbe,
-    group: crate::ha::View,
-    late: Arc<Late>,
-    config: Config,
+///
+/// A proxy (`crate::proxy`) uses it too, without a store or broker group, with its
+/// view of the cluster as an extra readiness check.
+pub(crate) struct NodeProbe<B: MessagingApi + 'static> {
+    pub store: Option<http::StoreProbe>,
+    pub group: Option<crate::ha::View>,
+    pub late: Arc<Late<B>>,
+    pub config: Config,
+    /// More readiness checks (a proxy: the broker groups it reaches).
+    pub extra_checks: Option<Box<dyn Fn() -> Vec<http::inspect::ReadyCheck> + Send + Sync>>,
 }
 
 /// What the HTTP door's probe learns after the HTTP door started.
-#[derive(Default)]
-pub struct Late {
+pub struct Late<B: MessagingApi + 'static> {
     /// The MQTT door's sessions.
-    mqtt: std::sync::OnceLock<rocketgate_mqtt::Streams<Broker>>,
+    pub mqtt: std::sync::OnceLock<rocketgate_mqtt::Streams<B>>,
     /// Whether each NameServer took the broker's last registration.
-    registrations: std::sync::OnceLock<rocketgate_remoting::Registrations>,
+    pub registrations: std::sync::OnceLock<rocketgate_remoting::Registrations>,
     /// The WebSocket door's subscribers.
-    ws: std::sync::OnceLock<ws::Subscribers>,
+    pub ws: std::sync::OnceLock<ws::Subscribers>,
     /// Every door, once all of them listen.
-    doors: std::sync::OnceLock<Vec<(String, SocketAddr)>>,
+    pub doors: std::sync::OnceLock<Vec<(String, SocketAddr)>>,
 }
 
-impl http::Probe for NodeProbe {
+impl<B: MessagingApi + 'static> Default for Late<B> {
+    fn default() -> Self {
+        Late {
+            mqtt: Default::default(),
+            registrations: Default::default(),
+            ws: Default::default(),
+            doors: Default::default(),
+        }
+    }
+}
+
+impl<B: MessagingApi + 'static> http::Probe for NodeProbe<B> {
     fn status(&self) -> Option<http::NodeStatus> {
-        self.store.status()
+        self.store.as_ref().and_then(|s| s.status())
     }
 
     fn replication(&self) -> Option<http::ReplicationStatus> {
-        Some(self.group.status())
+        self.group.as_ref().map(|g| g.status())
     }
 
     fn checks(&self) -> Vec<http::inspect::ReadyCheck> {
         use http::inspect::ReadyCheck;
         let mut out = Vec::new();
+        if let Some(extra) = &self.extra_checks {
+            out.extend(extra());
+        }
         if let Some(r) = self.late.registrations.get() {
             let all = r.snapshot();
             let missing: Vec<&str> = all
@@ -543,14 +564,18 @@ async fn start_http(
     tls: Option<Acceptor>,
     auth: &Arc<Auth>,
     group: crate::ha::View,
-    late: Arc<Late>,
+    late: Arc<Late<Broker>>,
 ) -> anyhow::Result<http::Handle> {
     let settings = http_settings(config, namesrvs, tls, auth);
     let probe = Arc::new(NodeProbe {
-        store: http::StoreProbe::new(broker.store().clone(), config.store.disk_hard_ratio),
-        group,
+        store: Some(http::StoreProbe::new(
+            broker.store().clone(),
+            config.store.disk_hard_ratio,
+        )),
+        group: Some(group),
         late,
         config: config.clone(),
+        extra_checks: None,
     });
     let (server, addr) = http::Server::bind(config.listen.http, broker.clone(), probe, settings)
         .await
@@ -659,7 +684,7 @@ fn watch_topics(broker: &Arc<Broker>, registrar: &RegistrarHandle) -> tokio::tas
 /// Every door announced so far, as bound (for `/readyz`).
 static ANNOUNCED: std::sync::Mutex<Vec<(String, SocketAddr)>> = std::sync::Mutex::new(Vec::new());
 
-fn listening() -> Vec<(String, SocketAddr)> {
+pub(crate) fn listening() -> Vec<(String, SocketAddr)> {
     rocketgate_core::sync::lock(&ANNOUNCED).clone()
 }
 
@@ -706,7 +731,7 @@ impl BrokerNode {
             announce("ha", addr);
         }
         let registrar = start_registrar(config, &broker, parts.namesrvs.clone(), auth);
-        let late = Arc::new(Late::default());
+        let late = Arc::new(Late::<Broker>::default());
         let _ = late.registrations.set(registrar.registrations());
         let tls = start_tls(config)?;
         let native = start_native(config, native, &broker, &registrar, &tls, auth)?;
@@ -721,7 +746,14 @@ impl BrokerNode {
             late.clone(),
         )
         .await?;
-        let mqtt = start_mqtt(config, &broker, tls_for(&tls, config.tls.mqtt), auth).await?;
+        let mqtt = start_mqtt(
+            config,
+            &broker,
+            tls_for(&tls, config.tls.mqtt),
+            auth,
+            config.data_dir.join("mqtt"),
+        )
+        .await?;
         let _ = late.mqtt.set(mqtt.streams());
         let ws = start_ws(
             config,

@@ -46,6 +46,21 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             let config = args.common.load(flags)?;
             broker(config)
         }
+        Some(Command::Proxy(args)) => {
+            let mut flags = Vec::new();
+            listen_flag(&mut flags, "ws", "ws", args.ws);
+            listen_flag(&mut flags, "mqtt", "mqtt", args.mqtt);
+            listen_flag(&mut flags, "http", "http", args.http);
+            if let Some(list) = &args.namesrv {
+                flags.push(Override::new(
+                    "broker.namesrv_addrs",
+                    format!("\"{list}\""),
+                    "flag --namesrv",
+                ));
+            }
+            let config = args.common.load(flags)?;
+            runtime()?.block_on(crate::proxy::run(config))
+        }
         Some(Command::Controller(args)) => match args.admin {
             Some(admin) => runtime()?.block_on(crate::controller::admin(admin)),
             None => {

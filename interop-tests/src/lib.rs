@@ -271,6 +271,12 @@ impl Node {
         }
     }
 
+    /// Records an address this node did not announce, for the door helpers: a proxy's
+    /// `namesrv` is the cluster's NameServer (native clients of [`doors`] look it up).
+    pub fn set_addr(&mut self, door: &str, addr: SocketAddr) {
+        self.addrs.insert(door.to_string(), addr);
+    }
+
     /// The doors this node announced.
     pub fn doors(&self) -> Vec<String> {
         let mut d: Vec<String> = self.addrs.keys().cloned().collect();

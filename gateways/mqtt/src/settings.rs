@@ -10,7 +10,8 @@ use std::time::Duration;
 pub struct Settings {
     /// Where an earlier version kept sessions and retained messages
     /// (`<data dir>/mqtt`): imported into the broker's state topics once at
-    /// start, then moved aside. The state itself lives in the broker.
+    /// start, then moved aside. The state itself lives in the broker. Empty: nothing
+    /// to import (a proxy, which never had a store).
     pub state_dir: PathBuf,
     /// Largest packet accepted (and announced as Maximum Packet Size in v5).
     pub max_packet_size: u32,

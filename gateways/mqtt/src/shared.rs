@@ -162,6 +162,9 @@ impl<B: MessagingApi + 'static> Shared<B> {
     /// Imports the files an earlier version kept (sessions owned by this door,
     /// offline; retained messages), then moves them aside.
     async fn import_legacy(&self) -> Result<()> {
+        if self.settings.state_dir.as_os_str().is_empty() {
+            return Ok(());
+        }
         let legacy = Legacy::new(&self.settings.state_dir);
         if !legacy.present() {
             return Ok(());

@@ -236,6 +236,11 @@ where
         self.inner.refresh_brokers().await
     }
 
+    /// Every master broker as last read, without asking (empty until the first answer).
+    pub fn known_brokers(&self) -> Arc<Vec<BrokerAddr>> {
+        lock(&self.inner.brokers).clone()
+    }
+
     /// The member of `broker` at `addr`, made (or replaced, when the address
     /// changed) by the factory.
     async fn member_at(&self, broker: &BrokerAddr) -> Result<Arc<M>> {
