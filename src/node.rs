@@ -376,7 +376,7 @@ fn open_broker(config: &Config, store: Arc<Store>) -> anyhow::Result<Arc<Broker>
 /// The HTTP door's probe: the store's positions and the broker group's view, and
 /// what the operations API asks of the other doors (`late`: filled in as they start).
 ///
-/// A proxy (`crate::proxy`) uses it too, without a store or broker group, with its
+/// A proxy (`rocketgate proxy`) uses it too, without a store or broker group, with its
 /// view of the cluster as an extra readiness check.
 pub(crate) struct NodeProbe<B: MessagingApi + 'static> {
     pub store: Option<http::StoreProbe>,
