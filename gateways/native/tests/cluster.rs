@@ -169,6 +169,34 @@ async fn two_groups(topic: &str) -> Setup {
     s
 }
 
+/// The HTTP door's PATCH reads the topic (the totals over the groups), changes the
+/// permission and writes it back: each group must keep its own queue counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_change_through_the_cluster_keeps_each_groups_queues() {
+    let s = two_groups("P").await;
+    let mut t = s.cluster.topic("P").await.unwrap();
+    assert_eq!((t.read_queues, t.write_queues), (8, 8));
+    t.perm = rocketgate_core::broker::Perm::READ;
+    s.cluster.update_topic(t).await.unwrap();
+    for g in &s.groups {
+        let own = g.broker.topic("P").await.unwrap();
+        assert_eq!(
+            (own.read_queues, own.write_queues, own.perm),
+            (4, 4, rocketgate_core::broker::Perm::READ),
+            "{}",
+            g.name
+        );
+    }
+    // A count that is not the total is each group's, as RocketMQ's `updateTopic -c`.
+    let mut t = s.cluster.topic("P").await.unwrap();
+    t.write_queues = 2;
+    s.cluster.update_topic(t).await.unwrap();
+    for g in &s.groups {
+        let own = g.broker.topic("P").await.unwrap();
+        assert_eq!((own.read_queues, own.write_queues), (4, 2), "{}", g.name);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_on_two_groups_is_one_range_of_queues() {
     let s = two_groups("T").await;

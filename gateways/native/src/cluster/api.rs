@@ -2,6 +2,7 @@
 //! translation of queue ids and handles on the way back. The rules and their
 //! reasons are in the module docs of [`super`] and in `docs/proxy.md`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -141,7 +142,11 @@ where
         Ok(self.settled_config(config, groups).await)
     }
 
-    /// On every group that has the topic, each with the config's queue counts.
+    /// On every group that has the topic, each with the config's queue counts — except
+    /// a count equal to the topic's total as [`MessagingApi::topic`] shows it: that is a
+    /// read-modify-write that did not touch it (the HTTP door's PATCH of the permission
+    /// alone), and each group keeps its own count. Without that rule a permission change
+    /// through a proxy would multiply every group's queues by the number of groups.
     async fn update_topic(&self, config: TopicConfig) -> Result<TopicConfig> {
         let name = config.name.clone();
         let route = self
@@ -150,9 +155,25 @@ where
             .ok_or_else(|| Error::TopicNotFound {
                 topic: name.clone(),
             })?;
+        let total = route.config(&name);
+        let keep_read = config.read_queues == total.read_queues;
+        let keep_write = config.write_queues == total.write_queues;
+        let own: BTreeMap<String, (u32, u32)> = route
+            .placements()
+            .iter()
+            .map(|p| (p.broker.clone(), (p.read_queues, p.write_queues)))
+            .collect();
         let results = self
-            .on_route(&route, |m| {
-                let c = config.clone();
+            .on_route_named(&route, |broker, m| {
+                let mut c = config.clone();
+                if let Some((r, w)) = own.get(broker) {
+                    if keep_read {
+                        c.read_queues = *r;
+                    }
+                    if keep_write {
+                        c.write_queues = *w;
+                    }
+                }
                 async move { m.update_topic(c).await }
             })
             .await;

@@ -165,6 +165,30 @@ where
         join_all(calls).await
     }
 
+    /// Like [`Self::on_route`], `op` also told which group it runs on.
+    pub(super) async fn on_route_named<T, F, Fut>(
+        &self,
+        route: &TopicRoute,
+        op: F,
+    ) -> Vec<(String, Result<T>)>
+    where
+        F: Fn(&str, Arc<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let members = self.route_members(route).await;
+        let calls = members.into_iter().map(|(b, m)| {
+            let f = m.map(|m| op(&b.name, m));
+            async move {
+                let r = match f {
+                    Ok(f) => f.await,
+                    Err(e) => Err(e),
+                };
+                (b.name, r)
+            }
+        });
+        join_all(calls).await
+    }
+
     /// Everything a listing of groups found, merged by topic name.
     pub(super) fn merge_topics(found: Vec<(BrokerAddr, Vec<TopicConfig>)>) -> Vec<TopicConfig> {
         let mut by_name: BTreeMap<String, Vec<Placement>> = BTreeMap::new();
