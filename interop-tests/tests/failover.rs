@@ -973,3 +973,92 @@ async fn a_consumer_group_continues_on_the_new_master_from_its_replicated_offset
     );
     assert_eq!(again.len(), 100);
 }
+
+/// Runs `mosquitto_sub` for a persistent 3.1.1 session (`-c`, fixed id) on `mqtt`
+/// until it got `count` messages or `wait_s` seconds passed quietly; its lines
+/// (`topic payload`).
+fn mosquitto_session(mqtt: SocketAddr, id: &str, count: usize, wait_s: u32) -> Vec<String> {
+    let out = Command::new("mosquitto_sub")
+        .args(["-h", &mqtt.ip().to_string(), "-p", &mqtt.port().to_string()])
+        .args([
+            "-V", "mqttv311", "-i", id, "-c", "-q", "1", "-t", "fo/#", "-v",
+        ])
+        .args(["-C", &count.to_string(), "-W", &wait_s.to_string()])
+        .output()
+        .expect("mosquitto_sub (scripts/install-test-deps installs it)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 28 item 5 / issue 29 item 3: an MQTT device of a master that died finds its
+/// persistent session (subscription, place in the log) and the retained messages on
+/// the new master's MQTT door: they are in the replicated log, not in the dead node's
+/// files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_mqtt_session_and_retained_messages_resume_on_the_new_master() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Group {
+        _dir,
+        _plane,
+        namesrvs: _,
+        controllers: _,
+        client,
+        mut nodes,
+        info,
+    } = group_of_three().await;
+    let old = info.master_id.unwrap();
+    let mqtt = nodes[&old].addr("mqtt");
+    create_topic(&nodes[&old], "fo", 4).await.expect("topic");
+    // The session subscribes, then goes away (nothing arrives within a second).
+    tokio::task::block_in_place(|| mosquitto_session(mqtt, "fo-dev", 1, 1));
+    // Published while it is away, and a retained state.
+    let pubs = |args: &[&str]| {
+        let out = Command::new("mosquitto_pub")
+            .args(["-h", &mqtt.ip().to_string(), "-p", &mqtt.port().to_string()])
+            .args(["-V", "mqttv311", "-q", "1"])
+            .args(args)
+            .output()
+            .expect("mosquitto_pub");
+        assert!(out.status.success(), "{out:?}");
+    };
+    tokio::task::block_in_place(|| {
+        pubs(&["-t", "fo/state", "-r", "-m", "on"]);
+        for i in 0..20 {
+            pubs(&["-t", "fo/x", "-m", &format!("away-{i}")]);
+        }
+    });
+    // Consumer offsets travel at most once a second.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    nodes.get_mut(&old).unwrap().kill9().unwrap();
+    let info = wait_for_async("a new master", 30, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.master_epoch > 1 && i.master_id.is_some_and(|m| m != old))
+    })
+    .await;
+    let new = info.master_id.unwrap();
+    let mqtt = nodes[&new].addr("mqtt");
+    // Its doors restarted as a master's: the device comes back there.
+    let lines = tokio::task::block_in_place(|| {
+        wait_for(
+            "the device's session on the new master",
+            Duration::from_secs(60),
+            || {
+                let lines = mosquitto_session(mqtt, "fo-dev", 21, 10);
+                (!lines.is_empty()).then_some(lines)
+            },
+        )
+    })
+    .unwrap();
+    for i in 0..20 {
+        let want = format!("fo/x away-{i}");
+        assert!(lines.contains(&want), "{want} missing from {lines:?}");
+    }
+    assert!(
+        lines.contains(&"fo/state on".to_string()),
+        "the retained message: {lines:?}"
+    );
+}

@@ -170,7 +170,14 @@ pub enum Effect {
     /// Another door's connection claimed `client`: a local connection of it is
     /// closed (0x8E) and its session released; a local offline session is dropped
     /// (its pending will published when `clean`).
-    Claimed { client: String, clean: bool },
+    Claimed {
+        client: String,
+        clean: bool,
+        /// The connection the claim displaced (a connection of this door that
+        /// claimed later than this one is not closed: its own claim displaces
+        /// the other door's in turn).
+        displaced: Option<Holder>,
+    },
     /// A door was found dead (the first adoption of it in the log): its
     /// sessions this door adopted become its offline sessions (`true`: the dead
     /// door's connection held it, so it ended without DISCONNECT and its will
@@ -218,7 +225,12 @@ impl View {
                 c.holder = Some((door, conn));
                 c.holder_wrote = false;
                 c.claim_at = offset;
-                (door != me).then_some(Effect::Claimed { client, clean })
+                let displaced = c.prev;
+                (door != me).then_some(Effect::Claimed {
+                    client,
+                    clean,
+                    displaced,
+                })
             }
             Entry::Session {
                 client,
@@ -234,14 +246,19 @@ impl View {
                 };
                 let who = (door, conn);
                 let c = self.clients.entry(client.clone()).or_default();
-                if c.holder == Some(who) {
+                // Connection 0 is the door speaking for one of its connections
+                // (an administrator's kick).
+                let is = |h: Option<Holder>| {
+                    h == Some(who) || (conn == 0 && h.is_some_and(|(d, _)| d == door))
+                };
+                if is(c.holder) {
                     c.record = record;
                     c.holder_wrote = true;
                     if release {
                         c.holder = None;
                         c.owner = door;
                     }
-                } else if c.prev == Some(who) && !c.holder_wrote {
+                } else if is(c.prev) && !c.holder_wrote {
                     c.record = record;
                     if release {
                         c.prev_released = true;
@@ -804,7 +821,8 @@ mod tests {
             v.apply(1, 2, claim("c", 2, 3), 0),
             Some(Effect::Claimed {
                 client: "c".into(),
-                clean: false
+                clean: false,
+                displaced: Some((1, 7)),
             })
         );
         let c = &v.clients["c"];
@@ -823,6 +841,19 @@ mod tests {
         // Released and ended: gone.
         v.apply(1, 6, session("c", 2, 3, true, None), 0);
         assert!(!v.clients.contains_key("c"));
+    }
+
+    #[test]
+    fn a_door_releases_for_its_connection_after_an_administrators_kick() {
+        let mut v = View::default();
+        v.apply(1, 0, claim("k", 1, 7), 0);
+        v.apply(1, 1, session("k", 1, 0, true, Some(&rec("k"))), 0);
+        let c = &v.clients["k"];
+        assert_eq!((c.holder, c.owner), (None, 1));
+        // Another door's connection 0 does not speak for door 1's.
+        v.apply(1, 2, claim("k", 1, 8), 0);
+        v.apply(1, 3, session("k", 2, 0, true, None), 0);
+        assert_eq!(v.clients["k"].holder, Some((1, 8)));
     }
 
     #[test]

@@ -373,10 +373,20 @@ impl<B: MessagingApi + 'static> Shared<B> {
     pub async fn act(self: &Arc<Self>, effect: Effect) {
         let shared = self;
         match effect {
-            Effect::Claimed { client, clean } => {
+            Effect::Claimed {
+                client,
+                clean,
+                displaced,
+            } => {
+                let me = shared.log.me;
                 let slot = {
                     let mut sessions = lock(&shared.sessions);
                     match sessions.get(&client) {
+                        // Only the connection the claim displaced: one that
+                        // claimed after it wins (the other door closes its own).
+                        Some(Slot::Online { conn_id, .. }) if displaced != Some((me, *conn_id)) => {
+                            None
+                        }
                         Some(_) => sessions.remove(&client),
                         None => None,
                     }
