@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_auth::Auth;
-use rocketgate_config::Config;
+use rocketgate_config::{Config, ProxyConfig};
 use rocketgate_core::broker::MessagingApi;
 use rocketgate_http as http;
 use rocketgate_tls::{Acceptor, ReloadHandle};
@@ -141,7 +141,14 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         );
     }
     let shutdown = crate::signal::shutdown_signal()?;
-    let api = Arc::new(connect(&namesrvs, auth.internal_credential().cloned()).await);
+    let api = Arc::new(
+        connect(
+            &namesrvs,
+            auth.internal_credential().cloned(),
+            &config.proxy,
+        )
+        .await?,
+    );
     let checks: ExtraChecks = {
         let api = Arc::downgrade(&api);
         Box::new(move || {
@@ -159,29 +166,44 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
 }
 
 /// The cluster over `namesrvs`, its members signing with `credential` (the brokers'
-/// internal one) when auth is on.
-pub async fn connect(namesrvs: &[String], credential: Option<AccessKey>) -> ClusterApi {
+/// internal one) when auth is on, over TLS with `proxy.broker_ca`.
+pub async fn connect(
+    namesrvs: &[String],
+    credential: Option<AccessKey>,
+    proxy: &ProxyConfig,
+) -> anyhow::Result<ClusterApi> {
     let mut client = ClientSettings::new(namesrvs.iter().cloned());
     if let Some(c) = &credential {
         client = client.with_credentials(&c.access_key, &c.secret_key);
     }
+    let mut base = RemoteSettings::new(String::new()).with_request_timeout(proxy.request_timeout);
+    if let Some(c) = &credential {
+        base = base.with_credentials(c.clone());
+    }
+    if !proxy.broker_ca.as_os_str().is_empty() {
+        base = base
+            .with_tls_ca(&proxy.broker_ca)
+            .with_context(|| format!("reading proxy.broker_ca {}", proxy.broker_ca.display()))?;
+    }
     let routes = NameServerRoutes::new(client);
-    Cluster::start(routes, ClusterSettings::default(), move |b: &BrokerAddr| {
-        let mut settings = RemoteSettings::new(b.addr.clone());
-        if let Some(c) = &credential {
-            settings = settings.with_credentials(c.clone());
-        }
-        let name = b.name.clone();
-        async move {
-            RemoteBroker::connect(settings)
-                .await
-                .map(Arc::new)
-                .map_err(|e| rocketgate_core::Error::NotLeader {
-                    reason: format!("broker {name} is unavailable: {e}"),
-                })
-        }
-    })
-    .await
+    Ok(
+        Cluster::start(routes, ClusterSettings::default(), move |b: &BrokerAddr| {
+            let settings = RemoteSettings {
+                addr: b.addr.clone(),
+                ..base.clone()
+            };
+            let name = b.name.clone();
+            async move {
+                RemoteBroker::connect(settings)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| rocketgate_core::Error::NotLeader {
+                        reason: format!("broker {name} is unavailable: {e}"),
+                    })
+            }
+        })
+        .await,
+    )
 }
 
 /// `/readyz` on a proxy: it knows at least one broker group.

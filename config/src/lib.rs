@@ -67,6 +67,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub ha: HaConfig,
     pub controller: ControllerConfig,
+    pub proxy: ProxyConfig,
 }
 
 /// Listen addresses of every door. Port 0 means "any free port" (logged at start).
@@ -564,6 +565,31 @@ impl HaConfig {
     }
 }
 
+/// What `rocketgate proxy` reads besides the doors' sections and
+/// `broker.namesrv_addrs` (`[proxy]`, docs/proxy.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// A PEM CA bundle the brokers' native certificates are verified against; set, the
+    /// proxy talks TLS to every broker (for brokers with `tls.native = enforcing` or
+    /// `permissive`). Empty: plain remoting.
+    pub broker_ca: PathBuf,
+    /// How long a call to a broker waits for its answer (plus what a long poll asked to
+    /// wait); keep it above the brokers' own waits (`store.sync_flush_timeout`, sync
+    /// replication) so their errors arrive as themselves.
+    #[serde(with = "units::duration")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            broker_ca: PathBuf::new(),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// The controller of automatic failover (`[controller]`, docs/controller.md): the Raft
 /// group that decides each broker group's master. A controller process (`rocketgate
 /// controller`, or a NameServer started with `--controller`) reads `id`, `peers`,
@@ -687,6 +713,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             ha: HaConfig::default(),
             controller: ControllerConfig::default(),
+            proxy: ProxyConfig::default(),
         }
     }
 }

@@ -312,3 +312,33 @@ async fn sends_move_to_the_other_group_when_a_master_dies() -> anyhow::Result<()
     );
     Ok(())
 }
+
+/// A broker whose native door enforces TLS: a proxy with `proxy.broker_ca` reaches it;
+/// one without answers 503 and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proxy_talks_tls_to_brokers_that_enforce_it() -> anyhow::Result<()> {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir()?;
+    let pki = interop_tests::pki::Pki::new(dir.path(), "unused")?;
+    let mut env = pki.env();
+    env.push(("ROCKETGATE_TLS__NATIVE".into(), "enforcing".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let a = Node::start_with_env(&env)?;
+    let ns = a.addr("namesrv").to_string();
+    let ca = pki.path("ca.pem").display().to_string();
+    let tls = Node::launch(
+        &["proxy", "--namesrv", &ns],
+        &PROXY_DOORS,
+        &[("ROCKETGATE_PROXY__BROKER_CA", &ca)],
+    )?;
+    let plain = Node::launch(&["proxy", "--namesrv", &ns], &PROXY_DOORS, &[])?;
+
+    create_topic(&tls, "secure", 2).await?;
+    let url = |n: &Node| format!("http://{}/v1/topics/secure/messages", n.addr("http"));
+    let (status, text) = curl(&["--data-binary", "over tls", &url(&tls)])?;
+    assert_eq!(status, 201, "{text}");
+    let (status, text) = curl(&["--data-binary", "in the clear", &url(&plain)])?;
+    assert_eq!(status, 503, "a plain proxy cannot reach the broker: {text}");
+    assert_eq!(stored_on(&a, "secure")?, 1);
+    Ok(())
+}
