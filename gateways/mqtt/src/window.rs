@@ -231,7 +231,8 @@ impl Window {
             .collect();
         // A broker that cannot answer right now (a broker group restarting behind a
         // proxy, the proxy's link to it reconnecting) still has the messages: asked
-        // again for a few seconds in all, then they are kept for the next resume.
+        // again for a few seconds in all, then they are kept for the next resume (a
+        // local disk error is kept at once, as before).
         let deadline = tokio::time::Instant::now() + READ_BACK_RETRY;
         for (id, f) in inflight {
             if f.released {
@@ -242,7 +243,7 @@ impl Window {
                 Some(p) => Ok(Some(p.to_publish())),
                 None => read_back(shared, id, &f).await,
             };
-            while matches!(&p, Err(e) if not_now(e) || not_routed(e))
+            while matches!(&p, Err(e) if is_remote_not_now(e) || not_routed(e))
                 && tokio::time::Instant::now() < deadline
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -282,6 +283,15 @@ fn not_now(e: &rocketgate_core::Error) -> bool {
         rocketgate_core::Error::Io { .. }
             | rocketgate_core::Error::NotLeader { .. }
             | rocketgate_core::Error::ShutDown
+    )
+}
+
+/// [`not_now`] errors of a remote broker (a broker local to the door answers
+/// at once or not at all).
+fn is_remote_not_now(e: &rocketgate_core::Error) -> bool {
+    matches!(
+        e,
+        rocketgate_core::Error::NotLeader { .. } | rocketgate_core::Error::ShutDown
     )
 }
 
