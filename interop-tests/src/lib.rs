@@ -8,7 +8,11 @@
 //! the binary again on the same data directory and the same ports.
 //!
 //! The tests: `tests/matrix.rs` (every publisher door × consumer door, prints the
-//! table), `tests/crash_story.rs` (1,000 messages, ack 500, `kill -9`, restart, the rest,
+//! table; the cells are [`matrix`]), `tests/matrix_proxy.rs` (the same cells published
+//! through proxy 1 and consumed through proxy 2 of a [`cluster::Cluster`]: two broker
+//! groups and two `rocketgate proxy` nodes), `tests/crash_story_proxy.rs` (the story
+//! through a proxy's doors, with `kill -9` of the consumer's proxy and of a broker
+//! group's master), `tests/cluster.rs` (proxy mode), `tests/crash_story.rs` (1,000 messages, ack 500, `kill -9`, restart, the rest,
 //! reset to a timestamp — per consuming door, scenario helpers in [`story`]),
 //! `tests/delay.rs` (a delayed message from every door to every door, never early),
 //! `tests/dlq.rs` (three failures → `%DLQ%<group>`, listed and re-sent over HTTP),
@@ -36,7 +40,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub mod cluster;
 pub mod doors;
+pub mod matrix;
 pub mod pki;
 pub mod story;
 

@@ -22,83 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use interop_tests::doors::{Door, Outgoing, create_topic, curl};
-use interop_tests::{Node, wait_for};
-use serde_json::Value;
+use interop_tests::Node;
+use interop_tests::cluster::{Cluster, stored_on};
+use interop_tests::doors::{Door, Outgoing};
 
 /// The tests of this file run one at a time: four processes each.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Two broker groups and two proxies.
-struct Cluster {
-    a: Node,
-    b: Node,
-    p1: Node,
-    p2: Node,
-}
-
-const PROXY_DOORS: [&str; 3] = ["mqtt", "http", "ws"];
-const BROKER_DOORS: [&str; 4] = ["native", "mqtt", "http", "ws"];
-
-impl Cluster {
-    fn start() -> anyhow::Result<Cluster> {
-        let a = Node::start()?;
-        let ns = a.addr("namesrv");
-        let ns_s = ns.to_string();
-        let b = Node::launch(
-            &["broker", "--namesrv", &ns_s, "--name", "broker-b"],
-            &BROKER_DOORS,
-            &[],
-        )?;
-        let mut p1 = Node::launch(&["proxy", "--namesrv", &ns_s], &PROXY_DOORS, &[])?;
-        let mut p2 = Node::launch(&["proxy", "--namesrv", &ns_s], &PROXY_DOORS, &[])?;
-        p1.set_addr("namesrv", ns);
-        p2.set_addr("namesrv", ns);
-        let mut b = b;
-        b.set_addr("namesrv", ns);
-        Ok(Cluster { a, b, p1, p2 })
-    }
-
-    /// Creates `topic` through proxy 1 and waits until both groups have it and proxy 2
-    /// routes to both.
-    async fn topic(&self, topic: &str, queues: u32) -> anyhow::Result<()> {
-        create_topic(&self.p1, topic, queues).await?;
-        for node in [&self.a, &self.b] {
-            let (status, text) =
-                curl(&[&format!("http://{}/v1/topics/{topic}", node.addr("http"))])?;
-            if status != 200 {
-                bail!("topic {topic} is not on a broker group: {status} {text}");
-            }
-        }
-        wait_for(
-            "proxy 2 routes the topic over both groups",
-            Duration::from_secs(10),
-            || {
-                let (status, text) = curl(&[&format!(
-                    "http://{}/v1/topics/{topic}",
-                    self.p2.addr("http")
-                )])
-                .ok()?;
-                let v: Value = serde_json::from_str(&text).ok()?;
-                (status == 200 && v["write_queues"].as_u64() == Some(u64::from(2 * queues)))
-                    .then_some(())
-            },
-        )
-    }
-}
-
-/// Messages stored per broker group for `topic` (its queues' max - min).
-fn stored_on(node: &Node, topic: &str) -> anyhow::Result<u64> {
-    let (status, text) = curl(&[&format!(
-        "http://{}/v1/topics/{topic}/status",
-        node.addr("http")
-    )])?;
-    if status != 200 {
-        bail!("topic status: {status} {text}");
-    }
-    let v: Value = serde_json::from_str(&text)?;
-    v["messages"].as_u64().context("no message count")
-}
 
 fn body(prefix: &str, i: usize) -> Vec<u8> {
     format!("{prefix}-{i}").into_bytes()

@@ -229,34 +229,80 @@ impl Window {
             .iter()
             .map(|(id, f)| (id, f.clone()))
             .collect();
+        // A broker that cannot answer right now (a broker group restarting behind a
+        // proxy, the proxy's link to it reconnecting) still has the messages: asked
+        // again for a few seconds in all, then they are kept for the next resume (a
+        // local disk error is kept at once, as before).
+        let deadline = tokio::time::Instant::now() + READ_BACK_RETRY;
         for (id, f) in inflight {
             if f.released {
                 out.send(&Packet::PubRel(PubRel::new(id)));
                 continue;
             }
-            let p = match &f.publish {
+            let mut p = match &f.publish {
                 Some(p) => Ok(Some(p.to_publish())),
                 None => read_back(shared, id, &f).await,
             };
+            while matches!(&p, Err(e) if is_remote_not_now(e) || not_routed(e))
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                p = read_back(shared, id, &f).await;
+            }
             match p {
                 Ok(Some(mut p)) => {
                     p.dup = true;
                     out.send(&Packet::Publish(p));
                 }
-                Err(e @ rocketgate_core::Error::Io { .. }) => {
+                Err(e) if not_now(&e) => {
                     // The log still has it: kept, and resent at the next resume.
                     tracing::warn!(client = %session.client_id, pkid = id, error = %e,
                         "reading back a message in flight failed; kept for the next resume");
                 }
-                Ok(None) | Err(_) => {
+                other => {
                     // Gone from the log (retention, a deleted topic) or unreadable.
-                    tracing::warn!(client = %session.client_id, pkid = id,
+                    let error = other.err().map(|e| e.to_string());
+                    tracing::warn!(client = %session.client_id, pkid = id, error = ?error,
                         "a message in flight is no longer in the log; not resent");
                     session.inflight.remove(&id);
                 }
             }
         }
     }
+}
+
+/// How long a resume asks a broker that cannot answer now again for its messages
+/// in flight (all of them together).
+const READ_BACK_RETRY: Duration = Duration::from_secs(10);
+
+/// Errors that say the broker cannot answer now, not that the message is gone: a
+/// disk error, or (behind a proxy) a broker group that is unreachable or restarting.
+fn not_now(e: &rocketgate_core::Error) -> bool {
+    matches!(
+        e,
+        rocketgate_core::Error::Io { .. }
+            | rocketgate_core::Error::NotLeader { .. }
+            | rocketgate_core::Error::ShutDown
+    )
+}
+
+/// [`not_now`] errors of a remote broker (a broker local to the door answers
+/// at once or not at all).
+fn is_remote_not_now(e: &rocketgate_core::Error) -> bool {
+    matches!(
+        e,
+        rocketgate_core::Error::NotLeader { .. } | rocketgate_core::Error::ShutDown
+    )
+}
+
+/// Errors that say the queue is not known now: behind a proxy, a broker group that
+/// restarted is missing from the topic's route until it registered again and the
+/// proxy re-read the route (within a second or two); asked again meanwhile.
+fn not_routed(e: &rocketgate_core::Error) -> bool {
+    matches!(
+        e,
+        rocketgate_core::Error::QueueNotFound { .. } | rocketgate_core::Error::TopicNotFound { .. }
+    )
 }
 
 /// A log message in flight kept without its copy (see [`Inflight::publish`]),
