@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use interop_tests::Node;
-use interop_tests::cluster::{Cluster, stored_on};
-use interop_tests::doors::{Door, Outgoing};
+use interop_tests::cluster::{Cluster, PROXY_DOORS, stored_on};
+use interop_tests::doors::{Door, Outgoing, create_topic, curl};
 
 /// The tests of this file run one at a time: four processes each.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
