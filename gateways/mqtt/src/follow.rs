@@ -37,7 +37,9 @@ type Key = (Arc<str>, u32);
 /// How a topic's cursors start when it is followed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
-    /// At the end of the log (a new subscription).
+    /// At the end of the log: a topic only new subscriptions cover. A topic an
+    /// earlier subscription already covered is never started here (a SUBSCRIBE
+    /// repeating a filter keeps the session's place, see `conn/packets.rs`).
     End,
     /// Where the session was (in memory, or the core's committed offset), else at 0
     /// (the topic appeared after the subscription).
@@ -146,17 +148,22 @@ impl Following {
         }
     }
 
-    /// Follows every topic of `topics` the plain subscriptions cover, starting
-    /// not-yet-followed ones per `start`.
+    /// Follows every topic of `topics` the plain subscriptions for which `which`
+    /// holds cover, starting not-yet-followed ones per `start`.
     pub async fn follow_all<B: MessagingApi + 'static>(
         &mut self,
         shared: &Shared<B>,
         session: &mut Session,
         topics: &[String],
         start: Start,
+        which: impl Fn(&crate::session::Sub) -> bool,
     ) {
         let mut wanted: Vec<String> = Vec::new();
-        for sub in session.subs.iter().filter(|s| s.filter.share.is_none()) {
+        for sub in session
+            .subs
+            .iter()
+            .filter(|s| s.filter.share.is_none() && which(s))
+        {
             let covered: Vec<String> = match sub.filter.core_topic() {
                 Some(t) => vec![t.to_owned()],
                 None => topics.to_vec(),

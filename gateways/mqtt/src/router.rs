@@ -33,7 +33,9 @@
 //! catching up, see `follow.rs`).
 //!
 //! The router also watches the topic list, so subscriptions whose first level is a
-//! wildcard see new core topics as they appear.
+//! wildcard see new core topics as they appear, and each topic's reader looks once
+//! a second whether the topic got more queues: a new queue is read from its start
+//! (everything in it is newer than the sessions following the topic).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -304,6 +306,9 @@ const TOPIC_RETRY: Duration = if cfg!(test) {
 } else {
     Duration::from_millis(200)
 };
+/// How often a running reader looks whether its topic got more queues (an
+/// operator's topic update): their readers start within this.
+const QUEUE_RECHECK: Duration = Duration::from_secs(1);
 /// Messages a reader keeps per queue after handing them out (in the batches it
 /// read, ~100 bytes each: the records stay in the mapped log): a session less
 /// than this far behind the end catches up from them instead of reading the log
@@ -519,21 +524,44 @@ async fn run_topic<B: MessagingApi + 'static>(
             }
         }
     };
-    // Until its reader starts, a queue holds no publisher back.
-    *lock(&flow.handed) = vec![u64::MAX; queues as usize];
     let mut set = tokio::task::JoinSet::new();
-    for q in 0..queues {
-        set.spawn(read_queue(
-            api.clone(),
-            topic.clone(),
-            q,
-            from_start,
-            members.clone(),
-            flow.clone(),
-        ));
+    let mut reading = 0;
+    let mut first = true;
+    loop {
+        let queues = if first {
+            first = false;
+            queues
+        } else {
+            tokio::time::sleep(QUEUE_RECHECK).await;
+            match api.topic(&topic).await {
+                Ok(c) => c.read_queues,
+                Err(_) => continue,
+            }
+        };
+        if queues <= reading {
+            continue;
+        }
+        {
+            // Until its reader starts, a queue holds no publisher back.
+            let mut handed = lock(&flow.handed);
+            handed.resize(queues as usize, u64::MAX);
+        }
+        for q in reading..queues {
+            // A queue added while the topic was followed holds only messages
+            // newer than every session following it: read from its start (a
+            // session that is ahead of a batch skips it).
+            set.spawn(read_queue(
+                api.clone(),
+                topic.clone(),
+                q,
+                from_start || reading > 0,
+                members.clone(),
+                flow.clone(),
+            ));
+        }
+        reading = queues;
     }
     // Lives until aborted (dropping the set aborts the readers).
-    while set.join_next().await.is_some() {}
 }
 
 /// The end of a queue (where a reader or a new subscription starts), counting every

@@ -153,7 +153,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// topics per `start`.
     async fn sync_following(&mut self, topics: &[String], start: Start) {
         self.following
-            .follow_all(&self.shared, &mut self.session, topics, start)
+            .follow_all(&self.shared, &mut self.session, topics, start, |_| true)
             .await;
         let mut shares: Vec<(Arc<str>, String)> = Vec::new();
         for sub in self
@@ -289,6 +289,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Some(Ok(to)) => Some(to),
             None => None,
         };
+        // The plain filters held before this SUBSCRIBE (a repeated one included).
+        let before: Vec<String> = self
+            .session
+            .subs
+            .iter()
+            .filter(|s| s.filter.share.is_none())
+            .map(|s| s.filter.raw.clone())
+            .collect();
         let mut codes = Vec::with_capacity(s.filters.len());
         let mut reasons = Vec::new();
         let mut added = Vec::new();
@@ -392,6 +400,20 @@ impl<B: MessagingApi + 'static> Conn<B> {
         self.out.send(&Packet::SubAck(ack));
         if !added.is_empty() {
             let topics = self.shared.topics().await;
+            // A topic the earlier subscriptions cover that the session does not
+            // follow yet (created since, and the topic list has not told it
+            // yet) keeps their place: everything stored in it since they were
+            // made is new to the session. Only topics no earlier subscription
+            // covers start at the end.
+            self.following
+                .follow_all(
+                    &self.shared,
+                    &mut self.session,
+                    &topics,
+                    Start::Resume,
+                    |s| before.contains(&s.filter.raw),
+                )
+                .await;
             self.sync_following(&topics, Start::End).await;
             self.following.refresh_interest(&self.shared, &self.session);
             if added.iter().any(|(sub, _)| sub.filter.share.is_none()) {
