@@ -268,6 +268,20 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .shared
             .claim(&client_id, self.following.id(), c.clean_session)
             .await;
+        // A session that outlives the connection needs its claim, subscriptions and
+        // place in the log recorded; a door that cannot write the state log (a slave's,
+        // or one whose broker is away) would hand out a fresh session whose positions
+        // then overwrite the real ones. Refused; the client retries (and finds the
+        // master's door after a failover). A clean, non-persistent session is served.
+        if prior.unrecorded && (expiry > 0 || !c.clean_session) {
+            return refuse(
+                self,
+                ConnectReturnCode::ServerUnavailable,
+                "this door cannot record sessions now (a read-only slave, or the broker is \
+                 unreachable): connect to the master, or with a clean session that does not \
+                 persist",
+            );
+        }
         // Take the session: from the registry, or from the connection holding it.
         let card = Arc::new(Card {
             peer: self.peer,
