@@ -1118,6 +1118,7 @@ mod tests {
         api.send_batch(vec![plain], QueueChoice::Queue(0))
             .await
             .unwrap();
+        api.sync_visible().await;
         let r = read_log(&*api, "t", 0, 0, 100, Duration::ZERO)
             .await
             .unwrap();
@@ -1158,6 +1159,7 @@ mod tests {
             api.send_batch(vec![m], QueueChoice::Queue(0))
                 .await
                 .unwrap();
+            api.sync_visible().await;
             let r = read_log(&*api, &topic, 0, 0, 100, Duration::ZERO)
                 .await
                 .unwrap();
@@ -1212,6 +1214,9 @@ mod tests {
         api.send_batch(vec![a, b, c, d], QueueChoice::Queue(0))
             .await
             .unwrap();
+        // The consume queue is built just after the append: a read with no wait right
+        // after the send may come before it (seen on a loaded CI machine).
+        api.sync_visible().await;
         let r = read_log(&*api, "t", 0, 0, 10, Duration::ZERO)
             .await
             .unwrap();
