@@ -10,7 +10,8 @@
 //! - An HTTP consumer group read through both proxies gets each message once.
 //! - A persistent MQTT session made on proxy 1 survives `kill -9` of proxy 1: the device
 //!   reconnects to proxy 2 and gets every message published while it was away; a
-//!   retained message set through proxy 1 reaches a new subscriber on proxy 2.
+//!   retained message set through proxy 1 reaches a new subscriber on proxy 2; the will of
+//!   a device cut off with proxy 1 is published (through proxy 2).
 //! - `kill -9` of one group's master: HTTP sends through a proxy keep being acknowledged
 //!   (on the other group) within 2 s, and after the group restarts every acknowledged
 //!   message is read back.
@@ -130,6 +131,31 @@ async fn a_persistent_session_moves_to_the_other_proxy_after_kill_9() -> anyhow:
         mqtt_pub(&c.p1, "devices/42/cmd", &format!("cmd-{i}"), false)?;
     }
     mqtt_pub(&c.p1, "devices/42/config", "retained-config", true)?;
+    // Another device, connected through proxy 1 with a will, and a watcher of the will's
+    // topic on proxy 2: the will must be published when proxy 1 dies (by the proxy that
+    // takes over its doors' sessions), as a broker publishes it when a device is cut off.
+    let (p1, p2) = (c.p1.addr("mqtt"), c.p2.addr("mqtt"));
+    let mut willing = Command::new("mosquitto_sub")
+        .args(["-h", &p1.ip().to_string(), "-p", &p1.port().to_string()])
+        .args(["-V", "mqttv5", "-i", "dev-99", "-t", "devices/99/in"])
+        .args([
+            "--will-topic",
+            "devices/99/status",
+            "--will-payload",
+            "gone",
+        ])
+        .args(["--will-qos", "1"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("mosquitto_sub with a will")?;
+    let watcher = Command::new("mosquitto_sub")
+        .args(["-h", &p2.ip().to_string(), "-p", &p2.port().to_string()])
+        .args(["-V", "mqttv5", "-q", "1", "-t", "devices/99/status"])
+        .args(["-C", "1", "-W", "40"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("mosquitto_sub watching the will")?;
+    std::thread::sleep(Duration::from_secs(1));
     c.p1.kill9()?;
 
     // The device comes back on proxy 2: its session, its subscription, its messages.
@@ -164,6 +190,16 @@ async fn a_persistent_session_moves_to_the_other_proxy_after_kill_9() -> anyhow:
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "retained-config"
+    );
+
+    // The will of the device cut off with proxy 1 reached the watcher on proxy 2.
+    let will = watcher.wait_with_output()?;
+    let _ = willing.kill();
+    let _ = willing.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&will.stdout).trim(),
+        "gone",
+        "the will"
     );
     Ok(())
 }
