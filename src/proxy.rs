@@ -20,7 +20,9 @@ use rocketgate_websocket as ws;
 
 use rocketgate_auth::AccessKey;
 use rocketgate_native::client::{ClientSettings, RemoteBroker, RemoteSettings};
-use rocketgate_native::cluster::{BrokerAddr, Cluster, ClusterSettings, NameServerRoutes};
+use rocketgate_native::cluster::{
+    BrokerAddr, Cluster, ClusterSettings, NameServerRoutes, unavailable,
+};
 
 use crate::node::{
     Late, NodeProbe, announce, check_exposure, http_settings, open_auth, start_mqtt, start_tls,
@@ -197,9 +199,7 @@ pub async fn connect(
                 RemoteBroker::connect(settings)
                     .await
                     .map(Arc::new)
-                    .map_err(|e| rocketgate_core::Error::NotLeader {
-                        reason: format!("broker {name} is unavailable: {e}"),
-                    })
+                    .map_err(|e| unavailable(format!("broker {name} is unavailable: {e}")))
             }
         })
         .await,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use interop_tests::doors::create_topic;
+use interop_tests::doors::{Door, create_topic};
 use interop_tests::{Node, binary, wait_for};
 use rocketgate_controller::ControllerClient;
 use rocketgate_controller::wire::ReplicaInfo;
@@ -1177,30 +1177,13 @@ async fn a_proxy_in_front_of_the_group_carries_on_through_a_failover() {
         .collect();
     let mut got = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(90);
-    let url =
-        format!("http://{http}/v1/groups/px-audit/topics/{TOPIC}/messages?max=32&wait_ms=1000");
+    let mut audit = Door::Http
+        .receiver(&proxy, TOPIC, "px-audit")
+        .await
+        .expect("an HTTP receiver");
     while !want.is_subset(&got) && Instant::now() < deadline {
-        let out = Command::new("curl").args(["-sS", &url]).output().unwrap();
-        let v: serde_json::Value =
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-        for m in v["messages"].as_array().into_iter().flatten() {
-            if let Some(b) = m["body"].as_str() {
-                got.insert(b.to_string());
-            }
-            if let Some(r) = m["receipt_handle"].as_str() {
-                let ack = serde_json::json!({ "receipt_handle": r }).to_string();
-                let _ = Command::new("curl")
-                    .args([
-                        "-sS",
-                        "-o",
-                        "/dev/null",
-                        "-H",
-                        "content-type: application/json",
-                    ])
-                    .args(["--data-binary", &ack])
-                    .arg(format!("http://{http}/v1/groups/px-audit/acks"))
-                    .output();
-            }
+        if let Ok(m) = audit.next(Duration::from_secs(2)).await {
+            got.insert(String::from_utf8_lossy(&m.body).into_owned());
         }
     }
     let lost: Vec<&String> = want.difference(&got).collect();

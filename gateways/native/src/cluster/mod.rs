@@ -148,7 +148,7 @@ struct Inner<M, R> {
 /// The error a door answers as "unavailable, try again" (503): a group or the
 /// NameServers cannot be reached. Core has no transport error, so this is
 /// [`Error::NotLeader`] with the reason; the one place to change when it gets one.
-pub(crate) fn unavailable(reason: String) -> Error {
+pub fn unavailable(reason: String) -> Error {
     Error::NotLeader { reason }
 }
 
