@@ -374,6 +374,25 @@ async fn pull_consumer_polls_commits_and_seeks() {
     producer.shutdown().await;
 }
 
+/// A producer that starts with its cluster sends to a topic nobody created before the
+/// broker has registered with the NameServer: the send waits (within its timeout) for a
+/// broker to appear instead of failing at once (seen under load in CI:
+/// `SendFailed { attempts: 3, last: NoRoute }`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_send_waits_for_a_broker_that_is_still_registering() {
+    let cluster = Arc::new(Cluster::start_unregistered(rocketgate_auth::Auth::disabled()).await);
+    let producer = Producer::start(cluster.config(), "early").await.unwrap();
+    let c = cluster.clone();
+    let registering = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        c.register();
+    });
+    let sent = producer.send(Message::new("Early", "x")).await.unwrap();
+    assert_eq!(sent.queue_offset, 0);
+    registering.await.unwrap();
+    producer.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_modes_and_errors() {
     let cluster = Cluster::start().await;

@@ -209,18 +209,12 @@ impl Producer {
         let s = &self.inner.session;
         // A broker that just started may not have registered yet.
         let deadline = Instant::now() + s.timeout() * 3;
-        let brokers = loop {
-            let brokers = s.brokers().await?;
-            if !brokers.is_empty() {
-                break brokers;
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::NoRoute {
-                    topic: topic.to_owned(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let brokers = s.brokers_within(s.timeout() * 3).await?;
+        if brokers.is_empty() {
+            return Err(Error::NoRoute {
+                topic: topic.to_owned(),
+            });
+        }
         for (_, addr) in &brokers {
             let cmd = RemotingCommand::request(request::UPDATE_AND_CREATE_TOPIC, 0)
                 .with_field(field::TOPIC, topic)
@@ -397,7 +391,11 @@ impl Inner {
             // An unknown topic: let a broker create it on first send (queue -1: the
             // broker picks), as RocketMQ's default-topic route does.
             Err(Error::NoRoute { .. }) if matches!(target, Target::Any) => {
-                let brokers = self.session.brokers().await.map_err(|e| (None, e))?;
+                let brokers = self
+                    .session
+                    .brokers_within(timeout)
+                    .await
+                    .map_err(|e| (None, e))?;
                 let i = self.round_robin.fetch_add(1, Ordering::Relaxed);
                 let (_, addr) =
                     brokers

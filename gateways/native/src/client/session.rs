@@ -16,12 +16,16 @@ use tracing::debug;
 use super::ClientSettings;
 use super::link::{Links, Pushed, refused};
 use crate::Error;
+
 use rocketgate_remoting::body::{HeartbeatData, MessageQueue};
 use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::codec::RemotingCommand;
 use rocketgate_remoting::protocol::{
     ClusterInfo, MASTER_ID, TopicRouteData, field, from_json, perm,
 };
+
+/// How often a wait for the NameServers to know a broker asks again.
+const POLL: Duration = Duration::from_millis(50);
 
 /// A topic's queues and the brokers that host them, as the NameServers told.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -207,6 +211,20 @@ impl Session {
                 Some((b.broker_name, addr))
             })
             .collect())
+    }
+
+    /// [`Session::brokers`], asked again every 50 ms for up to `wait` while the
+    /// NameServers know none (a broker that is still starting has not registered
+    /// yet); empty only when none appeared in time.
+    pub async fn brokers_within(&self, wait: Duration) -> Result<Vec<(String, String)>, Error> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let brokers = self.brokers().await?;
+            if !brokers.is_empty() || tokio::time::Instant::now() + POLL > deadline {
+                return Ok(brokers);
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Changes what this client heartbeats (its producer and consumer groups).

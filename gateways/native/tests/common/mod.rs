@@ -194,12 +194,17 @@ impl Conn {
     }
 }
 
+/// Where the native server's "topics changed" signal reaches the registrar once it runs.
+type Kick = Arc<std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>>;
+
 /// A whole cluster in-process: NameServer + broker + native server, registered.
 pub struct Cluster {
     pub namesrv: String,
     pub broker_addr: SocketAddr,
     pub broker: Arc<Broker>,
-    servers: Vec<Box<dyn std::any::Any + Send>>,
+    servers: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// The broker's registration with the NameServer, until [`Cluster::register`].
+    registrar: std::sync::Mutex<Option<(rocketgate_remoting::Registrar, Kick)>>,
     _dir: tempfile::TempDir,
 }
 
@@ -210,6 +215,23 @@ impl Cluster {
 
     /// A cluster whose broker checks signatures and the ACL with `auth`.
     pub async fn start_with_auth(auth: Arc<rocketgate_auth::Auth>) -> Cluster {
+        let cluster = Cluster::start_unregistered(auth).await;
+        cluster.register();
+        cluster
+    }
+
+    /// Registers the broker with the NameServer (once; later calls do nothing).
+    pub fn register(&self) {
+        if let Some((registrar, kick)) = self.registrar.lock().unwrap().take() {
+            let handle = registrar.spawn();
+            *kick.lock().unwrap() = Some(Box::new(handle.trigger()));
+            self.servers.lock().unwrap().push(Box::new(handle));
+        }
+    }
+
+    /// A cluster whose broker the NameServer does not know until [`Cluster::register`]
+    /// (a broker still starting).
+    pub async fn start_unregistered(auth: Arc<rocketgate_auth::Auth>) -> Cluster {
         use rocketgate_namesrv::{NameServer, NamesrvSettings};
         use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
         use rocketgate_remoting::{BrokerIdentity, Registrar};
@@ -266,22 +288,29 @@ impl Cluster {
             vec![ns_addr.to_string()],
             Duration::from_secs(30),
             Arc::new(topics),
-        )
-        .spawn();
+        );
         let settings = ServerSettings {
             store_host: broker_addr,
             auth,
             ..ServerSettings::default()
         };
         let (server, _) = Server::from_listener(listener, broker.clone(), settings).unwrap();
+        // Re-registers at once when topics change, once the registrar runs.
+        let kick: Kick = Arc::default();
+        let k = kick.clone();
         let server = server
-            .on_topics_changed(Arc::new(registrar.trigger()))
+            .on_topics_changed(Arc::new(move || {
+                if let Some(f) = k.lock().unwrap().as_ref() {
+                    f();
+                }
+            }))
             .spawn();
         Cluster {
             namesrv: ns_addr.to_string(),
             broker_addr,
             broker,
-            servers: vec![Box::new(server), Box::new(registrar), Box::new(ns)],
+            servers: std::sync::Mutex::new(vec![Box::new(server), Box::new(ns)]),
+            registrar: std::sync::Mutex::new(Some((registrar, kick))),
             _dir: dir,
         }
     }
