@@ -7,7 +7,8 @@
 //!
 //! `ROCKETGATE_POWER_LOSS_CYCLES=1000 cargo test -p rocketgate-core --release
 //! --test power_loss -- --nocapture` is the long run (the suite runs 60 cycles
-//! under sync flush); `ROCKETGATE_POWER_LOSS_SEED` picks the random sequence.
+//! under sync flush); `ROCKETGATE_POWER_LOSS_SEED` picks the random sequence, and a
+//! fresh data directory starts every 60 cycles (`ROCKETGATE_POWER_LOSS_DIR_CYCLES`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -151,16 +152,39 @@ fn boot(dir: &Path, flush: FlushMode, cycle: usize, seed: u64) -> (Outcome, Arc<
     )
 }
 
-/// Runs `n` power losses on one directory; returns (acked, lost) over all of them.
+/// Power losses per data directory: the checks re-read the whole directory and keep
+/// every surviving body, so a long run starts a fresh directory this often (its
+/// time and memory then stay flat) — `ROCKETGATE_POWER_LOSS_DIR_CYCLES` changes it.
+fn cycles_per_dir() -> usize {
+    std::env::var("ROCKETGATE_POWER_LOSS_DIR_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(60)
+}
+
+/// Runs `n` power losses, [`cycles_per_dir`] on each data directory; returns
+/// (acked, lost) over all of them.
 fn run(flush: FlushMode, n: usize, check: impl Fn(&Outcome, &[Vec<u8>])) -> (usize, usize) {
-    let dir = tempfile::tempdir().unwrap();
     let base = seed();
-    eprintln!("power loss: {n} cycles, seed {base}, {flush:?}");
+    let per_dir = cycles_per_dir();
+    eprintln!("power loss: {n} cycles ({per_dir} per directory), seed {base}, {flush:?}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(base);
     let (mut acked_total, mut lost_total) = (0, 0);
+    let mut dir = tempfile::tempdir().unwrap();
     let mut earlier: Vec<Vec<u8>> = Vec::new();
     let (mut dirty_pages, mut lost_pages) = (0, 0);
+    let started = Instant::now();
     for cycle in 0..n {
+        if cycle > 0 && cycle % per_dir == 0 {
+            dir = tempfile::tempdir().unwrap();
+            earlier.clear();
+            eprintln!(
+                "power loss: {cycle} cycles, {acked_total} acknowledged, {lost_total} lost, \
+                 {:.0?}",
+                started.elapsed()
+            );
+        }
         let (outcome, faults) = boot(dir.path(), flush, cycle, rng.random());
         let (dirty, lost) = faults.lose_power().unwrap();
         dirty_pages += dirty;
