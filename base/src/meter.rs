@@ -1,5 +1,6 @@
 //! Metrics the hot paths record without a lock or an allocation: latency
-//! histograms on fixed buckets (two relaxed atomic adds per sample) and gauges
+//! histograms on fixed buckets (two relaxed atomic adds per sample), counters
+//! (one; for crates without the `metrics` facade) and gauges
 //! sampled at scrape time (a closure over the component's own state). Each
 //! component keeps its histograms in statics and registers them once; the HTTP
 //! door's `/metrics` appends [`render`] to the `metrics` facade's output
@@ -207,8 +208,28 @@ pub type Sample = Box<dyn Fn() -> Option<f64> + Send + Sync>;
 /// Gauges of one label at scrape time: `(label value, value)` pairs.
 pub type Samples = Box<dyn Fn() -> Option<Vec<(String, f64)>> + Send + Sync>;
 
+/// A count that only goes up, in a static (or leaked, one per label value of
+/// a small bounded set): one relaxed atomic add per update.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 enum Source {
     Histogram(&'static Histogram),
+    Counter(&'static Counter),
     Gauge(Sample),
 }
 
@@ -268,6 +289,26 @@ pub fn register_histogram(
     }
 }
 
+/// Registers a counter under `name{labels}` (rendered as a Prometheus
+/// `counter`; counters of one label set are summed); registering the same one
+/// again is a no-op.
+pub fn register_counter(
+    name: &'static str,
+    help: &'static str,
+    labels: &[(&str, &str)],
+    c: &'static Counter,
+) {
+    let mut reg = lock(&REGISTRY);
+    let fam = reg.entry(name).or_insert_with(|| Family::new(help));
+    let sources = fam.series.entry(self::labels(labels)).or_default();
+    let known = sources
+        .iter()
+        .any(|s| matches!(s, Source::Counter(x) if std::ptr::eq(*x, c)));
+    if !known {
+        sources.push(Source::Counter(c));
+    }
+}
+
 /// Registers a gauge sampled at scrape time. `sample` returns `None` once what
 /// it reads is gone (hold a `Weak`), which removes it.
 pub fn register_gauge(
@@ -313,6 +354,11 @@ pub fn render() -> String {
                     h.render(&mut body, name, labels);
                     true
                 }
+                Source::Counter(c) => {
+                    kind = "counter";
+                    *gauge.get_or_insert(0.0) += c.get() as f64;
+                    true
+                }
                 Source::Gauge(f) => match f() {
                     Some(v) => {
                         *gauge.get_or_insert(0.0) += v;
@@ -354,6 +400,24 @@ pub fn render() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_render_as_counters_summed_per_label_set() {
+        static A: Counter = Counter::new();
+        static B: Counter = Counter::new();
+        A.add(3);
+        B.add(4);
+        register_counter("test_counter_total", "c", &[("k", "x")], &A);
+        register_counter("test_counter_total", "c", &[("k", "x")], &A);
+        register_counter("test_counter_total", "c", &[("k", "x")], &B);
+        A.add(1);
+        let text = render();
+        assert!(
+            text.contains("# TYPE test_counter_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("test_counter_total{k=\"x\"} 8\n"), "{text}");
+    }
 
     #[test]
     fn a_histogram_renders_cumulative_buckets_sum_and_count() {

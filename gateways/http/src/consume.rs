@@ -348,52 +348,75 @@ pub struct HandlesFailed {
     pub results: Vec<Outcome>,
 }
 
-/// Acts on every handle; all fine: `200` with `done(n)`. Otherwise the status of
-/// the first failure, with the usual error plus `results` saying what happened to each.
-async fn each_handle<F, Fut, T>(handles: Vec<String>, done: fn(usize) -> T, act: F) -> Response
+/// Acts on every handle, in `order` (indices into `handles`); all fine: `200`
+/// with `done(n)`. Otherwise the status of the first failure (in the request's
+/// order), with the usual error plus `results` saying what happened to each.
+async fn each_handle<F, Fut, T>(
+    handles: Vec<String>,
+    order: Vec<usize>,
+    done: fn(usize) -> T,
+    act: F,
+) -> Response
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = rocketgate_core::Result<()>>,
     T: Serialize,
 {
-    let mut results = Vec::with_capacity(handles.len());
+    let mut failed: Vec<Option<Error>> = handles.iter().map(|_| None).collect();
+    for i in order {
+        if let Some(h) = handles.get(i)
+            && let Err(e) = act(h.clone()).await
+        {
+            failed[i] = Some(Error::Core(e));
+        }
+    }
+    if failed.iter().all(Option::is_none) {
+        return axum::Json(done(handles.len())).into_response();
+    }
     let mut first: Option<Error> = None;
-    for h in handles {
-        match act(h.clone()).await {
-            Ok(()) => results.push(Outcome {
-                receipt_handle: h,
-                ok: true,
-                error: None,
+    let mut results = Vec::with_capacity(handles.len());
+    for (h, e) in handles.into_iter().zip(failed) {
+        results.push(Outcome {
+            receipt_handle: h,
+            ok: e.is_none(),
+            error: e.as_ref().map(|e| error::ErrorDetail {
+                code: e.status().1.to_owned(),
+                message: e.to_string(),
             }),
-            Err(e) => {
-                let e = Error::Core(e);
-                let (_, code) = e.status();
-                results.push(Outcome {
-                    receipt_handle: h,
-                    ok: false,
-                    error: Some(error::ErrorDetail {
-                        code: code.to_owned(),
-                        message: e.to_string(),
-                    }),
-                });
-                first.get_or_insert(e);
-            }
+        });
+        if let Some(e) = e {
+            first.get_or_insert(e);
         }
     }
-    match first {
-        None => axum::Json(done(results.len())).into_response(),
-        Some(e) => {
-            let (status, code) = e.status();
-            let body = HandlesFailed {
-                error: error::ErrorDetail {
-                    code: code.to_owned(),
-                    message: e.to_string(),
-                },
-                results,
-            };
-            (status, axum::Json(body)).into_response()
-        }
-    }
+    let e = first.unwrap_or_else(|| Error::bad("receipt_handles", "no handle failed"));
+    let (status, code) = e.status();
+    let body = HandlesFailed {
+        error: error::ErrorDetail {
+            code: code.to_owned(),
+            message: e.to_string(),
+        },
+        results,
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// The order a nack gives handles back in: per queue, the latest message first.
+/// In a FIFO group a nack also gives back every later in-flight message of its
+/// queue (their handles go stale), so nacking a batch front to back would refuse
+/// all but its first handle; back to front, each handle is still current when
+/// its turn comes and the end state is the same: all of them due again, to be
+/// redelivered in queue order. (Other groups do not care about the order.)
+fn nack_order(handles: &[String]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..handles.len()).collect();
+    // (Parsed before: `HandlesBody::handles` refuses what does not parse.)
+    let key = |i: &usize| {
+        handles[*i]
+            .parse::<ReceiptHandle>()
+            .ok()
+            .map(|h| (h.topic, h.queue_id, std::cmp::Reverse(h.queue_offset)))
+    };
+    order.sort_by_cached_key(key);
+    order
 }
 
 /// `POST /v1/groups/{group}/acks`
@@ -407,8 +430,10 @@ pub async fn ack<B: MessagingApi + 'static>(
     }
     let handles = body.handles(&group)?;
     let api = &ctx.api;
+    let order = (0..handles.len()).collect();
     Ok(each_handle(
         handles,
+        order,
         |acked| Acked { acked },
         |h| async move { api.ack(&h).await },
     )
@@ -432,8 +457,10 @@ pub async fn nack<B: MessagingApi + 'static>(
     }
     let handles = body.handles(&group)?;
     let api = &ctx.api;
+    let order = nack_order(&handles);
     Ok(each_handle(
         handles,
+        order,
         |nacked| Nacked { nacked },
         |h| async move { api.nack(&h, delay).await },
     )

@@ -158,3 +158,96 @@ async fn two_receivers_of_a_fifo_group_ack_every_key_in_order() {
     r.expect_error(400, "bad_request");
     node.stop().await;
 }
+
+/// A nack of several handles of one queue in one request (a FIFO receiver giving
+/// back the rest of its batch) is accepted whole, whatever the handles' order in
+/// it: the messages come back in queue order, attempts raised, and the batch's
+/// later message the request did not name comes back after them (its old handle
+/// is stale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_nack_of_a_fifo_queue_is_accepted_and_redelivers_in_order() {
+    let node = start().await;
+    let a = node.addr;
+    let r = post_json(a, "/v1/topics", json!({ "name": "steps", "queues": 1 })).await;
+    assert_eq!(r.status, 201);
+    assert!(
+        receive(a, "steppers", "steps", "?order=fifo")
+            .await
+            .is_empty()
+    );
+    for n in 0..5 {
+        publish(a, "steps", "", format!("step {n}")).await;
+    }
+    let batch = receive(a, "steppers", "steps", "?max=5&wait_ms=2000").await;
+    assert_eq!(batch.len(), 5);
+    let handle = |i: usize| batch[i]["receipt_handle"].as_str().unwrap().to_owned();
+    let r = post_json(
+        a,
+        "/v1/groups/steppers/acks",
+        json!({ "receipt_handles": [handle(0)] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    // 1..=3 given back, named out of order; 4 is not named.
+    let r = post_json(
+        a,
+        "/v1/groups/steppers/nacks",
+        json!({ "receipt_handles": [handle(2), handle(1), handle(3)] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert_eq!(r.json(), json!({ "nacked": 3 }));
+    // The old handle of 4 went back with them.
+    let r = post_json(
+        a,
+        "/v1/groups/steppers/acks",
+        json!({ "receipt_handles": [handle(4)] }),
+    )
+    .await;
+    assert_eq!(r.status, 410, "{}", r.json());
+    let again = receive(a, "steppers", "steps", "?max=5&wait_ms=2000").await;
+    let got: Vec<(String, u64)> = again
+        .iter()
+        .map(|m| {
+            (
+                String::from_utf8(support::body_of(m)).unwrap(),
+                m["delivery_attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("step 1".to_owned(), 2),
+            ("step 2".to_owned(), 2),
+            ("step 3".to_owned(), 2),
+            ("step 4".to_owned(), 2),
+        ]
+    );
+    // A handle that is stale for its own reason still fails, alone: the others of
+    // the request are nacked, and the answer says which one failed.
+    let h = |i: usize| again[i]["receipt_handle"].as_str().unwrap().to_owned();
+    let r = post_json(
+        a,
+        "/v1/groups/steppers/acks",
+        json!({ "receipt_handles": [h(0)] }),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = post_json(
+        a,
+        "/v1/groups/steppers/nacks",
+        json!({ "receipt_handles": [h(0), h(1), h(2)] }),
+    )
+    .await;
+    assert_eq!(r.status, 410, "{}", r.json());
+    let results = r.json()["results"].clone();
+    let oks: Vec<bool> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["ok"].as_bool().unwrap())
+        .collect();
+    assert_eq!(oks, [false, true, true], "{results}");
+    node.stop().await;
+}

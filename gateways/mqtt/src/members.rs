@@ -15,6 +15,7 @@ use rocketgate_core::store::RecordView;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::message::{self, empty_props};
+use crate::meters::Stored;
 use crate::outgoing::{Outgoing, min_qos};
 use crate::ready::{Ready, ReadyQueue};
 use crate::session::{Session, Source};
@@ -161,6 +162,7 @@ impl Members {
         let (sub_qos, sub_id) = (sub.qos, sub.id);
         let now = message::now_ms();
         for o in offer.messages {
+            let stored = Stored::of(&o.record);
             let Ok(view) = RecordView::parse(&o.record) else {
                 self.settled.push((link.clone(), o.queue, o.offset));
                 continue;
@@ -189,6 +191,7 @@ impl Members {
                     queue: o.queue,
                     offset: o.offset,
                 },
+                stored,
             });
         }
     }

@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::meters::Stored;
 use crate::outgoing::Outgoing;
 use crate::router::Batch;
 use crate::session::Source;
@@ -21,6 +22,8 @@ use crate::session::Source;
 pub struct Ready {
     pub publish: Outgoing,
     pub source: Source,
+    /// When its message was stored (delivery latency; none for retained ones).
+    pub stored: Stored,
 }
 
 #[derive(Default)]
@@ -254,6 +257,7 @@ mod tests {
                 queue: 0,
                 offset,
             },
+            stored: Stored::NONE,
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use mqttbytes::QoS;
 
+use crate::meters::Stored;
 use crate::outgoing::Outgoing;
 use crate::router::Interest;
 use crate::share::Link;
@@ -76,17 +77,21 @@ pub struct Inflight {
     pub retain: bool,
     /// PUBREC received, PUBREL sent: waiting for PUBCOMP.
     pub released: bool,
+    /// When the message was stored: a resend is a delivery-latency sample too.
+    /// (4 bytes: in what was padding.)
+    pub stored: Stored,
 }
 
 impl Inflight {
     /// `publish` as sent, from `source`: kept whole unless the log has all of
     /// it (a v5 delivery's properties, a retained or a shared message are kept).
-    pub fn of(publish: Outgoing, source: Source) -> Inflight {
+    pub fn of(publish: Outgoing, source: Source, stored: Stored) -> Inflight {
         let from_log = matches!(source, Source::Log { .. }) && publish.properties.is_none();
         Inflight {
             qos: publish.qos,
             retain: publish.retain,
             released: false,
+            stored,
             publish: (!from_log).then(|| Box::new(publish)),
             source,
         }
@@ -441,7 +446,18 @@ mod tests {
                 dup: false,
             },
             Source::Retained,
+            Stored::NONE,
         )
+    }
+
+    #[test]
+    fn the_store_stamp_costs_an_inflight_message_no_bytes() {
+        // (A full window of a thousand sessions is this times 1,024 each.)
+        assert!(
+            std::mem::size_of::<Inflight>() <= 48,
+            "{}",
+            std::mem::size_of::<Inflight>()
+        );
     }
 
     fn ids(m: &InflightMap) -> Vec<u16> {

@@ -7,22 +7,25 @@
 //! outlive the connection); shared ones are settled through `members.rs`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mqttbytes::QoS;
 use mqttbytes::v5::{ConnectProperties, Packet, PubRec, PubRel, PubRelReason, Publish};
 use rocketgate_core::broker::MessagingApi;
-use rocketgate_core::store::{RecordView, record};
+use rocketgate_core::store::RecordView;
 
 use crate::codec;
 use crate::members::Members;
 use crate::message::{self, empty_props};
+use crate::meters::{SYS_TOPIC, Stored, Tally};
 use crate::outgoing::{Outgoing, min_qos};
 use crate::output::Output;
 use crate::ready::{Ready, ReadyQueue};
 use crate::router::{Batch, mqtt_name, read_log};
 use crate::session::{Inflight, Session, Source, Sub};
 use crate::shared::Shared;
+use crate::topic;
 
 /// Sizes are kept small: every byte of this is in every connection's task.
 pub(crate) struct Window {
@@ -77,8 +80,8 @@ impl Window {
     ) {
         let window = self.size();
         let v5 = out.v5();
-        // Counted per call, not per message (docs/metrics.md).
-        let (mut sent, mut sent_bytes) = (0usize, 0usize);
+        // Counted per run of one topic, not per message (docs/metrics.md).
+        let mut tally = Tally::default();
         let now = rocketgate_core::clock::now_ms();
         let mut latency = rocketgate_core::meter::Batch::default();
         loop {
@@ -95,18 +98,7 @@ impl Window {
                 client_id: &session.client_id,
                 v5,
             };
-            let Some(mut r) = ready.pop_with(|b, i| {
-                let r = matcher.matched(b, i)?;
-                // Measured when a log message is first taken for the client.
-                if let Some(ts) = b
-                    .messages
-                    .get(i)
-                    .and_then(|m| record::store_timestamp_of(&m.record))
-                {
-                    latency.delivered(now, ts);
-                }
-                Some(r)
-            }) else {
+            let Some(mut r) = ready.pop_with(|b, i| matcher.matched(b, i)) else {
                 break;
             };
             if r.publish.qos != QoS::AtMostOnce {
@@ -150,19 +142,26 @@ impl Window {
                 }
                 out.publish(&r.publish);
             }
-            sent += 1;
-            sent_bytes += r.publish.payload.len();
+            // Written: counted under its core topic, its latency sampled (log and
+            // shared messages; retained ones have no store time).
+            count_sent(
+                &mut tally,
+                &r.source,
+                &r.publish.topic,
+                r.publish.payload.len(),
+            );
+            if let Some(ms) = r.stored.since(now) {
+                latency.record_ns(ms.saturating_mul(1_000_000));
+            }
             if r.publish.qos == QoS::AtMostOnce {
                 members.settle(r.source);
             } else {
                 session
                     .inflight
-                    .insert(r.publish.pkid, Inflight::of(r.publish, r.source));
+                    .insert(r.publish.pkid, Inflight::of(r.publish, r.source, r.stored));
             }
         }
-        if sent > 0 {
-            crate::meters::count_out(sent, sent_bytes);
-        }
+        tally.flush();
         latency.add_to(&crate::meters::METERS.delivery);
     }
 
@@ -234,6 +233,10 @@ impl Window {
         // again for a few seconds in all, then they are kept for the next resume (a
         // local disk error is kept at once, as before).
         let deadline = tokio::time::Instant::now() + READ_BACK_RETRY;
+        // A resend hands the message to the client again: a latency sample
+        // (from its store time, so it includes the time the client was away).
+        let mut latency = rocketgate_core::meter::Batch::default();
+        let mut tally = Tally::default();
         for (id, f) in inflight {
             if f.released {
                 out.send(&Packet::PubRel(PubRel::new(id)));
@@ -252,7 +255,11 @@ impl Window {
             match p {
                 Ok(Some(mut p)) => {
                     p.dup = true;
+                    count_sent(&mut tally, &f.source, &p.topic, p.payload.len());
                     out.send(&Packet::Publish(p));
+                    if let Some(ms) = f.stored.since(rocketgate_core::clock::now_ms()) {
+                        latency.record_ns(ms.saturating_mul(1_000_000));
+                    }
                 }
                 Err(e) if not_now(&e) => {
                     // The log still has it: kept, and resent at the next resume.
@@ -268,6 +275,30 @@ impl Window {
                 }
             }
         }
+        tally.flush();
+        latency.add_to(&crate::meters::METERS.delivery);
+    }
+}
+
+/// Counts a written PUBLISH (MQTT name `name`, `bytes` of payload) under its
+/// core topic.
+fn count_sent(tally: &mut Tally, source: &Source, name: &str, bytes: usize) {
+    match source {
+        Source::Log { topic, .. } | Source::Superseded { topic, .. } => tally.add(topic, bytes),
+        Source::Share { link, .. } => tally.add(&link.topic, bytes),
+        Source::Retained => tally.add(&retained_topic(name), bytes),
+    }
+}
+
+/// The core topic a retained message is counted under: its MQTT name's (one
+/// allocation; retained messages go out at SUBSCRIBE, not per published
+/// message). `$SYS/…` has none: [`SYS_TOPIC`].
+fn retained_topic(name: &str) -> Arc<str> {
+    let first = name.split('/').next().unwrap_or(name);
+    if first == SYS_TOPIC {
+        Arc::from(SYS_TOPIC)
+    } else {
+        Arc::from(topic::core_of(first))
     }
 }
 
@@ -424,6 +455,7 @@ impl Matcher<'_> {
                 queue: b.queue,
                 offset: d.queue_offset,
             },
+            stored: Stored::of(&d.record),
         })
     }
 }

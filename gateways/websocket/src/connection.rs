@@ -616,6 +616,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
                         }
                     }
                     ConsumeMode::Clustering => {
+                        // A nack goes latest first: in a FIFO group each nack gives
+                        // back the later messages of its queue too (their handles
+                        // go stale), so front to back every nack but the first would
+                        // be refused; back to front each is current when its turn
+                        // comes, and all are redelivered in queue order.
+                        let taken: Vec<String> = match nack {
+                            Some(_) => taken.into_iter().rev().collect(),
+                            None => taken,
+                        };
                         for r in taken {
                             // A stale one was redelivered elsewhere: not ours to settle.
                             let _ = match nack {

@@ -345,6 +345,7 @@ async fn run(
         return Ok(());
     }
     source.joined(conn, hello.broker_id, peer, next);
+    let shipped_bytes = super::meters::shipped(hello.broker_id);
     info!(%peer, conn, broker_id = hello.broker_id, from = next, master_end = end, "replication: slave joined");
 
     let (mut rd, mut wr) = tokio::io::split(sock);
@@ -360,8 +361,11 @@ async fn run(
             .ship(next, settings.batch)
             .map_err(std::io::Error::other)?;
         out.clear();
+        // Log bytes in `out`: counted as shipped once written.
+        let mut run_bytes = 0;
         match shipped {
             Some((bytes, after)) => {
+                run_bytes = bytes.len();
                 Frame::Data {
                     offset: next,
                     confirmed: source.confirmed(),
@@ -383,6 +387,7 @@ async fn run(
         }
         if !out.is_empty() {
             wr.write_all(&out).await?;
+            shipped_bytes.add(run_bytes as u64);
             last_sent = Instant::now();
         }
         // Read acks that arrived, and wait a little when there was nothing to ship

@@ -20,6 +20,7 @@
 
 pub mod codec;
 pub mod master;
+mod meters;
 pub mod slave;
 
 pub use codec::{Frame, FrameError, Hello, RefuseCode, VERSION, VERSION_1};

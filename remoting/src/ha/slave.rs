@@ -282,7 +282,10 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
             }) => {
                 status.master_confirmed.store(confirmed, Ordering::Release);
                 if !bytes.is_empty() {
+                    let n = bytes.len() as u64;
+                    super::meters::received().add(n);
                     let end = target.append(offset, bytes).await.map_err(bad)?;
+                    super::meters::applied().add(n);
                     status.master_end.fetch_max(end, Ordering::AcqRel);
                     acked = end;
                 } else {

@@ -657,15 +657,17 @@ impl DelayState {
         let mut left = due.into_iter();
         while let Some(d) = left.next() {
             let delivery = if d.cancelled {
-                Ok(0)
+                Ok(None)
             } else {
                 self.redeliver(topics, &d).await
             };
             match delivery {
                 Ok(end) => {
                     s.live.mark(d.entry);
-                    lock(&self.marks).pending.push_back((end, d.entry));
-                    delivered += usize::from(!d.cancelled);
+                    lock(&self.marks)
+                        .pending
+                        .push_back((end.unwrap_or(0), d.entry));
+                    delivered += usize::from(end.is_some());
                 }
                 Err(e) => {
                     // Put the undelivered timer entries back; level queues are
@@ -687,19 +689,27 @@ impl DelayState {
     }
 
     /// Appends one due message to its real topic; returns the commit-log end
-    /// offset whose flush makes the delivery durable (0 when it was dropped).
-    async fn redeliver(&self, topics: &dyn TopicLookup, d: &Due) -> Result<u64> {
+    /// offset whose flush makes the delivery durable (`None`: dropped, see
+    /// [`dropped`]).
+    async fn redeliver(&self, topics: &dyn TopicLookup, d: &Due) -> Result<Option<u64>> {
         let view = RecordView::parse(&d.record)?;
         let Some(mut msg) = restore(&view) else {
             tracing::warn!(entry = ?d.entry, "schedule entry without its real topic; dropped");
-            return Ok(0);
+            dropped(Dropped::Unreadable).add(1);
+            return Ok(None);
         };
         let Ok(config) = topics.topic_config(&msg.topic) else {
+            // Deleting a topic deletes its messages; a delayed one still waiting
+            // then goes too, rather than bringing the topic's queues back (or
+            // holding up its delay level's queue) for a topic nobody has.
+            let id = msg.property(property::UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
             tracing::warn!(
                 topic = msg.topic,
-                "delayed message for a deleted topic; dropped"
+                msg_id = ?id,
+                "a delayed message came due for a topic that no longer exists; dropped (rocketgate_delayed_dropped_total)"
             );
-            return Ok(0);
+            dropped(Dropped::TopicDeleted).add(1);
+            return Ok(None);
         };
         if msg.queue_id >= config.write_queues {
             msg.queue_id %= config.write_queues.max(1);
@@ -708,7 +718,39 @@ impl DelayState {
             .store
             .put_batch_async(std::slice::from_ref(&msg))
             .await?;
-        Ok(appended.last().map_or(0, |a| a.end_offset))
+        Ok(Some(appended.last().map_or(0, |a| a.end_offset)))
+    }
+}
+
+/// Why a due delayed message was not delivered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Dropped {
+    /// Its real topic was deleted while it waited.
+    TopicDeleted,
+    /// Its schedule record names no real topic (damaged).
+    Unreadable,
+}
+
+/// `rocketgate_delayed_dropped_total{reason}`: due delayed messages not
+/// delivered (registered on first use of either reason, both at once).
+pub(crate) fn dropped(why: Dropped) -> &'static crate::meter::Counter {
+    use crate::meter::{Counter, register_counter};
+    static DELETED: Counter = Counter::new();
+    static UNREADABLE: Counter = Counter::new();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for (reason, c) in [("topic_deleted", &DELETED), ("unreadable", &UNREADABLE)] {
+            register_counter(
+                "rocketgate_delayed_dropped_total",
+                "Delayed messages that came due and were not delivered, by reason.",
+                &[("reason", reason)],
+                c,
+            );
+        }
+    });
+    match why {
+        Dropped::TopicDeleted => &DELETED,
+        Dropped::Unreadable => &UNREADABLE,
     }
 }
 
@@ -768,7 +810,14 @@ mod tests {
         clock.advance(Duration::from_millis(999));
         assert_eq!(delay.deliver_due(&topics).await.unwrap(), 0);
         clock.advance(Duration::from_millis(1));
-        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 2);
+        let gone_before = dropped(Dropped::TopicDeleted).get();
+        // The one for the deleted topic is dropped, counted as such, not delivered.
+        assert_eq!(delay.deliver_due(&topics).await.unwrap(), 1);
+        assert_eq!(dropped(Dropped::TopicDeleted).get(), gone_before + 1);
+        assert!(
+            crate::meter::render()
+                .contains("rocketgate_delayed_dropped_total{reason=\"topic_deleted\"}")
+        );
         assert!(store.wait_dispatched(Duration::from_secs(5)));
         assert_eq!(store.queue_bounds("kept", 1), (0, 1));
         assert_eq!(store.queue_bounds("kept", 3), (0, 0));

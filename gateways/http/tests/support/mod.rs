@@ -341,6 +341,12 @@ impl Events {
             .expect("an SSE event within 20 s")
     }
 
+    /// The next event with data within `d` (`None`: none came). What was
+    /// read of an event not yet whole is kept for the next call.
+    pub async fn next_within(&mut self, d: Duration) -> Option<(String, Value)> {
+        tokio::time::timeout(d, self.next_inner()).await.ok()
+    }
+
     /// Reads until the server ends the stream.
     pub async fn closed(&mut self) {
         while let Some(frame) = self.body.frame().await {

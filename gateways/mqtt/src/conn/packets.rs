@@ -19,6 +19,7 @@ use crate::end::End;
 use crate::follow::Start;
 use crate::inbound::{self, Inbound};
 use crate::message::{self, empty_props};
+use crate::meters::Stored;
 use crate::outgoing::{Outgoing, min_qos};
 use crate::ready::Ready;
 use crate::session::{Source, Sub};
@@ -485,6 +486,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     properties,
                 },
                 source: Source::Retained,
+                stored: Stored::NONE,
             });
         }
     }
@@ -523,6 +525,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     properties: v5.then(|| Box::new(props)),
                 },
                 source: Source::Retained,
+                stored: Stored::NONE,
             });
         }
     }

@@ -110,6 +110,8 @@ pub(crate) struct Offered {
 #[derive(Debug)]
 pub struct Link {
     pub member: u64,
+    /// The group's core topic (what its deliveries are counted under).
+    pub topic: Arc<str>,
     tx: mpsc::UnboundedSender<Cmd>,
 }
 
@@ -178,6 +180,7 @@ impl<B: MessagingApi + 'static> Registry<B> {
                 Ok(()) => {
                     return Arc::new(Link {
                         member,
+                        topic: key.1.clone(),
                         tx: tx.clone(),
                     });
                 }
@@ -188,7 +191,8 @@ impl<B: MessagingApi + 'static> Registry<B> {
         let (tx, rx) = mpsc::unbounded_channel();
         let _ = tx.send(join);
         reg.insert(key.clone(), tx.clone());
+        let topic = key.1.clone();
         tokio::spawn(Group::run(self.clone(), key, filter, rx, inbox_id));
-        Arc::new(Link { member, tx })
+        Arc::new(Link { member, topic, tx })
     }
 }
