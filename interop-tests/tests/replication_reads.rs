@@ -3,8 +3,8 @@
 //! client: a consumer far behind is moved to the slave by the master's
 //! `suggestWhichBrokerId` and sent back by the slave once caught up; while the master
 //! is down it reads and commits on the slave (the route still names the master); the
-//! positions it committed there reach the master when it returns. Nothing is lost, no
-//! message is delivered twice.
+//! positions it committed there reach the master when it returns, also across a
+//! restart of the slave in between. Nothing is lost, no message is delivered twice.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -166,7 +166,7 @@ async fn a_far_behind_native_consumer_reads_from_the_slave_and_comes_back() {
             master.addr("namesrv").to_string(),
         ),
     ]);
-    let slave = start(&slave_env).expect("slave");
+    let mut slave = start(&slave_env).expect("slave");
     create_topic(&master, TOPIC, 2).await.unwrap();
     let producer = Producer::start(native_config(&master), "slow-producers")
         .await
@@ -231,6 +231,11 @@ async fn a_far_behind_native_consumer_reads_from_the_slave_and_comes_back() {
         Some(3350),
         "the positions committed on the slave"
     );
+
+    // The slave restarts before the master is back: it still knows those positions
+    // must go back (the marks are in its offsets file).
+    slave.stop().expect("stop the slave");
+    slave.restart().expect("restart the slave");
 
     // The master returns: the slave hands it the positions; the consumer goes on
     // there from them.
