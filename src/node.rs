@@ -639,11 +639,24 @@ fn start_native(
     config: &Config,
     listener: TcpListener,
     broker: &Arc<Broker>,
-    registrar: &RegistrarHandle,
+    around: (&RegistrarHandle, &crate::ha::Replication),
     tls: &Option<(Acceptor, ReloadHandle)>,
     auth: &Arc<Auth>,
 ) -> anyhow::Result<ServerHandle> {
     let n = &config.native;
+    let (registrar, replication) = around;
+    // A master suggests only its in-sync slaves: one that is far behind itself
+    // would answer the moved consumer with less than the master has.
+    let replicas = replication.replicas().cloned();
+    let readable_slaves: rocketgate_native::server::ReadableSlaves = Arc::new(move || {
+        replicas.as_ref().map_or_else(Vec::new, |r| {
+            r.status()
+                .into_iter()
+                .filter(|s| s.in_sync)
+                .map(|s| s.broker_id)
+                .collect()
+        })
+    });
     let settings = ServerSettings {
         broker_name: config.broker.name.clone(),
         store_host: config.listen.native,
@@ -651,6 +664,12 @@ fn start_native(
         max_suspend: n.max_suspend,
         max_inflight_sends: n.max_inflight_sends,
         auth: auth.clone(),
+        slave_read: rocketgate_native::server::SlaveRead {
+            broker_id: config.broker.id,
+            enabled: config.ha.slave_read,
+            lag_bytes: config.ha.slave_read_lag_bytes.0,
+            readable_slaves,
+        },
         ..ServerSettings::default()
     };
     let (server, addr) = NativeServer::from_listener(listener, broker.clone(), settings)
@@ -734,7 +753,14 @@ impl BrokerNode {
         let late = Arc::new(Late::<Broker>::default());
         let _ = late.registrations.set(registrar.registrations());
         let tls = start_tls(config)?;
-        let native = start_native(config, native, &broker, &registrar, &tls, auth)?;
+        let native = start_native(
+            config,
+            native,
+            &broker,
+            (&registrar, &replication),
+            &tls,
+            auth,
+        )?;
         let topic_watch = watch_topics(&broker, &registrar);
         let http = start_http(
             config,

@@ -536,6 +536,16 @@ pub struct HaConfig {
     /// On a slave with `master_ca`: the name the master's certificate must carry
     /// (empty: the host part of `ha.master`).
     pub master_server_name: String,
+    /// Native consumers far behind are moved to a slave (RocketMQ's
+    /// `slaveReadEnable`): a master's pull answer suggests an in-sync slave
+    /// (`suggestWhichBrokerId`) when the consumer is more than `slave_read_lag_bytes`
+    /// of commit log behind; a slave's suggests the master again once it is within
+    /// half of that. Off: every answer names the master.
+    pub slave_read: bool,
+    /// How far behind the end of the commit log (bytes after the last message a pull
+    /// returns) a consumer is moved to a slave (RocketMQ measures it against 40 % of
+    /// the RAM: the message is no longer in the page cache).
+    pub slave_read_lag_bytes: ByteSize,
 }
 
 impl Default for HaConfig {
@@ -550,6 +560,8 @@ impl Default for HaConfig {
             heartbeat_interval: Duration::from_secs(1),
             master_ca: PathBuf::new(),
             master_server_name: String::new(),
+            slave_read: false,
+            slave_read_lag_bytes: ByteSize(256 << 20),
         }
     }
 }
@@ -1116,6 +1128,9 @@ impl Config {
         }
         if ha.required_copies() > 16 {
             bad.push("ha.min_in_sync_replicas must be at most 16".into());
+        }
+        if ha.slave_read && ha.slave_read_lag_bytes.0 < 2 {
+            bad.push("ha.slave_read_lag_bytes must be at least 2 bytes".into());
         }
         if ha.max_lag_bytes.0 == 0 {
             bad.push("ha.max_lag_bytes must be greater than zero".into());

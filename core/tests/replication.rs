@@ -215,9 +215,10 @@ async fn consumer_offsets_reach_the_slave_through_the_log() {
     );
     let clock = Arc::new(SystemClock);
     let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
-    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
+    // The gate first, as the node does: the broker learns its role at open.
     ss.attach_replication(Arc::new(Gate::slave("m:10912")))
         .unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
     master
         .create_topic(TopicConfig::new("orders", 4))
         .await

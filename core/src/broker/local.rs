@@ -92,6 +92,13 @@ impl Broker {
         let config_dir: PathBuf = store.dir().join("config");
         let topics = TopicTable::open(&config_dir)?;
         let offsets = Arc::new(Offsets::open(&config_dir)?);
+        // Commits on a slave are local changes that go back to its master (kept
+        // across restarts); a master's are not. The role is the store's gate, which
+        // the node attaches before it opens the broker.
+        let replica = store
+            .replication()
+            .is_some_and(|g| matches!(g.role(), crate::store::ha::Role::Slave { .. }));
+        offsets.table().set_replica(replica);
         store.follow_progress(offsets.clone());
         let pop = Arc::new(PopState::open(&config_dir)?);
         // Positions past the end of their queue (the log was truncated under them:

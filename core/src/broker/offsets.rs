@@ -35,11 +35,19 @@ pub fn owner_key(group: &str, member: &str, broadcasting: bool) -> String {
 
 type Queues = BTreeMap<u32, u64>;
 
+/// A set of queues: owner -> topic -> queue ids.
+type QueueSet = BTreeMap<String, BTreeMap<String, Vec<u32>>>;
+
 #[derive(Serialize, Deserialize, Default)]
 struct OffsetsFile {
     version: u32,
     /// owner -> topic -> queue id -> next offset.
     offsets: BTreeMap<String, BTreeMap<String, Queues>>,
+    /// On a slave: the queues whose offset was committed here and not yet confirmed
+    /// by the master (see [`OffsetTable::local_changes`]). Absent on a master, so its
+    /// file is what it always was.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    local: QueueSet,
 }
 
 /// The offset table. Not synchronized: the broker holds it under one short lock.
@@ -51,20 +59,49 @@ pub struct OffsetTable {
     version: u64,
     /// Queues whose offset was committed here (not applied from a master's log) and
     /// that a master has not confirmed yet: on a slave, what goes back to the master
-    /// ([`OffsetTable::local_changes`]). Not persisted.
+    /// ([`OffsetTable::local_changes`]). Kept only while `replica` is set, and
+    /// persisted with the offsets: a slave restarted before its master returns still
+    /// sends them.
     local: std::collections::BTreeSet<(String, String, u32)>,
+    /// Whether this table is a slave's (commits here are local changes). Off on a
+    /// master: its positions need no return trip.
+    replica: bool,
 }
 
 impl OffsetTable {
     pub fn open(config_dir: &Path) -> Result<OffsetTable> {
         let path = config_dir.join("offsets.json");
         let file: OffsetsFile = persist::read_json(&path)?.unwrap_or_default();
+        let local = file
+            .local
+            .into_iter()
+            .flat_map(|(owner, topics)| {
+                topics.into_iter().flat_map(move |(topic, queues)| {
+                    let owner = owner.clone();
+                    queues
+                        .into_iter()
+                        .map(move |q| (owner.clone(), topic.clone(), q))
+                })
+            })
+            .collect();
         Ok(OffsetTable {
             path,
             offsets: file.offsets,
             version: 0,
-            local: Default::default(),
+            local,
+            replica: true,
         })
+    }
+
+    /// Says whether this is a slave's table (the broker does at open, from the
+    /// store's role). A master forgets the local changes the file held (it was a
+    /// slave before a promotion: its own positions are the group's now).
+    pub fn set_replica(&mut self, replica: bool) {
+        self.replica = replica;
+        if !replica && !self.local.is_empty() {
+            self.local.clear();
+            self.version += 1;
+        }
     }
 
     pub fn get(&self, owner: &str, topic: &str, queue_id: u32) -> Option<u64> {
@@ -72,8 +109,10 @@ impl OffsetTable {
     }
 
     pub fn set(&mut self, owner: &str, topic: &str, queue_id: u32, offset: u64) {
-        self.local
-            .insert((owner.to_owned(), topic.to_owned(), queue_id));
+        if self.replica {
+            self.local
+                .insert((owner.to_owned(), topic.to_owned(), queue_id));
+        }
         self.store(owner, topic, queue_id, offset);
     }
 
@@ -95,6 +134,8 @@ impl OffsetTable {
                 return false;
             }
             self.local.remove(&key);
+            // The file must lose the mark too, also when the offset stays.
+            self.version += 1;
         }
         if now == Some(offset) {
             return false;
@@ -200,9 +241,19 @@ impl OffsetTable {
     /// A serialized snapshot and the version it reflects, so the file can be
     /// written without holding the table's lock.
     pub fn snapshot(&self) -> Result<(Vec<u8>, u64)> {
+        let mut local = QueueSet::new();
+        for (owner, topic, q) in &self.local {
+            local
+                .entry(owner.clone())
+                .or_default()
+                .entry(topic.clone())
+                .or_default()
+                .push(*q);
+        }
         let file = OffsetsFile {
             version: 1,
             offsets: self.offsets.clone(),
+            local,
         };
         let bytes = serde_json::to_vec_pretty(&file)
             .map_err(|e| crate::Error::InvalidArgument(format!("cannot encode offsets: {e}")))?;

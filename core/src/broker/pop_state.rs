@@ -354,6 +354,27 @@ impl PopTable {
         }
     }
 
+    /// On a master: the group's consumers got to `offset` of this queue on a slave
+    /// while the master was away (its OFFSETS frame). Moves the cursor up to
+    /// `offset` and drops the leases below it: the slave's low-water mark says
+    /// those messages were acked there, so the master must not hand them out (or
+    /// out again) once the group is back. A queue the group never popped here is
+    /// left alone (it starts at the committed offset, which moved too). Returns
+    /// whether anything changed.
+    pub fn advance_to(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) -> bool {
+        let Some(q) = self.queue_mut(group, topic, queue_id) else {
+            return false;
+        };
+        let before = (q.cursor, q.in_flight.len());
+        q.in_flight = q.in_flight.split_off(&offset);
+        q.cursor = q.cursor.max(offset);
+        let changed = before != (q.cursor, q.in_flight.len());
+        if changed {
+            self.version += 1;
+        }
+        changed
+    }
+
     /// Forgets an in-flight message whose record is gone (retention deleted
     /// it), or that was sent back for a retry.
     pub fn forget(&mut self, group: &str, topic: &str, queue_id: u32, offset: u64) {

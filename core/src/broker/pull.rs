@@ -27,6 +27,8 @@ use crate::{Error, Result};
 struct Scan {
     messages: Vec<Delivered>,
     next_offset: u64,
+    /// The commit-log end of the last entry examined (0: none).
+    read_to: u64,
 }
 
 impl Broker {
@@ -62,6 +64,7 @@ impl Broker {
                     next_offset: offset.clamp(min, max),
                     min_offset: min,
                     max_offset: max,
+                    behind_bytes: 0,
                 });
             }
             if offset < max {
@@ -69,12 +72,14 @@ impl Broker {
                 offset = scan.next_offset;
                 if !scan.messages.is_empty() {
                     let (min, max) = self.store.queue_bounds(&req.topic, req.queue_id);
+                    let written = self.store.positions().written;
                     return Ok(PullResult {
                         status: PullStatus::Found,
                         messages: scan.messages,
                         next_offset: offset,
                         min_offset: min,
                         max_offset: max,
+                        behind_bytes: written.saturating_sub(scan.read_to),
                     });
                 }
                 if offset < max {
@@ -120,6 +125,7 @@ impl Broker {
         let mut scan = Scan {
             messages: Vec::with_capacity(want.min(read.entries.len())),
             next_offset: read.next_offset,
+            read_to: 0,
         };
         for (queue_offset, entry) in read.entries {
             if scan.messages.len() >= want {
@@ -127,6 +133,7 @@ impl Broker {
                 break;
             }
             scan.next_offset = queue_offset + 1;
+            scan.read_to = entry.phys_offset + u64::from(entry.size);
             let at = (req.topic.as_str(), req.queue_id, queue_offset);
             let Some(record) = read_if_matches(&self.store, &req.filter, at, &entry)? else {
                 continue;
@@ -148,6 +155,7 @@ fn no_new(next_offset: u64, min_offset: u64, max_offset: u64) -> PullResult {
         next_offset,
         min_offset,
         max_offset,
+        behind_bytes: 0,
     }
 }
 

@@ -362,18 +362,30 @@ impl Broker {
     pub fn merge_slave_offsets(&self, body: &[u8]) -> Result<usize> {
         let changes: OffsetMap = serde_json::from_slice(body)
             .map_err(|e| Error::InvalidArgument(format!("slave offsets: {e}")))?;
-        let mut moved = 0;
-        let mut t = self.offsets.table();
-        for (owner, topics) in &changes {
-            for (topic, queues) in topics {
-                for (q, off) in queues {
-                    if t.get(owner, topic, *q).is_none_or(|now| now < *off) {
-                        t.set(owner, topic, *q, *off);
-                        moved += 1;
+        let mut taken = Vec::new();
+        {
+            let mut t = self.offsets.table();
+            for (owner, topics) in &changes {
+                for (topic, queues) in topics {
+                    for (q, off) in queues {
+                        if t.get(owner, topic, *q).is_none_or(|now| now < *off) {
+                            t.set(owner, topic, *q, *off);
+                            taken.push((owner, topic, *q, *off));
+                        }
                     }
                 }
             }
         }
+        // A POP group's cursor here must move with its offset, or the next POP on
+        // this master hands out again what the group consumed on the slave (the
+        // offset alone only says where a group with no POP state starts).
+        {
+            let mut pop = self.pop.table();
+            for (owner, topic, q, off) in &taken {
+                pop.advance_to(owner, topic, *q, *off);
+            }
+        }
+        let moved = taken.len();
         if moved > 0 {
             tracing::info!(
                 moved,

@@ -99,6 +99,11 @@ pub struct PullResult {
     pub next_offset: u64,
     pub min_offset: u64,
     pub max_offset: u64,
+    /// Bytes of the commit log after the last entry this pull examined (0 when it
+    /// found nothing): how far behind the consumer reads, what the native door moves
+    /// a far-behind consumer to a slave by (`ha.slave_read_lag_bytes`). 0 where it is
+    /// not known (a remote broker).
+    pub behind_bytes: u64,
 }
 
 /// A POP: receive matching messages from any readable queue of a topic, each

@@ -1,7 +1,18 @@
 //! What both consumers ask brokers: pulls, offsets, member lists, send-back and queue
-//! locks, each addressed to the master of the queue's broker.
+//! locks.
+//!
+//! Where each goes (docs/replication.md, "Native consumers on a slave"): a pull to
+//! the member of the queue's broker group the last pull answer suggested
+//! (`suggestWhichBrokerId`: a master moves a far-behind consumer to a slave, the
+//! slave sends it back once caught up), the master otherwise; offsets and member
+//! lists to the master. Whichever it is, when it cannot be reached (the master is
+//! down, the route still names it) the request goes to the group's next member —
+//! the master, then the slaves by id — as RocketMQ's `findBrokerAddressInSubscribe`
+//! falls back to any member. Queue locks go to the master only.
 
-use std::sync::Arc;
+use rocketgate_core::sync::lock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::session::Session;
@@ -43,19 +54,114 @@ pub(crate) enum Pulled {
     Moved { next: u64 },
 }
 
+/// The master's broker id.
+const MASTER_ID: u64 = 0;
+
 #[derive(Clone)]
 pub(crate) struct Broker {
     pub session: Arc<Session>,
     pub group: String,
+    /// Per queue: the broker id the last pull answer suggested (absent: the master).
+    /// Std lock, map operations only.
+    suggested: Arc<Mutex<HashMap<MessageQueue, u64>>>,
+}
+
+/// A failure that says nothing about the request, only that this member could not
+/// be reached: the next member of the group is tried.
+fn unreachable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Connect { .. } | Error::Unreachable { .. } | Error::ConnectionClosed { .. }
+    )
 }
 
 impl Broker {
+    pub fn new(session: Arc<Session>, group: String) -> Broker {
+        Broker {
+            session,
+            group,
+            suggested: Arc::default(),
+        }
+    }
+
+    /// The master's address (queue locks need the master).
     fn addr(&self, mq: &MessageQueue) -> Result<String, Error> {
         self.session
             .broker_addr(&mq.broker_name)
             .ok_or_else(|| Error::NoRoute {
                 topic: mq.topic.clone(),
             })
+    }
+
+    /// The members of `mq`'s broker group to try, best first: `prefer`, then the
+    /// master, then the slaves by id.
+    fn members_of(&self, mq: &MessageQueue, prefer: u64) -> Result<Vec<(u64, String)>, Error> {
+        let group = self
+            .session
+            .group_addrs(&mq.broker_name)
+            .filter(|g| !g.is_empty())
+            .ok_or_else(|| Error::NoRoute {
+                topic: mq.topic.clone(),
+            })?;
+        let mut out: Vec<(u64, String)> = Vec::with_capacity(group.len());
+        for id in [prefer, MASTER_ID].into_iter().chain(group.keys().copied()) {
+            if let Some(a) = group.get(&id)
+                && !out.iter().any(|(i, _)| *i == id)
+            {
+                out.push((id, a.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which member the broker last suggested for `mq`.
+    pub fn suggested(&self, mq: &MessageQueue) -> u64 {
+        lock(&self.suggested).get(mq).copied().unwrap_or(MASTER_ID)
+    }
+
+    /// Sends `cmd` to the first member of `mq`'s group (from `prefer`) that can be
+    /// reached; the answer, whatever its code, and who gave it.
+    async fn request_any(
+        &self,
+        mq: &MessageQueue,
+        prefer: u64,
+        cmd: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<(String, RemotingCommand), Error> {
+        let mut last = None;
+        for (id, addr) in self.members_of(mq, prefer)? {
+            match self
+                .session
+                .links
+                .request(&addr, cmd.clone(), timeout)
+                .await
+            {
+                Ok(resp) => return Ok((addr, resp)),
+                Err(e) if unreachable(&e) => {
+                    tracing::debug!(%addr, id, error = %e, "broker unreachable; trying the next of its group");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::NoRoute {
+            topic: mq.topic.clone(),
+        }))
+    }
+
+    /// [`Broker::request_any`] from the master, any code but `SUCCESS` an error.
+    async fn call_any(
+        &self,
+        mq: &MessageQueue,
+        cmd: RemotingCommand,
+    ) -> Result<(String, RemotingCommand), Error> {
+        let (addr, resp) = self
+            .request_any(mq, MASTER_ID, cmd, self.session.timeout())
+            .await?;
+        if resp.code != response::SUCCESS {
+            return Err(super::link::refused(&addr, &resp));
+        }
+        Ok((addr, resp))
     }
 
     fn bad(addr: &str, what: String) -> Error {
@@ -74,7 +180,6 @@ impl Broker {
         suspend: Option<Duration>,
         commit: Option<u64>,
     ) -> Result<Pulled, Error> {
-        let addr = self.addr(mq)?;
         let mut flags = pull_flag::SUBSCRIPTION;
         if suspend.is_some() {
             flags |= pull_flag::SUSPEND;
@@ -96,7 +201,21 @@ impl Broker {
             .with_field(field::SUB_VERSION, 0)
             .with_field(field::EXPRESSION_TYPE, expression.kind);
         let timeout = suspend + self.session.timeout();
-        let resp = self.session.links.request(&addr, cmd, timeout).await?;
+        let (addr, resp) = self
+            .request_any(mq, self.suggested(mq), cmd, timeout)
+            .await?;
+        // Where the next pull of this queue goes (RocketMQ's pullFromWhichNodeTable).
+        if let Some(id) = resp
+            .field(field::SUGGEST_WHICH_BROKER_ID)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            let mut s = lock(&self.suggested);
+            if id == MASTER_ID {
+                s.remove(mq);
+            } else {
+                s.insert(mq.clone(), id);
+            }
+        }
         let next = resp
             .field(field::NEXT_BEGIN_OFFSET)
             .and_then(|v| v.parse::<u64>().ok());
@@ -121,15 +240,12 @@ impl Broker {
 
     /// The group's committed offset of `mq`; `None` if never committed.
     pub async fn query_offset(&self, mq: &MessageQueue) -> Result<Option<u64>, Error> {
-        let addr = self.addr(mq)?;
         let cmd = RemotingCommand::request(request::QUERY_CONSUMER_OFFSET, 0)
             .with_field(field::CONSUMER_GROUP, &self.group)
             .with_field(field::TOPIC, &mq.topic)
             .with_field(field::QUEUE_ID, mq.queue_id);
-        let resp = self
-            .session
-            .links
-            .request(&addr, cmd, self.session.timeout())
+        let (addr, resp) = self
+            .request_any(mq, MASTER_ID, cmd, self.session.timeout())
             .await?;
         match resp.code {
             response::SUCCESS => resp
@@ -142,18 +258,15 @@ impl Broker {
         }
     }
 
+    /// Commits to the master, or — while it cannot be reached — to a slave, which
+    /// hands the position to the master when it is back.
     pub async fn commit_offset(&self, mq: &MessageQueue, offset: u64) -> Result<(), Error> {
-        let addr = self.addr(mq)?;
         let cmd = RemotingCommand::request(request::UPDATE_CONSUMER_OFFSET, 0)
             .with_field(field::CONSUMER_GROUP, &self.group)
             .with_field(field::TOPIC, &mq.topic)
             .with_field(field::QUEUE_ID, mq.queue_id)
             .with_field(field::COMMIT_OFFSET, offset);
-        self.session
-            .links
-            .call(&addr, cmd, self.session.timeout())
-            .await
-            .map(drop)
+        self.call_any(mq, cmd).await.map(drop)
     }
 
     async fn offset_request(
@@ -162,18 +275,13 @@ impl Broker {
         mq: &MessageQueue,
         ts: Option<i64>,
     ) -> Result<u64, Error> {
-        let addr = self.addr(mq)?;
         let mut cmd = RemotingCommand::request(code, 0)
             .with_field(field::TOPIC, &mq.topic)
             .with_field(field::QUEUE_ID, mq.queue_id);
         if let Some(ts) = ts {
             cmd = cmd.with_field(field::TIMESTAMP, ts);
         }
-        let resp = self
-            .session
-            .links
-            .call(&addr, cmd, self.session.timeout())
-            .await?;
+        let (addr, resp) = self.call_any(mq, cmd).await?;
         resp.field(field::OFFSET)
             .and_then(|o| o.parse().ok())
             .ok_or_else(|| Self::bad(&addr, "offset response without offset".into()))
@@ -194,14 +302,9 @@ impl Broker {
 
     /// Client ids of the group's members, as the broker of `mq` knows them.
     pub async fn members(&self, mq: &MessageQueue) -> Result<Vec<String>, Error> {
-        let addr = self.addr(mq)?;
         let cmd = RemotingCommand::request(request::GET_CONSUMER_LIST_BY_GROUP, 0)
             .with_field(field::CONSUMER_GROUP, &self.group);
-        let resp = self
-            .session
-            .links
-            .call(&addr, cmd, self.session.timeout())
-            .await?;
+        let (addr, resp) = self.call_any(mq, cmd).await?;
         let list: ConsumerList =
             from_json(&resp.body).map_err(|e| Self::bad(&addr, format!("consumer list: {e}")))?;
         let mut ids = list.consumer_id_list;

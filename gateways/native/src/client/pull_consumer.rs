@@ -82,10 +82,7 @@ impl PullConsumer {
             }
         });
         Ok(PullConsumer {
-            broker: Broker {
-                session,
-                group: group.into(),
-            },
+            broker: Broker::new(session, group.into()),
             state,
             consume_from: ConsumeFrom::First,
             batch: 32,
@@ -156,6 +153,13 @@ impl PullConsumer {
             });
         });
         self.broker.session.heartbeat_now().await
+    }
+
+    /// The broker id (in the queue's broker group) the next pull of `mq` goes to
+    /// first: what the last pull answer suggested (`suggestWhichBrokerId`), 0 = the
+    /// master. When that member cannot be reached the pull goes to the next one.
+    pub fn reading_from(&self, mq: &MessageQueue) -> u64 {
+        self.broker.suggested(mq)
     }
 
     /// The queues this consumer reads now.

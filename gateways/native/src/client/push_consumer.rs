@@ -272,7 +272,7 @@ impl PushConsumer {
         });
         session.heartbeat_now().await?;
         let shared = Arc::new(Shared {
-            broker: Broker { session, group },
+            broker: Broker::new(session, group),
             permits: Arc::new(Semaphore::new(opts.concurrency.max(1))),
             opts,
             listener,

@@ -517,6 +517,8 @@ impl MessagingApi for RemoteBroker {
             next_offset: meta.next_offset,
             min_offset: meta.min_offset,
             max_offset: meta.max_offset,
+            // The proxy protocol does not carry it; only the native door uses it.
+            behind_bytes: 0,
         })
     }
 

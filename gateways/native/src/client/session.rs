@@ -32,6 +32,9 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct Route {
     /// Broker name → master address.
     pub brokers: BTreeMap<String, String>,
+    /// Broker name → broker id → address: every member of each group, slaves too
+    /// (a consumer reads from a slave when told to, or when the master is away).
+    pub groups: BTreeMap<String, BTreeMap<u64, String>>,
     /// Queues a producer may send to (masters with write permission), sorted.
     pub write_queues: Vec<MessageQueue>,
     /// Queues a consumer reads (read permission), sorted.
@@ -41,18 +44,24 @@ pub struct Route {
 impl Route {
     fn from_data(topic: &str, data: &TopicRouteData) -> Route {
         let mut brokers = BTreeMap::new();
+        let mut groups: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
         for b in &data.broker_datas {
             if let Some(addr) = b.broker_addrs.get(&MASTER_ID) {
                 brokers.insert(b.broker_name.clone(), addr.clone());
+            }
+            if !b.broker_addrs.is_empty() {
+                groups.insert(b.broker_name.clone(), b.broker_addrs.clone());
             }
         }
         let mut write_queues = Vec::new();
         let mut read_queues = Vec::new();
         for q in &data.queue_datas {
-            if !brokers.contains_key(&q.broker_name) {
+            if !groups.contains_key(&q.broker_name) {
                 continue;
             }
-            if q.perm & perm::WRITE != 0 {
+            // Writes go to a master only; a group whose master is away is still read
+            // (from its slaves).
+            if q.perm & perm::WRITE != 0 && brokers.contains_key(&q.broker_name) {
                 write_queues.extend(
                     (0..q.write_queue_nums).map(|i| MessageQueue::new(topic, &q.broker_name, i)),
                 );
@@ -67,6 +76,7 @@ impl Route {
         read_queues.sort();
         Route {
             brokers,
+            groups,
             write_queues,
             read_queues,
         }
@@ -170,7 +180,7 @@ impl Session {
             what: format!("route of {topic:?}: {e}"),
         })?;
         let route = Arc::new(Route::from_data(topic, &data));
-        if route.brokers.is_empty() {
+        if route.groups.is_empty() {
             return Err(Error::NoRoute {
                 topic: topic.to_owned(),
             });
@@ -189,6 +199,13 @@ impl Session {
         lock(&self.routes)
             .values()
             .find_map(|r| r.brokers.get(broker_name).cloned())
+    }
+
+    /// Every member of a broker group (id → address), from any known route.
+    pub fn group_addrs(&self, broker_name: &str) -> Option<BTreeMap<u64, String>> {
+        lock(&self.routes)
+            .values()
+            .find_map(|r| r.groups.get(broker_name).cloned())
     }
 
     /// Every master broker of the cluster(s) the NameServers know: `(name, addr)`.
@@ -232,26 +249,49 @@ impl Session {
         f(&mut lock(&self.heartbeat));
     }
 
-    /// Heartbeats every master broker of every known route now. Returns the first
-    /// refusal (e.g. a malformed subscription), after trying them all.
+    /// Heartbeats every master broker of every known route now, and — for a
+    /// consumer, which may read from them — every slave (as RocketMQ's client does).
+    /// Returns the first refusal of a master (e.g. a malformed subscription), after
+    /// trying them all; a slave that is away is not an error.
     pub async fn heartbeat_now(&self) -> Result<(), Error> {
-        let body = rocketgate_remoting::protocol::to_json(&*lock(&self.heartbeat));
-        let addrs: Vec<String> = {
+        let (body, consumer) = {
+            let hb = lock(&self.heartbeat);
+            (
+                rocketgate_remoting::protocol::to_json(&*hb),
+                !hb.consumer_data_set.is_empty(),
+            )
+        };
+        let (masters, slaves): (Vec<String>, Vec<String>) = {
             let routes = lock(&self.routes);
-            let mut a: Vec<String> = routes
+            let mut m: Vec<String> = routes
                 .values()
                 .flat_map(|r| r.brokers.values().cloned())
                 .collect();
-            a.sort();
-            a.dedup();
-            a
+            m.sort();
+            m.dedup();
+            let mut s: Vec<String> = routes
+                .values()
+                .flat_map(|r| r.groups.values())
+                .flat_map(|g| g.iter().filter(|(id, _)| **id != MASTER_ID))
+                .map(|(_, a)| a.clone())
+                .filter(|a| consumer && !m.contains(a))
+                .collect();
+            s.sort();
+            s.dedup();
+            (m, s)
         };
         let mut first_err = None;
-        for addr in addrs {
+        for (addr, master) in masters
+            .into_iter()
+            .map(|a| (a, true))
+            .chain(slaves.into_iter().map(|a| (a, false)))
+        {
             let cmd = RemotingCommand::request(request::HEART_BEAT, 0).with_body(body.clone());
             if let Err(e) = self.links.call(&addr, cmd, self.timeout()).await {
                 debug!(%addr, error = %e, "heartbeat failed");
-                first_err.get_or_insert(e);
+                if master {
+                    first_err.get_or_insert(e);
+                }
             }
         }
         first_err.map_or(Ok(()), Err)

@@ -23,7 +23,10 @@ mod meters;
 mod pull;
 mod reply;
 mod send;
+mod suggest;
 mod txn;
+
+pub use suggest::{MASTER_ID, ReadableSlaves, SlaveRead};
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -66,6 +69,8 @@ pub struct ServerSettings {
     pub write_timeout: Duration,
     /// Signatures and the ACL (off: every request is served).
     pub auth: Arc<rocketgate_auth::Auth>,
+    /// The `suggestWhichBrokerId` of pull answers (off by default: the master).
+    pub slave_read: SlaveRead,
 }
 
 impl Default for ServerSettings {
@@ -78,6 +83,7 @@ impl Default for ServerSettings {
             max_inflight_sends: 10_000,
             write_timeout: Duration::from_secs(10),
             auth: rocketgate_auth::Auth::disabled(),
+            slave_read: SlaveRead::default(),
         }
     }
 }

@@ -120,7 +120,10 @@ pub(crate) async fn pull<B: MessagingApi>(
         .with_field(field::NEXT_BEGIN_OFFSET, result.next_offset)
         .with_field(field::MIN_OFFSET, result.min_offset)
         .with_field(field::MAX_OFFSET, result.max_offset)
-        .with_field(field::SUGGEST_WHICH_BROKER_ID, 0)
+        .with_field(
+            field::SUGGEST_WHICH_BROKER_ID,
+            ctx.settings.slave_read.suggest(result.behind_bytes),
+        )
         .with_body(body.freeze());
     if let Some(r) = remark {
         resp = resp.with_remark(r);
