@@ -51,6 +51,10 @@ pub struct WsBenchArgs {
     /// every message: pulls of every queue) or `clustering` (POP).
     #[arg(long, value_enum, default_value_t = Mode::Broadcasting)]
     pub mode: Mode,
+    /// The `rocketgate` binary to run as the broker (default: this one), e.g. an
+    /// older build for a before/after comparison in one run.
+    #[arg(long, value_name = "PATH")]
+    pub broker_exe: Option<std::path::PathBuf>,
     /// With `--idle`: subscriptions per connection (0 = connections only).
     #[arg(long, default_value_t = 1)]
     pub subscriptions: usize,
@@ -96,7 +100,7 @@ pub fn run(args: WsBenchArgs) -> anyhow::Result<()> {
         let dir = args.dir.join(format!("ws-{n}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let node = Node::start(&dir, args.queues)?;
+        let node = Node::start(&dir, args.queues, args.broker_exe.as_deref())?;
         let result = rt.block_on(scenario(node.addr, node.pid(), n, &args));
         drop(node);
         let _ = std::fs::remove_dir_all(&dir);
@@ -126,8 +130,15 @@ struct Node {
 }
 
 impl Node {
-    fn start(dir: &std::path::Path, queues: u32) -> anyhow::Result<Node> {
-        let exe = std::env::current_exe().context("locating the rocketgate binary")?;
+    fn start(
+        dir: &std::path::Path,
+        queues: u32,
+        exe: Option<&std::path::Path>,
+    ) -> anyhow::Result<Node> {
+        let exe = match exe {
+            Some(e) => e.to_path_buf(),
+            None => std::env::current_exe().context("locating the rocketgate binary")?,
+        };
         let mut child = Command::new(exe)
             .args([
                 "standalone",
@@ -230,7 +241,7 @@ async fn idle_all(args: &WsBenchArgs) -> anyhow::Result<()> {
         let dir = args.dir.join(format!("ws-idle-{n}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let node = Node::start(&dir, args.queues)?;
+        let node = Node::start(&dir, args.queues, args.broker_exe.as_deref())?;
         let result = idle(node.addr, node.pid(), n, args).await;
         drop(node);
         let _ = std::fs::remove_dir_all(&dir);
