@@ -9,6 +9,7 @@ mod admin;
 mod cli;
 mod controller;
 mod ha;
+mod limits;
 mod node;
 mod provenance;
 mod proxy;

@@ -45,6 +45,7 @@ pub fn store_options(config: &Config) -> StoreSettings {
         index_slots: s.index_slots,
         index_entries_per_file: s.index_entries_per_file,
         store_host: config.listen.native,
+        prefault: true,
     }
 }
 

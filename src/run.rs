@@ -199,6 +199,8 @@ fn broker(config: Config) -> anyhow::Result<()> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // Every server command builds its runtime here: one place for the limit.
+    crate::limits::raise_fd_limit();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -94,6 +94,26 @@ pub(crate) fn rss_of(pid: u32) -> Option<u64> {
         .map(|kb| kb * 1024)
 }
 
+/// This process's open-file limit (`None`: unlimited or unknown).
+pub(crate) fn fd_limit() -> Option<u64> {
+    // SAFETY: getrlimit with a valid, initialised struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        (libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur != libc::RLIM_INFINITY)
+            .then_some(lim.rlim_cur)
+    }
+}
+
+/// Another process's soft open-file limit, from `/proc/PID/limits`.
+pub(crate) fn fd_limit_of(pid: u32) -> Option<u64> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// Many connections need many descriptors: raise the soft limit to the hard one.
 pub(crate) fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit with a valid, initialised struct.

@@ -47,6 +47,10 @@ pub struct StoreBenchArgs {
     /// then measure append latency (compare with a run on an empty store).
     #[arg(long, default_value_t = 0)]
     pub prefill: u64,
+    /// The store's pre-faulting thread (`rg-prefault`): on, off, or both
+    /// (`on,off`: the same scenarios twice, to see what it saves).
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    pub prefault: Vec<String>,
 }
 
 /// One scenario's result.
@@ -60,6 +64,9 @@ struct Row {
     secs: f64,
     lat: crate::stats::Summary,
     peak_rss: u64,
+    /// Minor page faults per message taken by every thread but `rg-prefault`:
+    /// the faults on the send path (appenders, inline dispatch, flusher).
+    faults_per_msg: f64,
 }
 
 impl Row {
@@ -89,8 +96,9 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
     println!("raw write + fdatasync per 1MiB: {:>9.1} MB/s", raw_sync);
     println!();
     println!(
-        "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<6} {:>4} {:>6} {:>5} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "flush",
+        "pref",
         "size",
         "prod",
         "infl",
@@ -103,9 +111,22 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         "p999",
         "max",
         "peak RSS",
-        "msg/sync"
+        "msg/sync",
+        "flt/msg"
     );
-    for flush in &args.flush {
+    let mut prefaults = Vec::new();
+    for p in &args.prefault {
+        prefaults.push(match p.as_str() {
+            "on" => true,
+            "off" => false,
+            other => anyhow::bail!("--prefault: `{other}` is not on or off"),
+        });
+    }
+    for (flush, &prefault) in args
+        .flush
+        .iter()
+        .flat_map(|f| prefaults.iter().map(move |p| (f, p)))
+    {
         let flush: &'static str = match flush.as_str() {
             "async" => "async",
             "sync" => "sync",
@@ -122,11 +143,12 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                 .iter()
                 .flat_map(|p| inflights.iter().map(move |i| (p, i)))
             {
-                let row = scenario(&args, flush, size, producers, inflight)?;
+                let row = scenario(&args, flush, size, producers, inflight, prefault)?;
                 let ceiling = if flush == "async" { raw_mmap } else { raw_sync };
                 println!(
-                    "{:<6} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    "{:<6} {:>4} {:>6} {:>5} {:>5} {:>10} {:>12.0} {:>9.1} {:>8.0}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.3}",
                     row.flush,
+                    if prefault { "on" } else { "off" },
                     row.size,
                     row.producers,
                     row.inflight,
@@ -144,6 +166,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                     } else {
                         "-".to_string()
                     },
+                    row.faults_per_msg,
                 );
             }
         }
@@ -173,6 +196,7 @@ fn scenario(
     size: usize,
     producers: usize,
     inflight: usize,
+    prefault: bool,
 ) -> anyhow::Result<Row> {
     let dir = fresh_dir(&args.dir, &format!("store-{flush}-{size}-{producers}"))?;
     let opts = StoreSettings {
@@ -185,6 +209,7 @@ fn scenario(
                 interval: Duration::from_millis(500),
             },
         },
+        prefault,
         ..StoreSettings::default()
     };
     let (store, _) = Store::open(&dir, opts, StoreDeps::default())?;
@@ -206,6 +231,7 @@ fn scenario(
         .build()?;
     PeakRss::reset();
     let syncs_before = store.sync_count();
+    let faults_before = send_path_faults();
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);
     let body = bytes::Bytes::from(vec![b'x'; size]);
@@ -237,6 +263,7 @@ fn scenario(
         anyhow::Ok(all)
     })?;
     let secs = start.elapsed().as_secs_f64();
+    let faults = send_path_faults().saturating_sub(faults_before);
     let peak_rss = PeakRss::bytes();
     let syncs = store.sync_count() - syncs_before;
     let msgs = done.load(Ordering::Relaxed);
@@ -253,7 +280,28 @@ fn scenario(
         secs,
         lat: lat.summary(),
         peak_rss,
+        faults_per_msg: faults as f64 / msgs.max(1) as f64,
     })
+}
+
+/// Minor page faults of every thread of this process except `rg-prefault`
+/// (`/proc/self/task/*/stat`); the runtime's workers move tasks between threads,
+/// so only the sum means something. Threads that ended meanwhile are not
+/// counted: the store's and the runtime's live through a scenario.
+fn send_path_faults() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+            // minflt is field 10 of stat(5); `rest` starts at field 3.
+            let minflt: u64 = rest.split_whitespace().nth(7)?.parse().ok()?;
+            (comm != "rg-prefault").then_some(minflt)
+        })
+        .sum()
 }
 
 fn prefill(store: &Store, n: u64) -> anyhow::Result<()> {

@@ -39,6 +39,48 @@ pub struct WsBenchArgs {
     /// Queues of the topic.
     #[arg(long, default_value_t = 4)]
     pub queues: u32,
+    /// Only connect and subscribe, then report the broker's RSS per idle
+    /// connection (no messages).
+    #[arg(long)]
+    pub idle: bool,
+    /// With `--idle`: the door measured, `json` (`/v1/ws`, one subscription each)
+    /// or `mqtt` (`/mqtt`, CONNECT and one SUBSCRIBE each).
+    #[arg(long, value_enum, default_value_t = Door::Json)]
+    pub door: Door,
+    /// How `/v1/ws` subscribers consume: `broadcasting` (every subscriber gets
+    /// every message: pulls of every queue) or `clustering` (POP).
+    #[arg(long, value_enum, default_value_t = Mode::Broadcasting)]
+    pub mode: Mode,
+    /// The `rocketgate` binary to run as the broker (default: this one), e.g. an
+    /// older build for a before/after comparison in one run.
+    #[arg(long, value_name = "PATH")]
+    pub broker_exe: Option<std::path::PathBuf>,
+    /// With `--idle`: subscriptions per connection (0 = connections only).
+    #[arg(long, default_value_t = 1)]
+    pub subscriptions: usize,
+}
+
+/// The WebSocket door `--idle` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Door {
+    Json,
+    Mqtt,
+}
+
+/// How `/v1/ws` subscribers consume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Broadcasting,
+    Clustering,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Broadcasting => "broadcasting",
+            Mode::Clustering => "clustering",
+        }
+    }
 }
 
 pub fn run(args: WsBenchArgs) -> anyhow::Result<()> {
@@ -46,6 +88,9 @@ pub fn run(args: WsBenchArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if args.idle {
+        return rt.block_on(idle_all(&args));
+    }
     println!("# rocketgate bench ws");
     println!(
         "{:>6} {:>9} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10} {:>14}",
@@ -55,7 +100,7 @@ pub fn run(args: WsBenchArgs) -> anyhow::Result<()> {
         let dir = args.dir.join(format!("ws-{n}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let node = Node::start(&dir, args.queues)?;
+        let node = Node::start(&dir, args.queues, args.broker_exe.as_deref())?;
         let result = rt.block_on(scenario(node.addr, node.pid(), n, &args));
         drop(node);
         let _ = std::fs::remove_dir_all(&dir);
@@ -85,8 +130,15 @@ struct Node {
 }
 
 impl Node {
-    fn start(dir: &std::path::Path, queues: u32) -> anyhow::Result<Node> {
-        let exe = std::env::current_exe().context("locating the rocketgate binary")?;
+    fn start(
+        dir: &std::path::Path,
+        queues: u32,
+        exe: Option<&std::path::Path>,
+    ) -> anyhow::Result<Node> {
+        let exe = match exe {
+            Some(e) => e.to_path_buf(),
+            None => std::env::current_exe().context("locating the rocketgate binary")?,
+        };
         let mut child = Command::new(exe)
             .args([
                 "standalone",
@@ -154,6 +206,157 @@ type Ws =
 async fn connect(addr: SocketAddr) -> anyhow::Result<Ws> {
     let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await?;
     Ok(ws)
+}
+
+/// A client connection with small buffers (the generator holds thousands of them
+/// in `--idle`), to `path`, asking for `protocol` if given.
+async fn connect_lean(addr: SocketAddr, path: &str, protocol: Option<&str>) -> anyhow::Result<Ws> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+    let mut req = format!("ws://{addr}{path}").into_client_request()?;
+    if let Some(p) = protocol {
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", p.parse()?);
+    }
+    let config = WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(4096);
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), false).await?;
+    Ok(ws)
+}
+
+/// `--idle`: for each subscriber count, a fresh broker, that many idle connections
+/// (each subscribed), and the broker's RSS growth per connection.
+async fn idle_all(args: &WsBenchArgs) -> anyhow::Result<()> {
+    println!(
+        "# rocketgate bench ws --idle --door {:?} --mode {}",
+        args.door,
+        args.mode.name()
+    );
+    println!(
+        "{:>8} {:>14} {:>12} {:>14}",
+        "conns", "broker RSS", "RSS/conn", "connects/s"
+    );
+    for &n in &args.subscribers {
+        let dir = args.dir.join(format!("ws-idle-{n}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let node = Node::start(&dir, args.queues, args.broker_exe.as_deref())?;
+        let result = idle(node.addr, node.pid(), n, args).await;
+        drop(node);
+        let _ = std::fs::remove_dir_all(&dir);
+        let (rss, per, rate) = result?;
+        println!(
+            "{:>8} {:>11.1}MiB {:>9.1}KiB {:>14.0}",
+            n,
+            rss as f64 / (1024.0 * 1024.0),
+            per as f64 / 1024.0,
+            rate
+        );
+    }
+    Ok(())
+}
+
+/// Opens `n` subscribed connections; (broker RSS after, RSS growth per connection,
+/// connections per second).
+async fn idle(
+    addr: SocketAddr,
+    pid: u32,
+    n: usize,
+    args: &WsBenchArgs,
+) -> anyhow::Result<(u64, u64, f64)> {
+    let topic = format!("idle{n}");
+    // The topic exists before the measurement (its queues are not per connection).
+    let mut publisher = connect(addr).await?;
+    publisher
+        .send(Message::text(format!(
+            r#"{{"op":"publish","topic":"{topic}","body":"warm-up"}}"#
+        )))
+        .await?;
+    let first = next_text(&mut publisher).await?;
+    anyhow::ensure!(
+        first.contains("send_result"),
+        "warm-up publish failed: {first}"
+    );
+    // Let the broker settle after start-up before the baseline.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = crate::stats::rss_of(pid).context("reading the broker's RSS")?;
+    let started = Instant::now();
+    let door = args.door;
+    let mode = args.mode.name();
+    let subscriptions = args.subscriptions;
+    let held: Vec<Ws> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let topic = topic.clone();
+            async move {
+                match door {
+                    Door::Json => {
+                        let mut ws = connect_lean(addr, "/v1/ws", None).await?;
+                        for k in 0..subscriptions {
+                            ws.send(Message::text(format!(
+                                r#"{{"op":"subscribe","id":"s{i}-{k}","topic":"{topic}","group":"idle-{k}","mode":"{mode}","start":"latest","credit":10}}"#
+                            )))
+                            .await?;
+                            let answer = next_text(&mut ws).await?;
+                            anyhow::ensure!(answer.contains("subscribed"), "subscribe failed: {answer}");
+                        }
+                        Ok(ws)
+                    }
+                    Door::Mqtt => {
+                        let mut ws = connect_lean(addr, "/mqtt", Some("mqtt")).await?;
+                        let v = crate::mqtt::Version::V4;
+                        let mut out = bytes::BytesMut::new();
+                        v.connect(&format!("idle-{i}"), 0, &mut out)
+                            .map_err(|e| anyhow::anyhow!("encoding CONNECT: {e:?}"))?;
+                        ws.send(Message::binary(out.split().freeze())).await?;
+                        next_binary(&mut ws, 0x20).await?;
+                        if subscriptions == 0 {
+                            return Ok(ws);
+                        }
+                        v.subscribe(&format!("{topic}/{i}"), mqttbytes::QoS::AtLeastOnce, 1, &mut out)
+                            .map_err(|e| anyhow::anyhow!("encoding SUBSCRIBE: {e:?}"))?;
+                        ws.send(Message::binary(out.split().freeze())).await?;
+                        next_binary(&mut ws, 0x90).await?;
+                        Ok(ws)
+                    }
+                }
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<anyhow::Result<Ws>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    // Allocations made lazily after the answers (pulls, long-poll waiters) settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = crate::stats::rss_of(pid).context("reading the broker's RSS")?;
+    drop(held);
+    Ok((after, after.saturating_sub(before) / n as u64, rate))
+}
+
+/// Waits for a binary message whose first byte (the MQTT packet type) is `first`.
+async fn next_binary(ws: &mut Ws, first: u8) -> anyhow::Result<()> {
+    let next = async {
+        loop {
+            match ws.next().await {
+                None => anyhow::bail!("the connection closed"),
+                Some(m) => {
+                    if let Message::Binary(b) = m? {
+                        anyhow::ensure!(
+                            b.first() == Some(&first),
+                            "expected packet type {first:#x}, got {:?}",
+                            b.first()
+                        );
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), next)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within 60 s"))?
 }
 
 /// The next text frame (within 60 s, whatever control frames arrive meanwhile).

@@ -16,7 +16,7 @@
 
 mod conn;
 mod io;
-mod proto;
+pub(crate) mod proto;
 pub mod sink;
 
 pub use proto::Version;
@@ -114,6 +114,15 @@ pub struct MqttBenchArgs {
     /// more connections than one address has ephemeral ports.
     #[arg(long, value_delimiter = ',')]
     pub sources: Vec<IpAddr>,
+    /// Idle scenario: spread the connections over this many loopback source
+    /// addresses (127.0.0.1, 127.0.0.2, … across 127.0.0.0/8), past the ~28k
+    /// ephemeral ports one source address has; instead of `--sources`.
+    #[arg(long, value_name = "N")]
+    pub spread_sources: Option<u32>,
+    /// Idle scenario: keep the connections open this many seconds after measuring
+    /// (so another generator can run traffic beside them).
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    pub hold: u64,
     /// The broker's process id: its RSS is reported (and per connection for `idle`).
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -148,6 +157,9 @@ pub(crate) struct Report {
     pub latencies: Option<crate::stats::Summary>,
     broker_rss: Option<u64>,
     per_connection: Option<f64>,
+    /// Idle: connections opened per second (CONNECT to CONNACK, `CONNECT_AT_ONCE`
+    /// at a time).
+    connect_rate: Option<f64>,
 }
 
 pub fn run(args: MqttBenchArgs) -> anyhow::Result<()> {
@@ -217,7 +229,45 @@ fn layout(args: &MqttBenchArgs, run: &str) -> (Vec<String>, Vec<String>) {
 }
 
 fn source(args: &MqttBenchArgs, i: usize) -> Option<IpAddr> {
+    if let Some(n) = args.spread_sources.filter(|n| *n > 0) {
+        return Some(loopback_source(i as u32 % n));
+    }
     (!args.sources.is_empty()).then(|| args.sources[i % args.sources.len()])
+}
+
+/// The `k`-th loopback source address: 127.0.0.1, 127.0.0.2, …, skipping the
+/// .0 and .255 of each /24 (some tools treat them as network and broadcast).
+fn loopback_source(k: u32) -> IpAddr {
+    let per_24 = 254;
+    let (high, low) = (k / per_24, k % per_24 + 1);
+    let n: u32 = (127 << 24) | ((high & 0xffff) << 8) | low;
+    IpAddr::V4(std::net::Ipv4Addr::from(n))
+}
+
+/// The descriptors `connections` need in this process; a clear error when the
+/// limit (already raised to the hard one) is too low, saying how to raise it.
+fn check_fd_limit(connections: usize, broker_pid: Option<u32>) -> anyhow::Result<()> {
+    let need = connections as u64 + 64;
+    let have = crate::stats::fd_limit();
+    if have.is_some_and(|have| have < need) {
+        bail!(
+            "{connections} connections need ~{need} open files in this process, and its \
+             limit is {} (the hard limit: raise it with `ulimit -Hn {need}` as root, \
+             LimitNOFILE= in a systemd unit, or `docker run --ulimit nofile={need}:{need}`; \
+             `sysctl fs.nr_open` must be above it). The broker needs as many.",
+            have.unwrap_or(0)
+        );
+    }
+    if let Some(pid) = broker_pid
+        && let Some(broker) = crate::stats::fd_limit_of(pid)
+        && broker < need
+    {
+        eprintln!(
+            "  warning: the broker (pid {pid}) may open {broker} files: it will refuse \
+             connections past that; start it with a higher hard limit"
+        );
+    }
+    Ok(())
 }
 
 async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
@@ -347,6 +397,7 @@ async fn traffic(args: &MqttBenchArgs) -> anyhow::Result<Report> {
         latencies: (received > 0).then(|| latencies.summary()),
         broker_rss,
         per_connection: None,
+        connect_rate: None,
     })
 }
 
@@ -354,30 +405,55 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     let pid = args
         .broker_pid
         .context("the idle scenario needs --broker-pid to read the broker's memory")?;
+    check_fd_limit(args.connections, Some(pid))?;
     let before = rss_of(pid).context("reading the broker's RSS")?;
     let run = format!("{:08x}", rand::random::<u32>());
-    let mut held = Vec::with_capacity(args.connections);
     let started = Instant::now();
     let tls = connector(args)?;
-    for i in 0..args.connections {
-        let mut s = conn::dial(args.broker, source(args, i), tls.as_ref())
-            .await
-            .with_context(|| format!("connection {i}"))?;
-        conn::handshake(&mut s, args.mqtt_version, &format!("rg-idle-{run}-{i}"), 0).await?;
-        held.push(s);
-        if (i + 1) % 5000 == 0 {
-            eprintln!("  {} connections", i + 1);
-        }
-    }
+    let opened = AtomicU64::new(0);
+    // CONNECT_AT_ONCE handshakes in flight: the connect rate is the broker's, not
+    // one round trip after another.
+    let held: Vec<BenchStream> = stream::iter(0..args.connections)
+        .map(|i| {
+            let (tls, run, opened) = (tls.as_ref(), &run, &opened);
+            async move {
+                let mut s = conn::dial(args.broker, source(args, i), tls)
+                    .await
+                    .with_context(|| format!("connection {i}"))?;
+                conn::handshake(&mut s, args.mqtt_version, &format!("rg-idle-{run}-{i}"), 0)
+                    .await
+                    .with_context(|| format!("connection {i}"))?;
+                let n = opened.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_multiple_of(10_000) {
+                    eprintln!("  {n} connections");
+                }
+                anyhow::Ok(s)
+            }
+        })
+        .buffer_unordered(CONNECT_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let connect_secs = started.elapsed().as_secs_f64();
     // Let the broker settle (allocations made lazily after CONNACK).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = rss_of(pid).context("reading the broker's RSS")?;
     let n = held.len();
+    if args.hold > 0 {
+        eprintln!(
+            "  {n} connections open ({:.0} B each); holding them {} s",
+            after.saturating_sub(before) as f64 / n as f64,
+            args.hold
+        );
+        tokio::time::sleep(Duration::from_secs(args.hold)).await;
+    }
     drop(held);
     Ok(Report {
         seconds: started.elapsed().as_secs_f64(),
         broker_rss: Some(after),
         per_connection: Some(after.saturating_sub(before) as f64 / n as f64),
+        connect_rate: Some(n as f64 / connect_secs),
         ..Report::default()
     })
 }
@@ -399,13 +475,16 @@ fn print_report(args: &MqttBenchArgs, r: &Report) {
         args.qos, args.size, args.rate
     );
     if let Some(per) = r.per_connection {
+        let rate = r.connect_rate.unwrap_or(0.0);
         println!(
-            "  {} idle connections: broker RSS {} ({per:.0} B per connection)",
+            "  {} idle connections: broker RSS {} ({per:.0} B per connection), \
+             {rate:.0} connects/s",
             args.connections,
             fmt_bytes(r.broker_rss.unwrap_or(0))
         );
         json.push_str(&format!(
-            ",\"connections\":{},\"broker_rss\":{},\"rss_per_connection\":{per:.0}",
+            ",\"connections\":{},\"broker_rss\":{},\"rss_per_connection\":{per:.0},\
+             \"connects_per_s\":{rate:.0}",
             args.connections,
             r.broker_rss.unwrap_or(0)
         ));

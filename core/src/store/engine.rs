@@ -72,6 +72,10 @@ pub struct StoreSettings {
     pub index_entries_per_file: u32,
     /// Written into every record and message id.
     pub store_host: std::net::SocketAddr,
+    /// Keep the commit log's tail pre-faulted on the `rg-prefault` thread, so
+    /// appends do not take the page faults (on by default; off only to measure
+    /// what it saves: `rocketgate bench store --prefault on,off`).
+    pub prefault: bool,
 }
 
 impl Default for StoreSettings {
@@ -92,6 +96,7 @@ impl Default for StoreSettings {
             index_slots: 5_000_000,
             index_entries_per_file: 20_000_000,
             store_host: std::net::SocketAddr::from(([127, 0, 0, 1], 10911)),
+            prefault: true,
         }
     }
 }
@@ -386,7 +391,7 @@ impl Store {
             let inner = inner.clone();
             threads.push(spawn("rg-dispatch", move || inner.dispatch_loop()));
         }
-        {
+        if inner.opts.prefault {
             let inner = inner.clone();
             threads.push(spawn("rg-prefault", move || inner.prefault_loop()));
         }

@@ -22,6 +22,18 @@ use crate::handshake::{self, Refusal};
 use crate::settings::Settings;
 use crate::stream::{StreamHandler, WsByteStream};
 
+/// tungstenite's read buffer per connection. It is allocated at the upgrade and
+/// zero-filled to its full size on the first read, so its default (128 KiB) was
+/// ~83 % of an idle connection's memory (~155 KiB, issue #33). A frame larger than
+/// this still arrives whole: the buffer grows to the frame's length, and each read
+/// system call takes at most this many bytes.
+pub(crate) const READ_BUFFER: usize = 4 << 10;
+/// Bytes tungstenite gathers before it writes to the socket on its own (a flush
+/// writes whatever is gathered). The buffer keeps the capacity it once reached, so
+/// this also bounds what a connection keeps after a burst (default 128 KiB); the
+/// connection flushes after every batch of frames anyway.
+pub(crate) const WRITE_BUFFER: usize = 16 << 10;
+
 /// What the binary plugs into the door.
 #[derive(Clone)]
 pub struct Hooks {
@@ -184,6 +196,8 @@ async fn accept<B: MessagingApi + 'static>(
     }
     let max = ctx.settings.max_message_size;
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
         .max_message_size(Some(max))
         .max_frame_size(Some(max));
     let ws = WebSocketStream::from_partially_read(stream, upgrade.rest, Role::Server, Some(config))
