@@ -51,7 +51,8 @@
 //! web framework and CLI parser in our tree for one module. `mqttbytes` is
 //! unmaintained since 2021, so `codec.rs` wraps it: it frames and size-checks
 //! packets itself (oversize is reported as such), reads the short v5
-//! DISCONNECT forms the crate rejects, refuses AUTH, and lifts 3.1.1 packets into
+//! DISCONNECT forms the crate rejects, reads and writes AUTH (which it lacks;
+//! `codec/auth.rs`), and lifts 3.1.1 packets into
 //! the v5 model so the rest of the gateway handles one packet type.
 
 #![forbid(unsafe_code)]
