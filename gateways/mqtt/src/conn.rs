@@ -7,7 +7,8 @@
 //! read goes to the packet handlers (`conn/packets.rs`), a router feed to what
 //! it follows, a group's offer to its memberships, and each turn the window
 //! takes what is ready. CONNECT and the end of a connection are
-//! `conn/connect.rs`.
+//! `conn/connect.rs`; enhanced authentication (AUTH, SCRAM-SHA-256) before
+//! CONNACK and re-authentication after it are `conn/enhanced.rs`.
 //!
 //! Outgoing packets are encoded into one buffer and written by the same task's
 //! loop whenever the socket takes them (many packets per socket write); there

@@ -15,7 +15,8 @@
 //! offsets), `ready.rs` (messages waiting for the window), `window.rs` (the
 //! outgoing window, acknowledgements), `members.rs` (its shared-subscription
 //! memberships), `output.rs` (its encoded output); `conn/connect.rs` is
-//! CONNECT and the end of a connection, `conn/packets.rs` the packets read.
+//! CONNECT and the end of a connection, `conn/enhanced.rs` the AUTH exchange
+//! (SCRAM-SHA-256, re-authentication), `conn/packets.rs` the packets read.
 //! Below them: `session.rs` (what outlives a connection), `share/` (the node's
 //! shared-subscription groups, `group.rs` a group's task), `router.rs` (one
 //! reader per core queue fanning out to sessions), `codec.rs` (pure framing
