@@ -206,6 +206,9 @@ pub(crate) async fn start_mqtt<B: MessagingApi + 'static>(
     settings.door_liveness = m.door_liveness;
     settings.door_timeout = m.door_timeout;
     settings.snapshot_interval = m.snapshot_interval;
+    settings.server_reference =
+        (!m.server_reference.is_empty()).then(|| m.server_reference.clone());
+    settings.moved_to = (!m.moved_to.is_empty()).then(|| m.moved_to.clone());
     // A snapshot part must fit in one stored record.
     settings.snapshot_chunk = usize::try_from(record_room)
         .unwrap_or(usize::MAX)
@@ -826,6 +829,12 @@ impl BrokerNode {
     /// A master's replication gate (`None` on a slave).
     pub fn gate(&self) -> Option<&Arc<rocketgate_core::store::ha::Gate>> {
         self.replication.replicas().map(|r| r.gate())
+    }
+
+    /// The coming [`BrokerNode::stop`] is a master's demotion: the MQTT door tells
+    /// its v5 clients 0x9C (Use another server, with `mqtt.server_reference`).
+    pub fn redirect_mqtt_on_stop(&self) {
+        self.mqtt.redirect_on_stop();
     }
 
     /// Stops every door, replication and the registrar, then closes the broker and store.

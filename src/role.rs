@@ -209,6 +209,9 @@ pub async fn run(
         {
             // No acknowledgement from here on: another master may already take writes.
             gate.fence("the controller named another master");
+            // Its MQTT clients are sent to the group's other doors (0x9C) rather than
+            // told the server shuts down: it comes back as a slave.
+            node.redirect_mqtt_on_stop();
         }
         let log_end = node.broker().store().positions().written;
         beat.log_end.store(log_end, Ordering::Release);

@@ -77,7 +77,7 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
             ..UserEntry::default()
         });
     if let Some(p) = password {
-        user.password = store::hash_password(p.as_bytes());
+        store::set_password(&mut user, p.as_bytes());
     }
     if !a.roles.is_empty() {
         user.roles = a.roles;

@@ -41,4 +41,7 @@ pub enum Denied {
     BadSignature(String),
     #[error("too many connections from this address")]
     TooManyConnections,
+    /// A SCRAM exchange that is not well formed (a wrong proof is `BadCredentials`).
+    #[error("{0}")]
+    Scram(crate::scram::ScramError),
 }

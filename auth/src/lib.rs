@@ -22,6 +22,7 @@ pub mod acl;
 mod error;
 pub mod jwt;
 pub mod limit;
+pub mod scram;
 pub mod sign;
 pub mod store;
 
@@ -468,6 +469,98 @@ impl Auth {
                 }
             }
         }
+    }
+
+    /// SCRAM-SHA-256, step one (docs/security.md "SCRAM-SHA-256"): the
+    /// server-first message for a client-first one, after the login back-off of
+    /// [`Auth::login`]. An unknown user, or one without SCRAM keys, gets a made-up
+    /// salt (the same each time for the same name) and fails at
+    /// [`Auth::scram_finish`] like a wrong password: the answer does not tell which
+    /// users exist. Call only with authentication on.
+    pub async fn scram_start(
+        &self,
+        client_first: &[u8],
+        peer: IpAddr,
+        door: &'static str,
+    ) -> Result<(scram::Exchange, Vec<u8>), Denied> {
+        let user = scram::client_first_user(client_first)
+            .map_err(|e| self.scram_failed(peer, None, door, Denied::Scram(e)))?;
+        let delay = self.limiter.delay(peer, Some(&user));
+        if !delay.is_zero() {
+            metrics::counter!("rocketgate_auth_throttled_total", "door" => door).increment(1);
+            tokio::time::sleep(delay).await;
+        }
+        let keys = self
+            .users()
+            .user(&user)
+            .and_then(|u| scram::Keys::decode(&u.scram_sha256));
+        let key = self.cache_key;
+        scram::Exchange::start(client_first, keys, |name| {
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key).expect("any key length");
+            mac.update(b"scram stand-in salt\0");
+            mac.update(name.as_bytes());
+            scram::Keys {
+                iterations: scram::ITERATIONS,
+                salt: mac.finalize().into_bytes()[..16].to_vec(),
+                stored_key: rand::random(),
+                server_key: rand::random(),
+            }
+        })
+        .map_err(|e| self.scram_failed(peer, Some(&user), door, Denied::Scram(e)))
+    }
+
+    /// SCRAM-SHA-256, step two: checks the client-final message; the login and
+    /// the server-final message when the proof holds. Failures count for the
+    /// back-off and `rocketgate_auth_failures_total` like a bad password.
+    pub fn scram_finish(
+        &self,
+        exchange: &scram::Exchange,
+        client_final: &[u8],
+        peer: IpAddr,
+        door: &'static str,
+    ) -> Result<(Login, Vec<u8>), Denied> {
+        let user = exchange.user();
+        match exchange.finish(client_final) {
+            Ok(server_final) => {
+                self.limiter.succeeded(peer, user);
+                metrics::counter!("rocketgate_auth_logins_total", "door" => door).increment(1);
+                let login = Login {
+                    identity: Identity {
+                        user: user.to_owned(),
+                        internal: false,
+                    },
+                    expires_at: None,
+                };
+                Ok((login, server_final))
+            }
+            Err(scram::ScramError::Proof) => {
+                if self
+                    .users()
+                    .user(user)
+                    .is_some_and(|u| scram::Keys::decode(&u.scram_sha256).is_none())
+                {
+                    // Told to the operator only: the client gets what a wrong
+                    // password gets.
+                    tracing::warn!(door, %peer, user, "SCRAM login of a user without SCRAM keys \
+                        (its password was set before SCRAM support): set the password again");
+                }
+                Err(self.scram_failed(peer, Some(user), door, Denied::BadCredentials))
+            }
+            Err(e) => Err(self.scram_failed(peer, Some(user), door, Denied::Scram(e))),
+        }
+    }
+
+    fn scram_failed(
+        &self,
+        peer: IpAddr,
+        user: Option<&str>,
+        door: &'static str,
+        why: Denied,
+    ) -> Denied {
+        self.limiter.failed(peer, user);
+        metrics::counter!("rocketgate_auth_failures_total", "door" => door).increment(1);
+        tracing::warn!(door, %peer, user = user.unwrap_or(""), method = scram::METHOD, reason = %why, "login refused");
+        why
     }
 
     fn jwt_login(&self, v: jwt::Verified) -> Result<Login, Denied> {

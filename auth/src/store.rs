@@ -6,6 +6,7 @@
 //! [[user]]
 //! name = "alice"
 //! password = "$argon2id$v=19$m=19456,t=2,p=1$..."   # PHC string, never the password
+//! scram_sha256 = "SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>"  # for SCRAM logins
 //! roles = ["devices"]
 //! api_keys = ["sha256:9f86d0..."]                     # SHA-256 of each bearer key
 //! access_keys = [{ access_key = "AK1", secret_key = "..." }]  # plain: keys an HMAC
@@ -18,7 +19,9 @@
 //!
 //! The role `admin` is built in: every action on every (non-internal) topic; so is
 //! `monitor`: reading the admin API (what the web dashboard shows), nothing else.
-//! Passwords are argon2id hashes (19 MiB, t = 2, p = 1: OWASP's minimum), API keys
+//! Passwords are argon2id hashes (19 MiB, t = 2, p = 1: OWASP's minimum), and
+//! beside them SCRAM-SHA-256 keys of the same password (salted, 4096 iterations:
+//! what a SCRAM login needs, which the argon2id hash cannot give); API keys
 //! SHA-256 hashes (they are random 256-bit strings, a slow hash adds nothing).
 //! RocketMQ secret keys are kept in plain because the signature is an HMAC keyed
 //! with them; the file is written with mode 0600.
@@ -50,6 +53,11 @@ pub struct UserEntry {
     /// argon2id PHC string; empty: no password login.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub password: String,
+    /// SCRAM-SHA-256 keys of the same password (RFC 5803 form, see `scram.rs`):
+    /// written with the argon2id hash by [`set_password`]; empty for a password
+    /// set before SCRAM support (or no password): no SCRAM login.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scram_sha256: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
     /// `sha256:<hex>` of each API key.
@@ -160,6 +168,21 @@ pub fn hash_password(password: &[u8]) -> String {
         .hash_password(password, &salt)
         .expect("argon2 hashing of any input")
         .to_string()
+}
+
+/// Sets a user's password: the argon2id hash and the SCRAM-SHA-256 keys (slow:
+/// run it off the async runtime).
+pub fn set_password(user: &mut UserEntry, password: &[u8]) {
+    (user.password, user.scram_sha256) = password_fields(password);
+}
+
+/// What [`set_password`] writes: the argon2id PHC string and the SCRAM-SHA-256
+/// keys, computed before the store is locked for the change.
+pub fn password_fields(password: &[u8]) -> (String, String) {
+    (
+        hash_password(password),
+        crate::scram::Keys::new(password).encode(),
+    )
 }
 
 /// Checks a password against a PHC string (slow: run it off the async runtime).

@@ -408,6 +408,18 @@ pub struct MqttConfig {
     /// below `store.retention`.
     #[serde(with = "units::duration")]
     pub snapshot_interval: Duration,
+    /// Where MQTT 5 clients are sent when this door cannot serve them (MQTT 5
+    /// Server Reference, e.g. `"master-host:1883"`, or several separated by spaces:
+    /// the doors of the group's nodes): a publish to a read-only slave gets
+    /// DISCONNECT 0x9C (Use another server) with it instead of PUBACK 0x80, a
+    /// persistent session a slave cannot record CONNACK 0x9C, and a master demoted
+    /// by the controller closes its v5 connections with 0x9C. Empty: no reference.
+    pub server_reference: String,
+    /// The MQTT service moved for good (operator-driven, docs/mqtt.md "Server
+    /// redirection"): every CONNECT is refused, v5 with CONNACK 0x9D (Server moved)
+    /// and this as Server Reference, 3.1.1 with CONNACK 3 (server unavailable).
+    /// Empty: serve as usual.
+    pub moved_to: String,
 }
 
 impl Default for MqttConfig {
@@ -424,6 +436,8 @@ impl Default for MqttConfig {
             door_liveness: Duration::from_secs(1),
             door_timeout: Duration::from_secs(4),
             snapshot_interval: Duration::from_secs(3600),
+            server_reference: String::new(),
+            moved_to: String::new(),
         }
     }
 }

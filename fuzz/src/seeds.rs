@@ -115,7 +115,35 @@ fn mqtt_codec() -> Vec<Vec<u8>> {
         [&[0x01 | (3 << 1), 200][..], &v5].concat(),
         [&[64 << 1, 200][..], &v4].concat(),
         [&[0x01, 1][..], &v5].concat(),
+        [&[0x01 | (4 << 1), 200][..], &auth_packets()].concat(),
     ]
+}
+
+/// AUTH packets (MQTT 5 enhanced authentication; `mqttbytes` has no encoder for
+/// them): a SCRAM continue with method, data, reason string and a user property,
+/// a re-authentication, and the two-byte success form.
+fn auth_packets() -> Vec<u8> {
+    let mut props = Vec::new();
+    for (id, v) in [
+        (0x15u8, &b"SCRAM-SHA-256"[..]),
+        (0x16, b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"),
+        (0x1F, b"why"),
+    ] {
+        props.push(id);
+        props.extend_from_slice(&(v.len() as u16).to_be_bytes());
+        props.extend_from_slice(v);
+    }
+    props.extend_from_slice(&[0x26, 0, 1, b'k', 0, 1, b'v']);
+    let mut out = Vec::new();
+    for reason in [0x18u8, 0x19] {
+        out.push(0xF0);
+        out.push((2 + props.len()) as u8);
+        out.push(reason);
+        out.push(props.len() as u8);
+        out.extend_from_slice(&props);
+    }
+    out.extend_from_slice(&[0xF0, 0x00]);
+    out
 }
 
 fn mqtt_session() -> Vec<Vec<u8>> {
@@ -127,6 +155,8 @@ fn mqtt_session() -> Vec<Vec<u8>> {
     vec![
         [&[0x01 | (5 << 1)][..], &v5].concat(),
         [&[0x00][..], &v4].concat(),
+        // AUTH on a connection that did not use enhanced authentication: DISCONNECT 0x82.
+        [&[0x01][..], &auth_packets()].concat(),
     ]
 }
 

@@ -38,6 +38,9 @@ const SECRET: &str = "failover-secret";
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const GROUP: &str = "broker-a";
 const TOPIC: &str = "ledger";
+/// The brokers' `mqtt.server_reference` (the group's MQTT doors, as an operator
+/// would name them; here only checked to arrive).
+const MQTT_REFERENCE: &str = "broker-a-mqtt-1:1883 broker-a-mqtt-2:1883";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -112,6 +115,8 @@ fn broker(id: u64, namesrvs: &str, controllers: &str) -> anyhow::Result<Node> {
         ("ROCKETGATE_HA__SECRET", SECRET),
         ("ROCKETGATE_HA__SYNC_TIMEOUT", "2s"),
         ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms"),
+        // Where a demoted master's door sends MQTT 5 clients (0x9C).
+        ("ROCKETGATE_MQTT__SERVER_REFERENCE", MQTT_REFERENCE),
     ];
     if short_timings() {
         env.push(("ROCKETGATE_CONTROLLER__HEARTBEAT_INTERVAL", "300ms"));
@@ -1191,5 +1196,89 @@ async fn a_proxy_in_front_of_the_group_carries_on_through_a_failover() {
         lost.is_empty(),
         "{} acknowledged sends lost: {lost:?}",
         lost.len()
+    );
+}
+
+/// A paho v5 client that prints `connected <rc>`, then `disconnect <rc> <Server
+/// Reference>` when the server closes it.
+const PAHO_WAIT_FOR_DISCONNECT: &str = r#"
+import sys
+import paho.mqtt.client as mqtt
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="demoted-dev", protocol=mqtt.MQTTv5,
+                reconnect_on_failure=False)
+c.on_connect = lambda c, u, f, rc, p: print("connected", rc.value, flush=True)
+def gone(c, u, f, rc, p):
+    print("disconnect", rc.value, getattr(p, "ServerReference", None) if p is not None else None, flush=True)
+    c.disconnect()
+c.on_disconnect = gone
+c.connect(sys.argv[1], int(sys.argv[2]), keepalive=600)
+c.loop_forever()
+"#;
+
+/// A master the controllers demote (docs/mqtt.md "Server redirection"): frozen with
+/// SIGSTOP while they elect another, it learns on waking that it is no longer master
+/// and closes its MQTT door with DISCONNECT 0x9C (Use another server) and the Server
+/// Reference — which paho v5 reads — instead of 0x8B (shutting down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_demoted_masters_mqtt_clients_are_told_to_use_another_server() {
+    use std::io::BufRead;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Group {
+        _dir,
+        _plane,
+        namesrvs: _,
+        controllers: _,
+        client,
+        nodes,
+        info,
+    } = group_of_three().await;
+    let old = info.master_id.unwrap();
+    let mqtt = nodes[&old].addr("mqtt");
+    /// The client process, stopped also when the test panics.
+    struct Paho(Child);
+    impl Drop for Paho {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut py = Paho(
+        Command::new("python3")
+            .args(["-c", PAHO_WAIT_FOR_DISCONNECT])
+            .args([mqtt.ip().to_string(), mqtt.port().to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 with paho-mqtt"),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = py.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let line = |what: &str, s: u64| {
+        rx.recv_timeout(Duration::from_secs(s))
+            .unwrap_or_else(|_| panic!("paho printed no {what} line in time"))
+    };
+    assert_eq!(line("connected", 30), "connected 0");
+    signal(&nodes[&old], libc::SIGSTOP);
+    let new = wait_for_async("a new master", 60, async || {
+        group_info(&client)
+            .await
+            .filter(|i| i.master_epoch > info.master_epoch && i.master_id.is_some_and(|m| m != old))
+    })
+    .await;
+    signal(&nodes[&old], libc::SIGCONT);
+    let got = line("disconnect", 60);
+    drop(py);
+    assert_eq!(
+        got,
+        format!("disconnect 156 {MQTT_REFERENCE}"),
+        "the old master {old} (new: {:?})",
+        new.master_id
     );
 }

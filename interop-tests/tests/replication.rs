@@ -334,6 +334,49 @@ async fn ten_thousand_messages_through_three_doors_are_byte_identical_on_the_sla
     wait_identical(&master, &slave).expect("identical logs after the refusals");
 }
 
+/// MQTT 5 server redirection (#27 item 6, docs/mqtt.md "Server redirection"): a
+/// slave started with `mqtt.server_reference` naming the master's MQTT door sends a
+/// paho v5 publisher there with DISCONNECT 0x9C, the publish is acknowledged by the
+/// master and replicated; a persistent session asked of the slave gets CONNACK 0x9C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slaves_mqtt_door_sends_v5_publishers_to_the_master() {
+    let master = start_master().expect("master");
+    let reference = master.addr("mqtt").to_string();
+    let slave = start(&[
+        ("ROCKETGATE_BROKER__ID", "1".into()),
+        ("ROCKETGATE_HA__MASTER", master.addr("ha").to_string()),
+        ("ROCKETGATE_HA__SECRET", SECRET.into()),
+        ("ROCKETGATE_HA__HEARTBEAT_INTERVAL", "250ms".into()),
+        ("ROCKETGATE_MQTT__SERVER_REFERENCE", reference.clone()),
+    ])
+    .expect("slave");
+    wait_in_sync(&master).expect("in sync");
+    create_topic(&master, "redir", 1).await.expect("topic");
+    wait_identical(&master, &slave).expect("the topic on the slave");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/mqtt_redirect.py");
+    let addr = slave.addr("mqtt");
+    let out = tokio::task::block_in_place(|| {
+        Command::new("python3")
+            .args([
+                script,
+                &addr.ip().to_string(),
+                &addr.port().to_string(),
+                "redir/x",
+            ])
+            .output()
+            .expect("python3 with paho-mqtt")
+    });
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.trim(), format!("ok {reference}"));
+    // What the master took reaches the slave's log; nothing of the refused one.
+    wait_identical(&master, &slave).expect("identical logs");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_sends_fail_without_the_slave_and_succeed_after_it_catches_up() {
     let master = start_master().expect("master");

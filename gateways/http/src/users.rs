@@ -41,6 +41,9 @@ pub struct UserJson {
     pub name: String,
     /// Whether a password is set.
     pub password: bool,
+    /// Whether the user has SCRAM-SHA-256 keys (MQTT enhanced authentication): a
+    /// password set before SCRAM support has none until it is set again.
+    pub scram: bool,
     pub roles: Vec<String>,
     /// How many API keys the user has.
     pub api_keys: usize,
@@ -103,6 +106,7 @@ pub async fn list<B: MessagingApi + 'static>(
         .map(|u| UserJson {
             name: u.name.clone(),
             password: !u.password.is_empty(),
+            scram: !u.scram_sha256.is_empty(),
             roles: u.roles.clone(),
             api_keys: u.api_keys.len(),
             access_keys: u.access_keys.iter().map(|a| a.access_key.clone()).collect(),
@@ -127,10 +131,11 @@ pub async fn put<B: MessagingApi + 'static>(
     }
     let auth = ctx.settings.auth.clone();
     let created = blocking(move || {
+        // The argon2id hash and the SCRAM-SHA-256 keys (docs/security.md).
         let hash = body
             .password
             .as_deref()
-            .map(|p| store::hash_password(p.as_bytes()));
+            .map(|p| store::password_fields(p.as_bytes()));
         auth.update(|f| {
             let mut user = f.users.iter().find(|u| u.name == name).cloned();
             let created = user.is_none();
@@ -138,8 +143,9 @@ pub async fn put<B: MessagingApi + 'static>(
                 name: name.clone(),
                 ..UserEntry::default()
             });
-            if let Some(h) = hash {
+            if let Some((h, scram)) = hash {
                 u.password = h;
+                u.scram_sha256 = scram;
             }
             if let Some(r) = body.roles {
                 u.roles = r;

@@ -5,7 +5,8 @@
 //! values (no properties, success reasons), and v5 values are lowered to v4 on the
 //! way out.
 //!
-//! Gaps of `mqttbytes` 0.6 are covered here: a v5 DISCONNECT with a
+//! Gaps of `mqttbytes` 0.6 are covered here: AUTH (enhanced authentication,
+//! `codec/auth.rs`) is read and written without it; a v5 DISCONNECT with a
 //! remaining length of 0 or 1 (both legal) is read without its codec, and the
 //! frame is checked against the size limit before anything is consumed, so an
 //! oversize packet is reported as such rather than as garbage; a v5 CONNACK
@@ -18,6 +19,21 @@ use mqttbytes::v5::{self, Packet};
 use mqttbytes::{QoS, v4};
 
 use crate::outgoing::Outgoing;
+
+mod auth;
+
+pub use auth::{AuthPacket, CONTINUE, REAUTHENTICATE, SUCCESS};
+
+/// What [`read_frame`] takes off the wire: a packet of the `mqttbytes` model, or
+/// an AUTH, which that model lacks.
+// The packet is kept unboxed, as `read` returns it (no allocation per packet on
+// the hot path); the rare AUTH is boxed so a frame is no larger than a packet.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Packet(Packet),
+    Auth(Box<AuthPacket>),
+}
 
 /// The protocol version of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +104,40 @@ fn fixed_header(buf: &[u8]) -> Result<Option<(usize, usize)>, CodecError> {
     ))
 }
 
-/// Takes one whole packet off the front of `buf` (`Ok(None)`: not complete yet).
+/// Takes one whole packet off the front of `buf`, AUTH included (v5; in 3.1.1
+/// packet type 15 is reserved: a protocol error). `Ok(None)`: not complete yet.
+pub fn read_frame(
+    version: Version,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Option<Frame>, CodecError> {
+    if version == Version::V5 && buf.first().is_some_and(|b| b >> 4 == 15) {
+        let Some((header_len, remaining)) = fixed_header(buf)? else {
+            return Ok(None);
+        };
+        let size = header_len + remaining;
+        if size > max {
+            return Err(CodecError::TooLarge { size, max });
+        }
+        if buf.len() < size {
+            buf.reserve(size - buf.len());
+            return Ok(None);
+        }
+        check_wire(version, &buf[..size], header_len)?;
+        let p = auth::read(&buf[header_len..size]);
+        buf.advance(size);
+        return p.map(|p| Some(Frame::Auth(Box::new(p))));
+    }
+    read(version, buf, max).map(|p| p.map(Frame::Packet))
+}
+
+/// Appends an AUTH packet (v5 only).
+pub fn write_auth(p: &AuthPacket, out: &mut BytesMut) -> Result<(), CodecError> {
+    auth::write(p, out)
+}
+
+/// Takes one whole packet off the front of `buf` (`Ok(None)`: not complete yet);
+/// AUTH is refused here, [`read_frame`] reads it.
 pub fn read(
     version: Version,
     buf: &mut BytesMut,
@@ -115,9 +164,10 @@ pub fn read(
         return Ok(Some(Packet::Disconnect(d)));
     }
     if kind == 15 {
-        return Err(CodecError::Protocol(
-            "AUTH (enhanced authentication) is not supported".into(),
-        ));
+        return Err(CodecError::Protocol(match version {
+            Version::V4 => "packet type 15 (AUTH) does not exist in MQTT 3.1.1".into(),
+            Version::V5 => "AUTH where it is not read".into(),
+        }));
     }
     if kind == 10 && version == Version::V5 {
         // Read here: mqttbytes 0.6's v5 UNSUBSCRIBE reader has a stray `dbg!` that
@@ -189,7 +239,7 @@ fn read_unsubscribe_v5(body: &[u8]) -> Result<v5::Unsubscribe, CodecError> {
 
 /// What `mqttbytes` reads without complaint but MQTT requires the server to
 /// refuse: fixed-header flags other than the packet type's (MQTT-3.8.1-1,
-/// 3.10.1-1, 3.6.1-1, 3.14.1-1: malformed), CONNECT flags that contradict each
+/// 3.10.1-1, 3.6.1-1, 3.14.1-1, 3.15.1-1: malformed), CONNECT flags that contradict each
 /// other (MQTT-3.1.2-3, 3.1.2-11..15, 3.1.2-22), and reserved bits or Retain
 /// Handling 3 in SUBSCRIBE options (MQTT-3.8.3-4 of 3.1.1, 3.8.3-5 of 5.0).
 /// `packet` is one whole packet, its variable header at `header_len`.
@@ -197,7 +247,7 @@ fn check_wire(version: Version, packet: &[u8], header_len: usize) -> Result<(), 
     let kind = packet[0] >> 4;
     let flags = packet[0] & 0x0F;
     let want = match kind {
-        1 | 4 | 5 | 7 | 12 | 14 => Some(0),
+        1 | 4 | 5 | 7 | 12 | 14 | 15 => Some(0),
         6 | 8 | 10 => Some(0b0010),
         _ => None,
     };

@@ -7,7 +7,8 @@
 //! read goes to the packet handlers (`conn/packets.rs`), a router feed to what
 //! it follows, a group's offer to its memberships, and each turn the window
 //! takes what is ready. CONNECT and the end of a connection are
-//! `conn/connect.rs`.
+//! `conn/connect.rs`; enhanced authentication (AUTH, SCRAM-SHA-256) before
+//! CONNACK and re-authentication after it are `conn/enhanced.rs`.
 //!
 //! Outgoing packets are encoded into one buffer and written by the same task's
 //! loop whenever the socket takes them (many packets per socket write); there
@@ -15,6 +16,7 @@
 //! than a kilobyte (issue #10).
 
 mod connect;
+mod enhanced;
 mod packets;
 
 use std::net::SocketAddr;
@@ -101,6 +103,22 @@ where
         }
         Ok(Err(None)) | Err(_) => return,
     };
+    // A moved service's refusal, enhanced authentication (boxed: rare, and every
+    // byte of this function's state is in every connection's task, see `server.rs`;
+    // the CONNECT goes in and comes back out so that it is not held here).
+    let Ok((connect, enhanced)) = Box::pin(enhanced::before_accept(
+        &shared.settings,
+        &mut rd,
+        &mut wr,
+        &mut inbuf,
+        Box::new(connect),
+        version,
+        peer,
+    ))
+    .await
+    else {
+        return;
+    };
     let (tk_tx, tk_rx) = oneshot::channel::<Takeover>();
     let mut tk_rx = Some(tk_rx);
     let mut conn = Conn {
@@ -117,15 +135,16 @@ where
     let lagged = conn.following.lagged();
     // Rare or one-off steps run boxed: their state would otherwise be part of
     // every connection's task for its whole life (memory per idle connection).
-    let keep_alive = match Box::pin(conn.accept(connect, tk_tx, tls_identity.take())).await {
-        Some(k) => k,
-        None => {
-            let out = conn.out.take();
-            drop(conn);
-            write_out(&mut wr, out).await;
-            return;
-        }
-    };
+    let keep_alive =
+        match Box::pin(conn.accept(connect, tk_tx, tls_identity.take(), enhanced)).await {
+            Some(k) => k,
+            None => {
+                let out = conn.out.take();
+                drop(conn);
+                write_out(&mut wr, out).await;
+                return;
+            }
+        };
     // Packets that came in the same read as CONNECT.
     let mut early = if inbuf.is_empty() {
         // Most clients wait for CONNACK: start the connection on a small buffer.
@@ -221,6 +240,12 @@ where
                     break End::Server(
                         DisconnectReasonCode::NotAuthorized,
                         "the credentials (token) expired".into(),
+                    );
+                }
+                if conn.reauth_overdue() {
+                    break End::Server(
+                        DisconnectReasonCode::NotAuthorized,
+                        "the re-authentication did not finish in time".into(),
                     );
                 }
                 if keep_alive.is_some_and(|k| last_seen.elapsed() >= k) {

@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use crate::codec::{self, Version};
+use crate::codec::{self, Frame, Version};
 
 /// Reads packets off `data` as a `v5` (else 3.1.1) connection would, in chunks of
 /// `chunk` bytes, with a `max`-byte packet limit. Every packet read is written back
@@ -14,17 +14,21 @@ pub fn codec_roundtrip(v5: bool, chunk: usize, max: usize, data: &[u8]) -> usize
     for piece in data.chunks(chunk.max(1)) {
         buf.extend_from_slice(piece);
         loop {
-            match codec::read(version, &mut buf, max) {
-                Ok(Some(packet)) => {
+            match codec::read_frame(version, &mut buf, max) {
+                Ok(Some(frame)) => {
                     read += 1;
                     let mut out = BytesMut::new();
                     // (A 3.1.1 DISCONNECT is written as nothing: the server just closes.)
-                    if codec::write(version, &packet, &mut out).is_ok() && !out.is_empty() {
+                    let written = match &frame {
+                        Frame::Packet(p) => codec::write(version, p, &mut out),
+                        Frame::Auth(a) => codec::write_auth(a, &mut out),
+                    };
+                    if written.is_ok() && !out.is_empty() {
                         let len = out.len();
-                        match codec::read(version, &mut out, len.max(max)) {
+                        match codec::read_frame(version, &mut out, len.max(max)) {
                             Ok(Some(back)) => assert_eq!(
                                 format!("{back:?}"),
-                                format!("{packet:?}"),
+                                format!("{frame:?}"),
                                 "a packet written back reads differently"
                             ),
                             other => panic!("a packet written back does not read: {other:?}"),

@@ -343,16 +343,22 @@ impl Inbound {
             };
         }
         use rocketgate_core::Error as E;
+        if let E::ReadOnlyReplica { .. } = e {
+            // 0x9C marks "use another server": with `server_reference` set a v5
+            // client is sent there (DISCONNECT 0x9C, see `flush`); without, its
+            // PUBACK / PUBREC says 0x80 (`refused_reason`).
+            tracing::warn!(client = %client_id, error = %e, "publish refused: read-only slave");
+            return Refused {
+                code: 0x9C,
+                reason: e.to_string(),
+            };
+        }
         if matches!(
             e,
-            E::ReplicationTimeout { .. }
-                | E::NoInSyncReplica { .. }
-                | E::ReadOnlyReplica { .. }
-                | E::NotLeader { .. }
+            E::ReplicationTimeout { .. } | E::NoInSyncReplica { .. } | E::NotLeader { .. }
         ) {
             // Sync replication without its copies (the outcome is unknown: it is in the
-            // master's log), a read-only slave, or a master without its controller
-            // lease: 0x80 with the reason; a 3.1.1 client is disconnected without an ack.
+            // master's log), or a master without its controller lease: 0x80 with the reason; a 3.1.1 client is disconnected without an ack.
             tracing::warn!(client = %client_id, error = %e, "publish not acknowledged: replication");
             return Refused {
                 code: 0x80,
@@ -486,6 +492,18 @@ impl Inbound {
                 Err(e) => failure = Some(Self::not_stored(&cx.session.client_id, e)),
             }
         }
+        if cx.out.v5()
+            && let Some(r) = &failure
+            && r.code == 0x9C
+            && cx.shared.settings.server_reference.is_some()
+        {
+            // A read-only slave's door sends the publisher to the master (#27 item 6):
+            // DISCONNECT 0x9C with the Server Reference, no acknowledgement.
+            return Some(End::Server(
+                DisconnectReasonCode::UseAnotherServer,
+                r.reason.clone(),
+            ));
+        }
         if !cx.out.v5()
             && let Some(r) = &failure
         {
@@ -562,7 +580,11 @@ mod tests {
                 master: "m:10912".into(),
             },
         );
-        assert_eq!(r.code, 0x80);
+        // 0x9C inside the door (a reference sends the client away); the wire says
+        // 0x80 without one.
+        assert_eq!(r.code, 0x9C);
+        assert_eq!(refused_reason(r.code), PubAckReason::UnspecifiedError);
+        assert_eq!(rec_reason(r.code), PubRecReason::UnspecifiedError);
         assert!(r.reason.contains("read-only slave"), "{}", r.reason);
     }
 }

@@ -15,7 +15,8 @@
 //! offsets), `ready.rs` (messages waiting for the window), `window.rs` (the
 //! outgoing window, acknowledgements), `members.rs` (its shared-subscription
 //! memberships), `output.rs` (its encoded output); `conn/connect.rs` is
-//! CONNECT and the end of a connection, `conn/packets.rs` the packets read.
+//! CONNECT and the end of a connection, `conn/enhanced.rs` the AUTH exchange
+//! (SCRAM-SHA-256, re-authentication), `conn/packets.rs` the packets read.
 //! Below them: `session.rs` (what outlives a connection), `share/` (the node's
 //! shared-subscription groups, `group.rs` a group's task), `router.rs` (one
 //! reader per core queue fanning out to sessions), `codec.rs` (pure framing
@@ -51,7 +52,8 @@
 //! web framework and CLI parser in our tree for one module. `mqttbytes` is
 //! unmaintained since 2021, so `codec.rs` wraps it: it frames and size-checks
 //! packets itself (oversize is reported as such), reads the short v5
-//! DISCONNECT forms the crate rejects, refuses AUTH, and lifts 3.1.1 packets into
+//! DISCONNECT forms the crate rejects, reads and writes AUTH (which it lacks;
+//! `codec/auth.rs`), and lifts 3.1.1 packets into
 //! the v5 model so the rest of the gateway handles one packet type.
 
 #![forbid(unsafe_code)]

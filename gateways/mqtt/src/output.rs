@@ -81,6 +81,36 @@ impl Output {
         }
     }
 
+    /// An AUTH packet (enhanced authentication), within the client's Maximum
+    /// Packet Size as [`Output::send`] does it (MQTT-3.15.2-2/3).
+    pub fn send_auth(&mut self, p: &codec::AuthPacket) {
+        let start = self.buf.len();
+        let mut lean = None;
+        loop {
+            let packet = lean.as_ref().unwrap_or(p);
+            if let Err(e) = codec::write_auth(packet, &mut self.buf) {
+                tracing::warn!(error = %e, "encoding an AUTH failed");
+                self.buf.truncate(start);
+                return;
+            }
+            if self.buf.len() - start <= self.client_max as usize {
+                return;
+            }
+            self.buf.truncate(start);
+            if lean.is_some() {
+                tracing::debug!(
+                    max = self.client_max,
+                    "an AUTH larger than the client accepts was not sent"
+                );
+                return;
+            }
+            let mut l = p.clone();
+            l.reason_string = None;
+            l.user_properties.clear();
+            lean = Some(l);
+        }
+    }
+
     /// One PUBLISH as a session holds it (the hot path, see [`codec::write_outgoing`]).
     pub fn publish(&mut self, p: &Outgoing) {
         if let Err(e) = codec::write_outgoing(self.version, p, &mut self.buf) {

@@ -419,8 +419,20 @@ impl<B: MessagingApi + 'static> Handle<B> {
         self.streams.clone()
     }
 
-    /// Stops accepting, closes every connection (v5 clients get DISCONNECT 0x8B),
-    /// saves sessions, offsets and retained messages.
+    /// The next [`Handle::stop`] is because this broker stopped being its group's
+    /// master: v5 clients get DISCONNECT 0x9C (Use another server) with the
+    /// configured Server Reference instead of 0x8B; 3.1.1 clients are closed (and
+    /// the reason logged) as on any stop.
+    pub fn redirect_on_stop(&self) {
+        self.streams
+            .shared
+            .redirect_on_stop
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Stops accepting, closes every connection (v5 clients get DISCONNECT 0x8B,
+    /// or 0x9C after [`Handle::redirect_on_stop`]), saves sessions, offsets and
+    /// retained messages.
     pub async fn stop(self) {
         let _ = self.stop_tx.send(true);
         let shared = &self.streams.shared;

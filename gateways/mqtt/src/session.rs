@@ -161,6 +161,17 @@ pub struct Access {
     pub _slot: rocketgate_auth::ConnectionSlot,
     /// The `$SYS` generation this connection has sent (see `sys.rs`).
     pub sys_seen: u64,
+    /// Enhanced authentication (MQTT 5 section 4.12), when CONNECT named a method.
+    pub enhanced: Option<Box<Enhanced>>,
+}
+
+/// A connection's enhanced authentication: its method (a re-authentication must
+/// use the same, MQTT-4.12.1-1) and a re-authentication in progress.
+#[derive(Debug)]
+pub struct Enhanced {
+    pub method: String,
+    /// The exchange waiting for the client's next AUTH, and its deadline.
+    pub pending: Option<(rocketgate_auth::scram::Exchange, std::time::Instant)>,
 }
 
 impl Session {

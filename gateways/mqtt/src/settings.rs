@@ -50,6 +50,13 @@ pub struct Settings {
     pub snapshot_entries: u64,
     /// Largest part of a snapshot, in bytes (below the store's largest message).
     pub snapshot_chunk: usize,
+    /// The MQTT 5 Server Reference for clients this door cannot serve (a read-only
+    /// slave's publishers, persistent sessions it cannot record, everyone when a
+    /// demoted master stops): they get reason 0x9C (Use another server) with it.
+    pub server_reference: Option<String>,
+    /// The service moved for good: every CONNECT is refused (v5: CONNACK 0x9D
+    /// Server moved with this as Server Reference).
+    pub moved_to: Option<String>,
 }
 
 impl Settings {
@@ -72,6 +79,8 @@ impl Settings {
             snapshot_interval: Duration::from_secs(3600),
             snapshot_entries: 10_000,
             snapshot_chunk: 1 << 20,
+            server_reference: None,
+            moved_to: None,
         }
     }
 }

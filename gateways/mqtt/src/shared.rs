@@ -97,6 +97,9 @@ pub(crate) struct Shared<B> {
     idle: Notify,
     /// The `$SYS/#` values (see `sys.rs`).
     pub sys: crate::sys::Sys,
+    /// The door stops because its broker is no longer master (demoted by the
+    /// controller): v5 clients are told 0x9C (Use another server) instead of 0x8B.
+    pub redirect_on_stop: AtomicBool,
 }
 
 impl<B: MessagingApi + 'static> Shared<B> {
@@ -134,6 +137,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
             router,
             sessions: Mutex::new(HashMap::new()),
             log_failing: AtomicBool::new(false),
+            redirect_on_stop: AtomicBool::new(false),
             loaded: AtomicBool::new(loaded.is_ok()),
             shutdown,
             next_id: AtomicU64::new(1),

@@ -1,6 +1,6 @@
 //! The MQTT conformance suite (issue #30): `tests/py/conformance.py` checks the
 //! normative statements of MQTT 3.1.1 and 5.0 (CONNECT, PUBLISH, SUBSCRIBE,
-//! UNSUBSCRIBE, PINGREQ, DISCONNECT and the acknowledgements) through the
+//! UNSUBSCRIBE, PINGREQ, DISCONNECT, AUTH and the acknowledgements) through the
 //! socket with paho-mqtt, Mosquitto's clients and raw packets. Its cases run
 //! concurrently in one Python process against one broker; docs/mqtt.md
 //! "Conformance" is the statement -> test table (`conformance.py --table`).
@@ -56,5 +56,34 @@ async fn mqtt_conformance_server_keep_alive() {
     s.server_keep_alive = 2;
     let node = Node::start_with(dir.path(), s).await;
     suite(&node, "ska").await;
+    node.stop().await;
+}
+
+/// The enhanced-authentication (AUTH, SCRAM-SHA-256) cases, against a broker with
+/// authentication on and the user the suite logs in as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_conformance_enhanced_authentication() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = rocketgate_auth::Settings::disabled();
+    a.enabled = true;
+    a.users_file = dir.path().join("users.toml");
+    // The cases fail logins on purpose, concurrently, from one address: no back-off
+    // here (`enhanced_auth.rs` checks that failures count for it).
+    a.failed_login_burst = 1000;
+    let auth = rocketgate_auth::Auth::open(a).unwrap();
+    auth.update(|f| {
+        let mut u = rocketgate_auth::UserEntry {
+            name: "cf-scram".into(),
+            roles: vec!["admin".into()],
+            ..Default::default()
+        };
+        rocketgate_auth::store::set_password(&mut u, b"cf-scram-pw");
+        f.upsert(u);
+    })
+    .unwrap();
+    let mut s = settings(dir.path());
+    s.auth = auth;
+    let node = Node::start_with(dir.path(), s).await;
+    suite(&node, "auth").await;
     node.stop().await;
 }

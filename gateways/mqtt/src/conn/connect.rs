@@ -17,10 +17,11 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::oneshot;
 
 use super::Conn;
+use super::enhanced::Authenticated;
 use crate::codec::{self, CodecError, Version};
 use crate::end::End;
 use crate::message;
-use crate::session::{Access, Card, Session};
+use crate::session::{Access, Card, Enhanced, Session};
 use crate::shared::{Slot, Takeover};
 use crate::state::WillRecord;
 use crate::topic;
@@ -54,6 +55,27 @@ fn credentials<'a>(c: &'a Connect, certificate: Option<&'a str>) -> Credentials<
         },
         (None, None) => Credentials::None,
     }
+}
+
+/// The answer of a door whose service moved (`mqtt.moved_to`): v5 CONNACK 0x9D
+/// (Server moved) with the new address as Server Reference (MQTT 5 section 4.11);
+/// 3.1.1, which has no such code, CONNACK 3 (server unavailable), logged.
+pub(super) fn moved(version: Version, c: &Connect, to: &str, peer: std::net::SocketAddr) -> Bytes {
+    let mut out = BytesMut::new();
+    let ack = if version == Version::V5 {
+        tracing::debug!(%peer, client = %c.client_id, to, "CONNECT refused: the service moved");
+        let mut ack = ConnAck::new(ConnectReturnCode::ServerMoved, false);
+        let mut p = ConnAckProperties::new();
+        p.server_reference = Some(to.to_owned());
+        p.reason_string = Some(format!("this MQTT service moved to {to}"));
+        ack.properties = Some(p);
+        ack
+    } else {
+        tracing::info!(%peer, client = %c.client_id, to, "3.1.1 CONNECT refused: the service moved (mqtt.moved_to)");
+        ConnAck::new(ConnectReturnCode::ServerUnavailable, false)
+    };
+    let _ = codec::write(version, &Packet::ConnAck(ack), &mut out);
+    out.freeze()
 }
 
 /// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
@@ -131,9 +153,10 @@ impl<B: MessagingApi + 'static> Conn<B> {
     /// `Credentials::Certificate` (it counts when `auth.certificate_identity` is on).
     pub(super) async fn accept(
         &mut self,
-        c: Connect,
+        c: Box<Connect>,
         takeover: oneshot::Sender<Takeover>,
         tls_identity: Option<String>,
+        enhanced: Option<Box<Authenticated>>,
     ) -> Option<Option<Duration>> {
         if let Some(id) = &tls_identity {
             tracing::info!(peer = %self.peer, client = %c.client_id, tls_identity = %id, "MQTT CONNECT with a client certificate");
@@ -180,13 +203,6 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     "maximum packet size 0",
                 );
             }
-            if p.authentication_method.is_some() {
-                return refuse(
-                    self,
-                    ConnectReturnCode::BadAuthenticationMethod,
-                    "enhanced authentication is not supported",
-                );
-            }
             self.window.limit(p, s.max_inflight);
             self.out.set_problem_info(p.request_problem_info != Some(0));
         }
@@ -195,10 +211,19 @@ impl<B: MessagingApi + 'static> Conn<B> {
         // mTLS: the TLS listener's verified client-certificate name for this
         // connection (`auth.certificate_identity` decides whether it counts).
         let certificate: Option<&str> = tls_identity.as_deref();
-        let login = match auth
-            .login(credentials(&c, certificate), self.peer.ip(), "mqtt")
-            .await
-        {
+        // Enhanced authentication has already logged the client in (`enhanced.rs`).
+        let (pre, enhanced) = match enhanced.map(|a| *a) {
+            Some(a) => (Some(a.login), Some((a.method, a.server_final))),
+            None => (None, None),
+        };
+        let login = match pre {
+            Some(l) => Ok(l),
+            None => {
+                auth.login(credentials(&c, certificate), self.peer.ip(), "mqtt")
+                    .await
+            }
+        };
+        let login = match login {
             Ok(l) => l,
             Err(Denied::Missing) => {
                 return refuse(
@@ -236,6 +261,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
             expires_at: login.expires_at,
             _slot: slot,
             sys_seen: self.shared.sys.generation(),
+            enhanced: enhanced.as_ref().map(|(method, _)| {
+                Box::new(Enhanced {
+                    method: method.clone(),
+                    pending: None,
+                })
+            }),
         });
         let will = match &c.last_will {
             Some(w) => {
@@ -274,6 +305,21 @@ impl<B: MessagingApi + 'static> Conn<B> {
         // then overwrite the real ones. Refused; the client retries (and finds the
         // master's door after a failover). A clean, non-persistent session is served.
         if prior.unrecorded && (expiry > 0 || !c.clean_session) {
+            if v5 && let Some(to) = &s.server_reference {
+                // Where it can: the master's door (MQTT 5 section 4.11).
+                let mut ack = ConnAck::new(ConnectReturnCode::UseAnotherServer, false);
+                let mut p = ConnAckProperties::new();
+                p.reason_string = Some(
+                    "this door cannot record sessions (a read-only slave): use the server \
+                     reference, or a clean session that does not persist"
+                        .into(),
+                );
+                p.server_reference = Some(to.clone());
+                ack.properties = Some(p);
+                tracing::debug!(peer = %self.peer, client = %client_id, "CONNECT sent to another server");
+                self.out.send(&Packet::ConnAck(ack));
+                return None;
+            }
             return refuse(
                 self,
                 ConnectReturnCode::ServerUnavailable,
@@ -371,6 +417,11 @@ impl<B: MessagingApi + 'static> Conn<B> {
             p.wildcard_subscription_available = Some(1);
             p.subscription_identifiers_available = Some(1);
             p.shared_subscription_available = Some(1);
+            if let Some((method, server_final)) = enhanced {
+                // MQTT-4.12.0-5: the method again, and SCRAM's server-final message.
+                p.authentication_method = Some(method);
+                p.authentication_data = Some(server_final.into());
+            }
             ack.properties = Some(p);
         }
         self.out.send(&Packet::ConnAck(ack));
@@ -404,6 +455,17 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 DisconnectReasonCode::SessionTakenOver,
                 "another connection took the session over".to_string(),
             )),
+            End::Shutdown
+                if self
+                    .shared
+                    .redirect_on_stop
+                    .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                Some((
+                    DisconnectReasonCode::UseAnotherServer,
+                    "this broker is no longer its group's master".to_string(),
+                ))
+            }
             End::Shutdown => Some((
                 DisconnectReasonCode::ServerShuttingDown,
                 "the server is shutting down".to_string(),
@@ -420,12 +482,22 @@ impl<B: MessagingApi + 'static> Conn<B> {
             if self.out.v5() {
                 let mut d = Disconnect::new();
                 d.reason_code = code;
-                d.properties = self.out.reason(why).map(|s| DisconnectProperties {
-                    session_expiry_interval: None,
-                    reason_string: Some(s),
-                    user_properties: Vec::new(),
-                    server_reference: None,
-                });
+                // 0x9C / 0x9D: where to go instead (MQTT 5 section 4.11).
+                let s = &self.shared.settings;
+                let server_reference = match code {
+                    DisconnectReasonCode::UseAnotherServer => s.server_reference.clone(),
+                    DisconnectReasonCode::ServerMoved => s.moved_to.clone(),
+                    _ => None,
+                };
+                let reason_string = self.out.reason(why);
+                if reason_string.is_some() || server_reference.is_some() {
+                    d.properties = Some(DisconnectProperties {
+                        session_expiry_interval: None,
+                        reason_string,
+                        user_properties: Vec::new(),
+                        server_reference,
+                    });
+                }
                 self.out.send(&Packet::Disconnect(d));
             }
         }

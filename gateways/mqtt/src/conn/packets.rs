@@ -14,7 +14,7 @@ use mqttbytes::v5::{
 use rocketgate_core::broker::MessagingApi;
 
 use super::Conn;
-use crate::codec::{self, CodecError};
+use crate::codec::{self, CodecError, Frame};
 use crate::end::End;
 use crate::follow::Start;
 use crate::inbound::{self, Inbound};
@@ -31,8 +31,18 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub(super) async fn on_bytes(&mut self, buf: &mut BytesMut) -> Option<End> {
         let max = self.shared.settings.max_packet_size as usize;
         loop {
-            let packet = match codec::read(self.out.version(), buf, max) {
-                Ok(Some(p)) => p,
+            let packet = match codec::read_frame(self.out.version(), buf, max) {
+                Ok(Some(Frame::Packet(p))) => p,
+                Ok(Some(Frame::Auth(a))) => {
+                    let end = match self.flush_publishes().await {
+                        Some(end) => Some(end),
+                        None => Box::pin(self.on_auth(*a)).await,
+                    };
+                    if end.is_some() {
+                        return end;
+                    }
+                    continue;
+                }
                 Ok(None) => break,
                 Err(e) => {
                     self.flush_publishes().await;
