@@ -16,7 +16,7 @@
 
 mod conn;
 mod io;
-mod proto;
+pub(crate) mod proto;
 pub mod sink;
 
 pub use proto::Version;
