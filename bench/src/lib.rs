@@ -27,6 +27,7 @@ mod native_sink;
 mod node;
 pub mod prefault;
 pub mod proxy;
+pub mod soak;
 mod stats;
 pub mod store;
 pub mod ws;
@@ -57,6 +58,9 @@ pub enum Command {
     /// The MQTT door over a broker in-process against over `RemoteBroker` (the
     /// broker API through the native door), same run (issue #29).
     Proxy(proxy::ProxyBenchArgs),
+    /// Mixed traffic on every door for minutes: RSS, descriptors and p99 per minute
+    /// to CSV and an SVG chart; fails on growth or a stopped door (issue #25).
+    Soak(soak::SoakArgs),
 }
 
 /// Runs one `rocketgate bench` subcommand.
@@ -72,5 +76,6 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Auth(args) => auth::run(args),
         Command::Fifo(args) => fifo::run(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Soak(args) => soak::run(args),
     }
 }
