@@ -122,6 +122,10 @@ pub struct GroupArgs {
     /// On a master: `sync` or `async` acknowledgement (`ha.mode`).
     #[arg(long, value_name = "MODE")]
     pub ha_mode: Option<String>,
+    /// The address registered with the NameServers and controllers instead of the
+    /// listen address: HOST or HOST:PORT (`broker.advertised_address`; containers, NAT).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub advertised_address: Option<String>,
 }
 
 impl GroupArgs {
@@ -147,6 +151,13 @@ impl GroupArgs {
                 "ha.mode",
                 format!("\"{m}\""),
                 "flag --ha-mode",
+            ));
+        }
+        if let Some(a) = &self.advertised_address {
+            out.push(Override::new(
+                "broker.advertised_address",
+                toml::Value::String(a.clone()).to_string(),
+                "flag --advertised-address",
             ));
         }
     }

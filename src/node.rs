@@ -328,11 +328,13 @@ fn start_registrar(
         cluster: b.cluster.clone(),
         name: b.name.clone(),
         id: b.id,
-        addr: config.listen.native.to_string(),
+        // What clients and slaves dial: `broker.advertised_address` when the listen
+        // address is not reachable as it is (0.0.0.0 in a container, NAT).
+        addr: config.advertised_native(),
         ha_addr: if !config.serves_ha() {
             String::new()
         } else {
-            config.listen.ha.to_string()
+            config.advertised_ha()
         },
     };
     tracing::info!(namesrvs = ?namesrvs, broker = %b.name, broker_id = b.id, "registering with NameServers");

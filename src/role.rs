@@ -126,8 +126,8 @@ pub async fn run(
     let me = Arc::new(Me {
         group: base.broker.name.clone(),
         id: base.broker.id,
-        addr: base.listen.native.to_string(),
-        ha_addr: base.listen.ha.to_string(),
+        addr: base.advertised_native(),
+        ha_addr: base.advertised_ha(),
         default_lease: ControllerConfig::lease_for(base.controller.broker_timeout),
         every,
     });

@@ -32,6 +32,11 @@ fn bin() -> Command {
 }
 
 fn start() -> Node {
+    start_with(&[])
+}
+
+/// A node with extra command-line flags.
+fn start_with(extra: &[&str]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rocketgate.toml");
     std::fs::write(&file, "[broker]\nmax_reconsume_times = 7\n").unwrap();
@@ -52,6 +57,7 @@ fn start() -> Node {
             "--ws",
             "0",
         ])
+        .args(extra)
         .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         // A secret `admin config` must not show.
@@ -330,7 +336,9 @@ fn every_admin_command_against_a_running_node() {
     );
     node.fails(2, &["group", "progress", "no-such-group"]);
     assert!(node.json(&["group", "update", "billing", "--fifo", "true"])["fifo"] == true);
-    node.fails(1, &["group", "delete", "billing"]);
+    // An HTTP consumer of billing was seen just now: refused (409 group_in_use).
+    let e = node.fails(1, &["group", "delete", "billing"]);
+    assert!(e.contains("group_in_use") && e.contains("http"), "{e}");
     let reset = node.json(&[
         "offset",
         "reset",
@@ -519,6 +527,49 @@ fn every_admin_command_against_a_running_node() {
     let st = node.json(&["topic", "status", "Jobs"]);
     assert_eq!(st["messages"], 5, "2 sent + 3 resent: {st}");
 
+    // ---- group delete ----
+    // `fragile` consumed over HTTP just now: in use, unless forced.
+    let e = node.fails(1, &["group", "delete", "fragile"]);
+    assert!(e.contains("group_in_use"), "{e}");
+    let d = node.json(&["group", "delete", "fragile", "--force"]);
+    assert_eq!(d["group"], "fragile", "{d}");
+    assert!(d["consumers"].as_u64().unwrap() >= 1, "{d}");
+    assert!(!d["topics"].to_string().contains("%DLQ%"), "DLQ kept: {d}");
+    node.fails(2, &["group", "progress", "fragile"]);
+    assert!(!node.ok(&["group", "list"]).contains("fragile"));
+    assert_eq!(
+        node.json(&["dlq", "list", "fragile"])["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "dead letters stay unless --dlq"
+    );
+    // A consumer of that name now starts as a new group: at the earliest message
+    // of Jobs (all 5), not after the 2 the old group had consumed.
+    let mut bodies = Vec::new();
+    let started = Instant::now();
+    while bodies.len() < 5 && started.elapsed() < Duration::from_secs(20) {
+        let got = node.json(&[
+            "consume",
+            "--group",
+            "fragile",
+            "--topic",
+            "Jobs",
+            "--max",
+            "16",
+            "--wait-ms",
+            "1000",
+        ]);
+        for m in got["messages"].as_array().unwrap() {
+            bodies.push(m["body"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert_eq!(bodies.len(), 5, "{bodies:?}");
+    let out = node.ok(&["group", "delete", "fragile", "--force", "--dlq"]);
+    assert!(out.contains("%DLQ%fragile"), "{out}");
+    node.fails(2, &["group", "delete", "fragile", "--force"]);
+
     // ---- config ----
     let cfg = node.json(&["config"]);
     let find = |k: &str| {
@@ -589,13 +640,84 @@ fn every_admin_command_against_a_running_node() {
             "offset", "reset", "--group", "g", "--topic", "Orders", "--to", "middle",
         ],
     );
-    node.fails(1, &["--server", "https://localhost:1", "topic", "list"]);
+    // https: a CA file that cannot be read, and a CA for a plain http server, are
+    // bad arguments (1); an https server that is down is unreachable (3).
+    let admin = |args: &[&str]| bin().arg("admin").args(args).output().unwrap();
+    let e = admin(&[
+        "--server",
+        "https://localhost:1",
+        "--cacert",
+        "/no/such/ca.pem",
+        "topic",
+        "list",
+    ]);
+    assert_eq!(e.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--cacert"));
+    let e = admin(&[
+        "--server",
+        "http://127.0.0.1:1",
+        "--cacert",
+        "/no/such/ca.pem",
+        "topic",
+        "list",
+    ]);
+    assert_eq!(e.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("plain http"));
+    // Without --cacert the system's CA bundle is trusted; a machine without one is
+    // told to give --cacert (1).
+    let bundle = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").is_file();
+    let e = admin(&["--server", "https://127.0.0.1:1", "topic", "list"]);
+    assert_eq!(e.status.code(), Some(if bundle { 3 } else { 1 }), "{e:?}");
     let e = bin()
         .args(["admin", "--server", "http://127.0.0.1:1", "topic", "list"])
         .output()
         .unwrap();
     assert_eq!(e.status.code(), Some(3), "server down");
     assert!(String::from_utf8_lossy(&e.stderr).contains("cannot reach"));
+}
+
+/// `--advertised-address`: the NameServer (and so `cluster list`, the routes native
+/// clients get) holds the advertised address, not the one the node listens on.
+#[test]
+fn the_advertised_address_is_what_the_nameserver_hands_out() {
+    let node = start_with(&["--advertised-address", "rg-1.example:31911"]);
+    let started = Instant::now();
+    let v = loop {
+        let v = node.json(&["cluster", "list"]);
+        if v["brokers"].as_array().is_some_and(|b| !b.is_empty()) {
+            break v;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["brokers"][0]["addrs"]["0"], "rg-1.example:31911", "{v}");
+    assert!(node.ok(&["cluster", "list"]).contains("rg-1.example:31911"));
+    let (_, cfg) = node.get("/v1/config");
+    let s = cfg["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "broker.advertised_address")
+        .cloned()
+        .unwrap();
+    assert_eq!(s["source"], "flag --advertised-address", "{s}");
+    // A bad one stops the node at start with the setting named.
+    let out = bin()
+        .args([
+            "standalone",
+            "--advertised-address",
+            "not a host",
+            "--data-dir",
+        ])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("broker.advertised_address"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn now_ms() -> i64 {

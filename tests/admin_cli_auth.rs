@@ -214,3 +214,65 @@ fn forbidden_is_exit_4_and_credentials_work() {
     );
     assert_eq!(code(&bob), Some(4), "a deleted user is refused");
 }
+
+/// `acl list|add|remove` change what a user may do at once: alice cannot publish to
+/// `acl-t` until a rule allows it, and cannot again once it is removed (checked with
+/// a real HTTP publish as alice).
+#[test]
+fn acl_rules_are_listed_added_and_removed() {
+    let (node, key) = start();
+    let k = [("ROCKETGATE_ADMIN_API_KEY", key.as_str())];
+    let ok = |args: &[&str]| {
+        let o = node.admin(&k, args);
+        assert_eq!(
+            code(&o),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(&["topic", "create", "acl-t", "--queues", "1"]);
+    let publish = || {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-u"])
+            .arg("alice:alice-pw")
+            .args(["--data-binary", "hello"])
+            .arg(format!("http://{}/v1/topics/acl-t/messages", node.http))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(publish(), "403", "no rule yet");
+    let out = ok(&[
+        "acl", "add", "alice", "--action", "publish", "--topic", "acl-t/#",
+    ]);
+    assert!(out.contains("added rule 0 to alice"), "{out}");
+    let table = ok(&["acl", "list", "alice"]);
+    assert!(
+        table.contains("alice") && table.contains("allow") && table.contains("acl-t/#"),
+        "{table}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&ok(&["--json", "acl", "list"])).unwrap();
+    let alice = v["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["user"] == "alice")
+        .unwrap();
+    assert_eq!(alice["rules"][0]["actions"], serde_json::json!(["publish"]));
+    assert_eq!(publish(), "201", "the rule holds at once");
+    let gone = node.admin(&k, &["acl", "remove", "alice", "5"]);
+    assert_eq!(code(&gone), Some(2), "no rule 5");
+    let nobody = node.admin(&k, &["acl", "add", "nobody", "--action", "publish"]);
+    assert_eq!(code(&nobody), Some(2), "no such user");
+    let bad = node.admin(&k, &["acl", "add", "alice", "--action", "fly"]);
+    assert_eq!(code(&bad), Some(1), "bad action");
+    assert!(ok(&["acl", "remove", "alice", "0"]).contains("removed rule 0"));
+    assert_eq!(publish(), "403", "removed: refused again");
+    let alice_cli = node.admin(
+        &[],
+        &["--user", "alice", "--password", "alice-pw", "acl", "list"],
+    );
+    assert_eq!(code(&alice_cli), Some(4), "not an admin");
+}

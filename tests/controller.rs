@@ -319,6 +319,7 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
     let _ctrl = controller(1, &format!("1={addr}"), dir.path(), false);
+    let http = format!("127.0.0.1:{}", free_port());
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
     with_timings(&mut c)
         .env("ROCKETGATE_CONTROLLER__ADDRESSES", &addr)
@@ -334,14 +335,14 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
             "--mqtt",
             "0",
             "--http",
-            "0",
+            &http,
             "--ws",
             "0",
             "--ha",
             "0",
         ]);
     let _node = Proc(c.spawn().unwrap());
-    let client = ControllerClient::new(vec![addr]);
+    let client = ControllerClient::new(vec![addr.clone()]);
     let status = wait_for("the broker's registration", 30, async || {
         client.status().await.ok().filter(|s| {
             s.groups
@@ -366,4 +367,72 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
     assert!(r.last_heartbeat_ms_ago.unwrap() < 1500, "{r:?}");
     // The broker learned its epoch from the first answer and reports it back.
     assert_eq!(r.epoch, Some(1), "{r:?}");
+
+    // `rocketgate admin switchover` through the node: the controllers and the group
+    // come from its settings; the answer names the master and the new epoch.
+    let server = format!("http://{http}");
+    let refused = cli(&[
+        "admin",
+        "--server",
+        &server,
+        "switchover",
+        "--broker-id",
+        "7",
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "not a broker of the group");
+    let out = cli(&[
+        "admin",
+        "--server",
+        &server,
+        "--json",
+        "switchover",
+        "--broker-id",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The controllers' own JSON (RocketMQ's field names). Broker 1 is the only one:
+    // it stays master, at the epoch the controllers answer with.
+    assert_eq!(v["brokerName"], "broker-a", "{v}");
+    assert_eq!(v["masterId"], 1, "{v}");
+    assert!(v["masterEpoch"].as_u64().unwrap() >= 1, "{v}");
+    // Named explicitly, without asking the node (its table).
+    let out = cli(&[
+        "admin",
+        "--server",
+        "http://127.0.0.1:1",
+        "switchover",
+        "--controllers",
+        &addr,
+        "--group",
+        "broker-a",
+        "--broker-id",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("master") && text.contains("epoch"), "{text}");
+    // No controller at that address: unreachable (3).
+    let out = cli(&[
+        "admin",
+        "switchover",
+        "--controllers",
+        &format!("127.0.0.1:{}", free_port()),
+        "--group",
+        "broker-a",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

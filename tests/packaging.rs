@@ -233,6 +233,19 @@ fn the_compose_cluster_uses_real_settings_flags_paths_and_ports() {
                 "{name}: replication needs ha.secret"
             );
             roles.insert(name, flag("--broker-id").unwrap());
+            // What the NameServer hands native clients is a published port of the
+            // container's native door, not the 0.0.0.0 it listens on.
+            let adv = config.advertised_native();
+            assert!(!adv.starts_with("0.0.0.0"), "{name} advertises {adv}");
+            let mapping = format!("{}:{}", port(&adv), config.listen.native.port());
+            assert!(
+                s["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p.as_str().unwrap().ends_with(&mapping)),
+                "{name} advertises {adv} but does not publish {mapping}"
+            );
         }
         if name == "slave" {
             let m = flag("--ha-master").unwrap();

@@ -257,6 +257,13 @@ pub struct BrokerConfig {
     /// Deliveries of a failing message before it goes to the dead-letter queue are
     /// this + 1 (RocketMQ `maxReconsumeTimes`; a group can override it).
     pub max_reconsume_times: u32,
+    /// What this broker tells the NameServers and the controllers clients and slaves
+    /// reach it at, when that is not the listen address (a container or NAT: listening
+    /// on `0.0.0.0`, reached as `broker-a.example` or the host's address). `HOST`
+    /// keeps each door's port; `HOST:PORT` gives the native door's port too (a mapped
+    /// port); the replication port is always `listen.ha`'s. Empty: the listen
+    /// addresses (RocketMQ's `brokerIP1`).
+    pub advertised_address: String,
 }
 
 /// NameServer liveness settings.
@@ -793,6 +800,7 @@ impl Default for BrokerConfig {
             transaction_timeout: Duration::from_secs(6),
             transaction_max_checks: 15,
             max_reconsume_times: 16,
+            advertised_address: String::new(),
         }
     }
 }
@@ -837,8 +845,9 @@ pub fn env_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Ov
         .into_iter()
         .filter_map(|(k, v)| {
             let rest = k.strip_prefix(ENV_PREFIX)?;
-            // `rocketgate admin`'s own variables (server, credentials), not settings.
-            if rest.starts_with("ADMIN_") {
+            // `rocketgate admin`'s own variables (server, credentials, the CA of an
+            // https server), not settings.
+            if rest.starts_with("ADMIN_") || rest == "CACERT" {
                 return None;
             }
             let path = rest.to_ascii_lowercase().replace("__", ".");
@@ -851,6 +860,58 @@ pub fn env_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Ov
         .collect();
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// `broker.advertised_address` split: `None` when empty, else the host (brackets
+/// of an IPv6 address removed) and the port when one is given.
+fn advertised(s: &str) -> Result<Option<(String, Option<u16>)>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    if s.contains(char::is_whitespace) || s.contains('/') {
+        return Err(format!("{s:?} is not HOST or HOST:PORT"));
+    }
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(Some((a.ip().to_string(), Some(a.port()))));
+    }
+    if s.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(Some((s.to_owned(), None)));
+    }
+    let v6 = s.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+    if let Some(ip) = v6 {
+        return match ip.parse::<std::net::Ipv6Addr>() {
+            Ok(_) => Ok(Some((ip.to_owned(), None))),
+            Err(_) => Err(format!("{s:?} is not HOST or HOST:PORT")),
+        };
+    }
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) => {
+            let port = p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("{s:?}: {p:?} is not a port (1-65535)"))?;
+            (h, Some(port))
+        }
+        None => (s, None),
+    };
+    let name_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
+    if !name_ok {
+        return Err(format!("{s:?} is not HOST or HOST:PORT"));
+    }
+    Ok(Some((host.to_owned(), port)))
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// Parses a listen address given as a flag: `PORT`, `HOST:PORT` or `[V6]:PORT`.
@@ -905,9 +966,31 @@ impl Config {
         Ok(config)
     }
 
+    /// The native door's address as the NameServers and controllers are told
+    /// (`broker.advertised_address`, else `listen.native`).
+    pub fn advertised_native(&self) -> String {
+        match advertised(&self.broker.advertised_address) {
+            Ok(Some((host, Some(port)))) => join_host_port(&host, port),
+            Ok(Some((host, None))) => join_host_port(&host, self.listen.native.port()),
+            _ => self.listen.native.to_string(),
+        }
+    }
+
+    /// The replication port's address as the NameServers and controllers are told:
+    /// the advertised host with `listen.ha`'s port, else `listen.ha`.
+    pub fn advertised_ha(&self) -> String {
+        match advertised(&self.broker.advertised_address) {
+            Ok(Some((host, _))) => join_host_port(&host, self.listen.ha.port()),
+            _ => self.listen.ha.to_string(),
+        }
+    }
+
     /// Checks values against each other; returns every problem at once.
     pub fn validate(&self) -> Result<(), Error> {
         let mut bad = Vec::new();
+        if let Err(e) = advertised(&self.broker.advertised_address) {
+            bad.push(format!("broker.advertised_address: {e}"));
+        }
         let s = &self.store;
         if self.data_dir.as_os_str().is_empty() {
             bad.push("data_dir must not be empty".to_string());

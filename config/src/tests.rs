@@ -334,8 +334,36 @@ fn the_admin_cli_s_variables_are_not_settings() {
             "http://h:1".to_owned(),
         ),
         ("ROCKETGATE_ADMIN_API_KEY".to_owned(), "k".to_owned()),
+        ("ROCKETGATE_CACERT".to_owned(), "/etc/ca.pem".to_owned()),
         ("ROCKETGATE_STORE__FLUSH".to_owned(), "sync".to_owned()),
     ]);
     assert_eq!(env.len(), 1);
     assert_eq!(env[0].path, "store.flush");
+}
+
+#[test]
+fn the_advertised_address_replaces_the_listen_host_and_keeps_the_ports() {
+    let mut c = Config::default();
+    c.listen.native = "0.0.0.0:10911".parse().unwrap();
+    c.listen.ha = "0.0.0.0:10912".parse().unwrap();
+    assert_eq!(
+        c.advertised_native(),
+        "0.0.0.0:10911",
+        "unset: the listen address"
+    );
+    assert_eq!(c.advertised_ha(), "0.0.0.0:10912");
+    c.broker.advertised_address = "broker-a.example".into();
+    assert_eq!(c.advertised_native(), "broker-a.example:10911");
+    assert_eq!(c.advertised_ha(), "broker-a.example:10912");
+    c.broker.advertised_address = "203.0.113.7:30911".into();
+    assert_eq!(c.advertised_native(), "203.0.113.7:30911", "a mapped port");
+    assert_eq!(c.advertised_ha(), "203.0.113.7:10912");
+    c.broker.advertised_address = "::1".into();
+    assert_eq!(c.advertised_native(), "[::1]:10911");
+    c.validate().unwrap();
+    for bad in ["a b", "host:0", "host:http", "http://x", ":9"] {
+        c.broker.advertised_address = bad.into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("broker.advertised_address"), "{bad}: {e}");
+    }
 }

@@ -170,6 +170,18 @@ pub enum Error {
     #[error("consumer group {group:?} is unknown: no live member, offsets or settings")]
     GroupNotFound { group: String },
 
+    /// A group deletion refused because the group still has live consumers
+    /// (`force` deletes it anyway).
+    #[error(
+        "consumer group {group:?} has {members} live consumer(s) ({names}); stop them first or force the deletion"
+    )]
+    GroupInUse {
+        group: String,
+        members: usize,
+        /// Who, comma-separated (for the message).
+        names: String,
+    },
+
     /// No half message where a transaction handle points (garbled, never
     /// stored, or removed by retention).
     #[error("no transaction with handle {handle:?}")]

@@ -793,3 +793,148 @@ async fn a_promoted_slave_checks_back_only_undecided_halves() {
     assert_eq!(bodies_of(&promoted_store, "t"), ["committed", "undecided"]);
     promoted.close().unwrap();
 }
+
+/// A group deleted on the master is deleted on the slave through the log: its
+/// settings (topic snapshot), offsets (a tombstone in the offset record), POP state
+/// (`null` queue states) and retry topic (the snapshot, with its consume queues). A
+/// slave refuses a deletion itself (its master's records would undo it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_deleted_on_the_master_is_deleted_on_the_slave() {
+    use rocketgate_core::broker::filter::Filter;
+    use rocketgate_core::broker::{
+        Broker, BrokerSettings, GroupDeletion, MessagingApi, OffsetPublisher, PopPublisher,
+        PopRequest, QueueChoice, TopicConfig, TopicKind,
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (ms, ss) = (
+        open(a.path(), asynchronous()),
+        open(b.path(), asynchronous()),
+    );
+    let clock = Arc::new(SystemClock);
+    let master = Broker::open(ms.clone(), BrokerSettings::default(), clock.clone()).unwrap();
+    let slave = Broker::open(ss.clone(), BrokerSettings::default(), clock).unwrap();
+    ss.attach_replication(Arc::new(Gate::slave("m:10912")))
+        .unwrap();
+    master
+        .create_topic(TopicConfig::new("orders", 1))
+        .await
+        .unwrap();
+    for t in ["orders", "%RETRY%billing"] {
+        master
+            .send(Message::new(t, 0, b"m".to_vec()), QueueChoice::RoundRobin)
+            .await
+            .unwrap();
+    }
+    master
+        .commit_offset("billing", "", "orders", 0, 1)
+        .await
+        .unwrap();
+    master
+        .commit_offset("audit", "", "orders", 0, 1)
+        .await
+        .unwrap();
+    master.set_fifo("billing", true).await.unwrap();
+    let popped = master
+        .pop(PopRequest {
+            group: "billing".into(),
+            topic: "%RETRY%billing".into(),
+            filter: Filter::all(),
+            max_messages: 1,
+            invisible: Duration::from_secs(60),
+            wait: Duration::ZERO,
+        })
+        .await
+        .unwrap();
+    assert_eq!(popped.len(), 1);
+    let (mut offsets, mut pop) = (OffsetPublisher::default(), PopPublisher::default());
+    publish_all(&master, &mut offsets, &mut pop).await;
+    ship_all(&ms, &ss).await;
+    let (mut t, mut o, mut p) = (None, None, None);
+    let apply = |t: &mut Option<u64>, o: &mut Option<u64>, p: &mut Option<u64>| {
+        *t = slave.apply_replicated_topics(*t).unwrap();
+        *o = slave.apply_replicated_offsets(*o).unwrap();
+        *p = slave.apply_replicated_pop(*p).unwrap();
+    };
+    apply(&mut t, &mut o, &mut p);
+    let info = slave.group_info("billing").await.unwrap();
+    assert!(info.fifo);
+    assert_eq!(
+        slave
+            .query_offset("billing", "", "orders", 0)
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    let has_retry = |b: &Broker| {
+        b.topic_snapshot(TopicKind::All)
+            .iter()
+            .any(|t| t.name == "%RETRY%billing")
+    };
+    assert!(has_retry(&slave));
+
+    // A slave refuses to delete: 503-like, naming its master.
+    let refused = slave
+        .delete_group("billing", GroupDeletion::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::ReadOnlyReplica { .. }),
+        "{refused}"
+    );
+
+    let deleted = master
+        .delete_group("billing", GroupDeletion::default())
+        .await
+        .unwrap();
+    // Its committed position on orders, and the one POP keeps on the retry topic.
+    assert_eq!(deleted.offsets, 2);
+    assert_eq!(deleted.pop_queues, 1);
+    assert_eq!(deleted.topics, ["%RETRY%billing"]);
+    assert!(matches!(
+        master.group_info("billing").await,
+        Err(Error::GroupNotFound { .. })
+    ));
+    assert!(matches!(
+        master
+            .delete_group("billing", GroupDeletion::default())
+            .await,
+        Err(Error::GroupNotFound { .. })
+    ));
+    publish_all(&master, &mut offsets, &mut pop).await;
+    ship_all(&ms, &ss).await;
+    apply(&mut t, &mut o, &mut p);
+    assert!(
+        matches!(
+            slave.group_info("billing").await,
+            Err(Error::GroupNotFound { .. })
+        ),
+        "the slave forgot the group: {:?}",
+        slave.group_info("billing").await
+    );
+    assert_eq!(
+        slave
+            .query_offset("billing", "", "orders", 0)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!has_retry(&slave), "the retry topic went on the slave too");
+    assert_eq!(ss.queue_bounds("%RETRY%billing", 0), (0, 0));
+    // Another group is untouched.
+    assert_eq!(
+        slave.query_offset("audit", "", "orders", 0).await.unwrap(),
+        Some(1)
+    );
+}
+
+/// What a master's replication task writes each second: the topic snapshot, the
+/// offset record, the POP record.
+async fn publish_all(
+    master: &rocketgate_core::broker::Broker,
+    offsets: &mut rocketgate_core::broker::OffsetPublisher,
+    pop: &mut rocketgate_core::broker::PopPublisher,
+) {
+    master.publish_topic_snapshot(None).await.unwrap();
+    master.publish_offsets(offsets).await.unwrap();
+    master.publish_pop(pop).await.unwrap();
+}

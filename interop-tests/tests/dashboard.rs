@@ -7,8 +7,9 @@
 //! The script opens each page, compares the numbers shown with the admin API (which
 //! it fetches itself), searches messages by key, id and time, re-sends a dead letter
 //! and kicks an MQTT session by clicking (the kick when the node has
-//! `DELETE /v1/mqtt/sessions/{id}`), and saves a screenshot of each page into
-//! `docs/images/dashboard-*.png` (`DASHBOARD_SCREENSHOTS` to put them elsewhere).
+//! `DELETE /v1/mqtt/sessions/{id}`), and saves a screenshot of each page,
+//! `dashboard-*.png`, into a temporary directory, or into `DASHBOARD_SCREENSHOTS=DIR`
+//! (`$PWD/docs/images` refreshes the committed ones the README shows).
 //! A second test runs a node with auth on: the page asks for credentials, a wrong
 //! password is asked again, and a read-only user sees the pages with the resend button
 //! disabled while the server refuses the resend anyway.
@@ -192,10 +193,24 @@ fn make_traffic(node: &Node, auth: &[&str], mqtt_auth: &[&str]) -> Traffic {
     }
 }
 
-fn screenshot_dir() -> PathBuf {
-    std::env::var_os("DASHBOARD_SCREENSHOTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/images"))
+/// Where the screenshots go: `DASHBOARD_SCREENSHOTS` (to refresh the committed ones:
+/// `DASHBOARD_SCREENSHOTS=$PWD/docs/images`), else a temporary directory (kept alive
+/// by the returned guard), so a test run does not rewrite files in the checkout.
+fn screenshot_dir() -> (PathBuf, Option<tempfile::TempDir>) {
+    match std::env::var_os("DASHBOARD_SCREENSHOTS") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            (d, None)
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("rg-dashboard-")
+                .tempdir()
+                .expect("a temporary screenshot directory");
+            (t.path().to_path_buf(), Some(t))
+        }
+    }
 }
 
 /// Runs `node dashboard.mjs` with `args`; returns its JSON report (asserted ok).
@@ -319,7 +334,7 @@ fn every_page_shows_what_the_api_says_and_the_buttons_work() {
     assert!(body.contains("\"not_found\""), "{body}");
 
     let traffic = make_traffic(&node, &[], &[]);
-    let out = screenshot_dir();
+    let (out, _keep) = screenshot_dir();
     let mut args = script_args(&h, &traffic);
     args.extend(["--out".into(), out.display().to_string()]);
     let report = run_script(&args);

@@ -1173,3 +1173,57 @@ async fn a_pop_group_continues_on_the_slave_with_its_acks_and_in_flight_messages
         tokio::task::block_in_place(|| http_receive(&slave, group, topic, 60_000, 1500)).unwrap();
     assert!(rest.is_empty(), "nothing more: {rest:?}");
 }
+
+/// `rocketgate admin group delete` against the master of a broker group: the slave
+/// agrees through the replicated log (its offsets and view of the group go), a delete
+/// sent to the slave is refused (it is the master's change), and a consumer of that
+/// name on the master starts again at the earliest message, not at the old offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_deleted_on_the_master_is_gone_on_the_slave_too() {
+    let master = start_master().expect("master");
+    let slave = start_slave(&master).expect("slave");
+    tokio::task::block_in_place(|| -> anyhow::Result<()> {
+        wait_in_sync(&master)?;
+        for i in 0..5 {
+            let (status, v) = http_send(&master, "ledger", &format!("l{i}"))?;
+            anyhow::ensure!(status == 201, "send: {status} {v}");
+        }
+        assert_eq!(drain(&master, "billing", "ledger", 5)?.len(), 5);
+        wait_committed(&slave, "billing", "ledger", 5)?;
+        let admin = |node: &Node, args: &[&str]| -> anyhow::Result<std::process::Output> {
+            Ok(Command::new(interop_tests::binary()?)
+                .arg("admin")
+                .args(["--server", &format!("http://{}", node.addr("http"))])
+                .args(args)
+                .output()?)
+        };
+        let refused = admin(&slave, &["group", "delete", "billing", "--force"])?;
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("read_only_replica"), "{stderr}");
+        let done = admin(
+            &master,
+            &["--json", "group", "delete", "billing", "--force"],
+        )?;
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        let v: Value = serde_json::from_slice(&done.stdout)?;
+        assert!(v["offsets"].as_u64().unwrap_or(0) >= 1, "{v}");
+        let on_slave = format!("http://{}/v1/groups/billing", slave.addr("http"));
+        wait_for(
+            "the slave to forget the group",
+            Duration::from_secs(30),
+            || match curl(&[&on_slave]) {
+                Ok((404, _)) => Some(()),
+                _ => None,
+            },
+        )?;
+        let again = drain(&master, "billing", "ledger", 5)?;
+        assert_eq!(again.len(), 5, "from the earliest message again: {again:?}");
+        Ok(())
+    })
+    .unwrap();
+}

@@ -631,3 +631,51 @@ async fn certificate_rotation_keeps_connections_and_serves_the_new_certificate()
 fn bail_log(node: &Node) -> ! {
     panic!("the bad key was never reported\n{}", node.log_tail())
 }
+
+/// `rocketgate admin --server https://…`: trusted with `--cacert` (or
+/// `ROCKETGATE_CACERT`), by host name and by IP address; a certificate from another
+/// CA is refused with a clear message (exit 3), and plain http to a TLS door fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_cli_talks_https_trusting_only_the_given_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "unused").unwrap();
+    let node = start(&pki, &[("ROCKETGATE_TLS__HTTP", "true")]);
+    let port = node.addr("http").port();
+    let admin = |server: &str, env: &[(&str, String)], extra: &[&str]| {
+        let mut c = Command::new(interop_tests::binary().unwrap());
+        c.env_remove("ROCKETGATE_CACERT")
+            .args(["admin", "--server", server])
+            .args(extra)
+            .args(["--json", "broker", "status"]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        run(&mut c).unwrap()
+    };
+    let ca = path(&pki, "ca.pem");
+    for host in ["localhost", "127.0.0.1"] {
+        let out = admin(&format!("https://{host}:{port}"), &[], &["--cacert", &ca]);
+        assert!(
+            out.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["broker_name"].is_string(), "{v}");
+    }
+    let server = format!("https://localhost:{port}");
+    let by_env = admin(&server, &[("ROCKETGATE_CACERT", ca.clone())], &[]);
+    assert!(
+        by_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_env.stderr)
+    );
+    let wrong = admin(&server, &[], &["--cacert", &path(&pki, "wrong-ca.pem")]);
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(3), "{err}");
+    assert!(err.contains("TLS") && err.contains("certificate"), "{err}");
+    let missing = admin(&server, &[], &["--cacert", "/no/such/ca.pem"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let plain = admin(&format!("http://127.0.0.1:{port}"), &[], &[]);
+    assert_ne!(plain.status.code(), Some(0), "plain http to a TLS door");
+}

@@ -2,6 +2,8 @@
 //! in the tree for the HTTP door), JSON in and out, and the failures mapped to
 //! the exit codes scripts rely on (`Failure`).
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -9,6 +11,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use rocketgate_tls::rustls::ClientConfig;
+use rocketgate_tls::rustls::pki_types::ServerName;
 use serde_json::Value;
 
 /// How long connecting may take before the server counts as unreachable.
@@ -70,34 +74,73 @@ impl Failure {
 }
 
 /// Where and as whom to ask.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     /// `host:port`
     authority: String,
+    /// The host, for TLS server-name checks (`localhost`, `10.0.0.7`, `[::1]` → `::1`).
+    host: String,
     /// Path prefix of the server URL (usually empty).
     base: String,
     /// As given, for messages.
     server: String,
     auth: Option<String>,
+    /// Set for an `https://` server: whom to trust.
+    tls: Option<Arc<ClientConfig>>,
 }
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// Where a TLS client finds the system's CA bundle (Debian / Ubuntu / Alpine; the
+/// Docker image's `ca-certificates`), used for `https://` without `--cacert`.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 impl Client {
-    /// `server`: `http://host:port[/prefix]`.
+    /// `server`: `http://host:port[/prefix]` or `https://…` (trusting the PEM CA file
+    /// `cacert`, else the system's CA bundle).
     pub fn new(
         server: &str,
         api_key: Option<&str>,
         user: Option<&str>,
         password: Option<&str>,
+        cacert: Option<&Path>,
     ) -> Result<Client, Failure> {
-        let rest = if let Some(r) = server.strip_prefix("http://") {
-            r
-        } else if server.starts_with("https://") {
-            return Err(Failure::usage(
-                "--server: https is not supported by the admin client yet; use http:// \
-                 (e.g. on the node itself, or through a TLS-terminating tunnel)",
-            ));
+        let (rest, https) = if let Some(r) = server.strip_prefix("http://") {
+            (r, false)
+        } else if let Some(r) = server.strip_prefix("https://") {
+            (r, true)
         } else {
-            server
+            (server, false)
+        };
+        if cacert.is_some() && !https {
+            return Err(Failure::usage(
+                "--cacert is for an https:// server; this one is plain http",
+            ));
+        }
+        let tls = if https {
+            let ca = match cacert {
+                Some(p) => p.to_path_buf(),
+                None if Path::new(SYSTEM_CA_BUNDLE).is_file() => PathBuf::from(SYSTEM_CA_BUNDLE),
+                None => {
+                    return Err(Failure::usage(format!(
+                        "--server {server}: name the CA that issued the node's certificate \
+                         with --cacert FILE (or ROCKETGATE_CACERT); there is no system CA \
+                         bundle at {SYSTEM_CA_BUNDLE}"
+                    )));
+                }
+            };
+            let config = rocketgate_tls::client_config(&ca)
+                .map_err(|e| Failure::usage(format!("--cacert {}: {e}", ca.display())))?;
+            Some(Arc::new(config))
+        } else {
+            None
         };
         let (authority, base) = match rest.split_once('/') {
             Some((a, p)) => (a, format!("/{}", p.trim_end_matches('/'))),
@@ -106,10 +149,18 @@ impl Client {
         if authority.is_empty() {
             return Err(Failure::usage(format!("--server: no host in {server:?}")));
         }
-        let authority = if authority.contains(':') {
+        let has_port = match authority.rfind(']') {
+            Some(end) => authority[end..].contains(':'),
+            None => authority.contains(':'),
+        };
+        let authority = if has_port {
             authority.to_owned()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if https { 443 } else { 80 })
+        };
+        let host = match authority.rsplit_once(':') {
+            Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            None => authority.clone(),
         };
         let base = if base == "/" { String::new() } else { base };
         let auth = match (api_key, user, password) {
@@ -129,9 +180,11 @@ impl Client {
         };
         Ok(Client {
             authority,
+            host,
             base,
             server: server.to_owned(),
             auth,
+            tls,
         })
     }
 
@@ -197,10 +250,46 @@ impl Client {
             Ok(Err(e)) => return Err(Failure::unreachable(&self.server, e)),
             Ok(Ok(s)) => s,
         };
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Failure::unreachable(&self.server, e))?;
-        let driver = tokio::spawn(conn);
+        let req = self.request(method, path, body)?;
+        match &self.tls {
+            None => self.exchange(stream, req).await,
+            Some(config) => {
+                let name = ServerName::try_from(self.host.clone()).map_err(|e| {
+                    Failure::usage(format!("--server: {:?} is not a TLS name: {e}", self.host))
+                })?;
+                let connector = rocketgate_tls::tokio_rustls::TlsConnector::from(config.clone());
+                let handshake = connector.connect(name, stream);
+                let tls = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
+                    Err(_) => {
+                        return Err(Failure::unreachable(
+                            &self.server,
+                            "TLS handshake timed out",
+                        ));
+                    }
+                    Ok(Err(e)) => {
+                        return Err(Failure {
+                            code: exit::UNREACHABLE,
+                            message: format!(
+                                "TLS with {}: {e} (is the node's certificate issued by the CA \
+                                 given with --cacert / ROCKETGATE_CACERT, for this host name?)",
+                                self.server
+                            ),
+                        });
+                    }
+                    Ok(Ok(s)) => s,
+                };
+                self.exchange(tls, req).await
+            }
+        }
+    }
+
+    /// The request for one call.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<Request<Full<Bytes>>, Failure> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -212,9 +301,23 @@ impl Client {
         if let Some(a) = &self.auth {
             req = req.header(hyper::header::AUTHORIZATION, a);
         }
-        let req = req
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|e| Failure::usage(format!("bad request: {e}")))?;
+        req.body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| Failure::usage(format!("bad request: {e}")))
+    }
+
+    /// One request and its answer over an open connection (plain or TLS).
+    async fn exchange<S>(
+        &self,
+        stream: S,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(u16, Bytes), Failure>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Failure::unreachable(&self.server, e))?;
+        let driver = tokio::spawn(conn);
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
             let resp = sender.send_request(req).await?;
             let status = resp.status().as_u16();

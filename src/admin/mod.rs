@@ -3,7 +3,10 @@
 //! scripts, and exit codes scripts can trust ([`client::exit`]): 0 ok, 1 usage
 //! or a rejected request, 2 not found, 3 unreachable, 4 unauthorized/forbidden.
 
+mod acl;
 mod client;
+mod multi;
+mod switchover;
 mod table;
 
 use bytes::Bytes;
@@ -17,7 +20,7 @@ use table::{cell, time};
 /// Flags every `admin` command takes.
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
-    /// The node's HTTP door.
+    /// The node's HTTP door: `http://HOST:PORT` or `https://HOST:PORT` (with --cacert).
     #[arg(
         long,
         global = true,
@@ -49,6 +52,10 @@ pub struct Conn {
     /// Print the server's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// For an `https://` server: the PEM CA file that issued its certificate
+    /// (default: the system's CA bundle).
+    #[arg(long, global = true, env = "ROCKETGATE_CACERT", value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
 }
 
 /// `rocketgate admin`
@@ -98,6 +105,12 @@ pub enum AdminCommand {
     /// Users of a running node (the offline `rocketgate user` edits the file).
     #[command(subcommand)]
     User(UserCmd),
+    /// ACL rules of a running node's users.
+    #[command(subcommand)]
+    Acl(acl::AclCmd),
+    /// Makes another broker of a group its master (controller mode): prints the new
+    /// master and epoch.
+    Switchover(switchover::SwitchoverArgs),
     /// Liveness and readiness (`/healthz`, `/readyz`); exit 1 when not ready.
     Health,
     /// The node's effective settings and where each came from.
@@ -128,17 +141,20 @@ pub enum TopicCmd {
     Route { topic: String },
     /// Per-queue min/max offset and last store time.
     Status { topic: String },
-    /// Creates a topic.
+    /// Creates a topic (on several broker groups with --brokers / --cluster).
     Create {
         topic: String,
-        /// Read and write queues.
+        /// Read and write queues (per broker group).
         #[arg(long, default_value_t = 4)]
         queues: u32,
         /// `rw`, `r`, `w` or `-`.
         #[arg(long)]
         perm: Option<String>,
+        #[command(flatten)]
+        targets: multi::Targets,
     },
-    /// Changes queue counts or permission.
+    /// Changes queue counts or permission (on several broker groups with
+    /// --brokers / --cluster).
     Update {
         topic: String,
         #[arg(long)]
@@ -147,9 +163,15 @@ pub enum TopicCmd {
         write_queues: Option<u32>,
         #[arg(long)]
         perm: Option<String>,
+        #[command(flatten)]
+        targets: multi::Targets,
     },
-    /// Deletes a topic.
-    Delete { topic: String },
+    /// Deletes a topic (on several broker groups with --brokers / --cluster).
+    Delete {
+        topic: String,
+        #[command(flatten)]
+        targets: multi::Targets,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,8 +182,16 @@ pub enum GroupCmd {
     Create(GroupSettings),
     /// Changes a group's settings.
     Update(GroupSettings),
-    /// Deletes a group: not supported by the broker yet (exit 1, says so).
-    Delete { group: String },
+    /// Deletes a group: its settings, offsets, POP state and retry topic.
+    Delete {
+        group: String,
+        /// Delete it even while consumers are connected (exit 1 otherwise).
+        #[arg(long)]
+        force: bool,
+        /// Delete its dead-letter topic `%DLQ%<group>` too.
+        #[arg(long)]
+        dlq: bool,
+    },
     /// Lag per topic and queue, and the consumers.
     Progress { group: String },
     /// Who consumes as the group, through which door.
@@ -347,6 +377,7 @@ async fn dispatch(args: AdminArgs) -> Result<(), Failure> {
         c.api_key.as_deref(),
         c.user.as_deref(),
         c.password.as_deref(),
+        c.cacert.as_deref(),
     )?;
     let json = c.json;
     use AdminCommand as A;
@@ -632,6 +663,8 @@ async fn dispatch(args: AdminArgs) -> Result<(), Failure> {
             }
         }
         A::User(cmd) => user(&client, json, cmd).await?,
+        A::Acl(cmd) => acl::run(&client, json, cmd).await?,
+        A::Switchover(a) => switchover::run(&client, json, a).await?,
         A::Health => {
             let live = client.get("/healthz").await?;
             let (status, body) = client.raw("GET", "/readyz", None).await?;
@@ -780,6 +813,33 @@ async fn topic(client: &Client, json: bool, cmd: TopicCmd) -> Result<(), Failure
             topic,
             queues,
             perm,
+            targets,
+        } if targets.any() => {
+            let change = multi::Change::Create { queues, perm };
+            multi::topic_change(client, json, &targets, &topic, change).await?;
+        }
+        TopicCmd::Update {
+            topic,
+            read_queues,
+            write_queues,
+            perm,
+            targets,
+        } if targets.any() => {
+            let change = multi::Change::Update {
+                read_queues,
+                write_queues,
+                perm,
+            };
+            multi::topic_change(client, json, &targets, &topic, change).await?;
+        }
+        TopicCmd::Delete { topic, targets } if targets.any() => {
+            multi::topic_change(client, json, &targets, &topic, multi::Change::Delete).await?;
+        }
+        TopicCmd::Create {
+            topic,
+            queues,
+            perm,
+            ..
         } => {
             let mut body = json!({ "name": topic, "queues": queues });
             if let Some(p) = perm {
@@ -799,6 +859,7 @@ async fn topic(client: &Client, json: bool, cmd: TopicCmd) -> Result<(), Failure
             read_queues,
             write_queues,
             perm,
+            ..
         } => {
             let mut body = json!({});
             if let Some(n) = read_queues {
@@ -826,7 +887,7 @@ async fn topic(client: &Client, json: bool, cmd: TopicCmd) -> Result<(), Failure
                 vec![topic_row(&v)],
             );
         }
-        TopicCmd::Delete { topic } => {
+        TopicCmd::Delete { topic, .. } => {
             client
                 .delete(&format!("/v1/topics/{}", enc(&topic)))
                 .await?;
@@ -880,11 +941,36 @@ async fn group(client: &Client, json: bool, cmd: GroupCmd) -> Result<(), Failure
                 ("lag", cell(&v["lag"])),
             ]);
         }
-        GroupCmd::Delete { group } => {
-            return Err(Failure::usage(format!(
-                "cannot delete group {group:?}: the broker has no group deletion yet \
-                 (its offsets and settings stay; `offset reset` moves them)"
-            )));
+        GroupCmd::Delete { group, force, dlq } => {
+            let v = client
+                .delete(&format!(
+                    "/v1/groups/{}?force={force}&dlq={dlq}",
+                    enc(&group)
+                ))
+                .await?;
+            if json {
+                return print_json(&v);
+            }
+            let topics: Vec<String> = v["topics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect();
+            table::pairs(vec![
+                ("deleted group", cell(&v["group"])),
+                ("offsets", cell(&v["offsets"])),
+                ("pop queues", cell(&v["pop_queues"])),
+                ("consumers dropped", cell(&v["consumers"])),
+                (
+                    "topics deleted",
+                    if topics.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        topics.join(", ")
+                    },
+                ),
+            ]);
         }
         GroupCmd::Progress { group } => {
             let v = client

@@ -22,9 +22,9 @@ use super::groups::Heartbeat;
 use super::receipt::ReceiptHandle;
 use super::topics::{TopicConfig, TopicKind};
 use super::values::{
-    CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfSent, OffsetReset, PopRequest,
-    Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution, SendBackResult,
-    SendResult, TransactionChecker, TransactionHandle,
+    CheckerRegistration, DeadLetters, Delivered, GroupDeleted, GroupDeletion, GroupInfo, HalfSent,
+    OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution,
+    SendBackResult, SendResult, TransactionChecker, TransactionHandle,
 };
 use crate::Result;
 use crate::store::Message;
@@ -251,6 +251,27 @@ pub trait MessagingApi: Send + Sync {
         async {
             Err(crate::Error::InvalidArgument(
                 "this broker has no ordered (FIFO) POP".into(),
+            ))
+        }
+    }
+    /// Deletes a consumer group: its settings, committed offsets (every owner),
+    /// POP cursors and in-flight leases, its retry topic `%RETRY%<group>` and, when
+    /// asked, its dead-letter topic. A group that consumes again afterwards starts
+    /// as a new one (docs/broker.md, "Where a new group starts"). Refused with
+    /// [`crate::Error::GroupInUse`] while it has live consumers unless `force`;
+    /// [`crate::Error::GroupNotFound`] when there is nothing to delete. On a
+    /// replicated broker group it is a master's change (a slave refuses it) and
+    /// reaches the slaves through the replicated log. The default implementation
+    /// refuses (a broker that cannot delete groups says so).
+    fn delete_group(
+        &self,
+        group: &str,
+        how: GroupDeletion,
+    ) -> impl Future<Output = Result<GroupDeleted>> + Send {
+        let _ = (group, how);
+        async {
+            Err(crate::Error::InvalidArgument(
+                "this broker cannot delete consumer groups".into(),
             ))
         }
     }

@@ -40,9 +40,9 @@ use super::settings::BrokerSettings;
 use super::topics::{Perm, TopicConfig, TopicKind, TopicLookup, TopicTable};
 use super::transaction::TxnState;
 use super::values::{
-    CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfSent, OffsetReset, PopRequest,
-    Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution, SendBackResult,
-    SendResult, TransactionChecker, TransactionHandle,
+    CheckerRegistration, DeadLetters, Delivered, GroupDeleted, GroupDeletion, GroupInfo, HalfSent,
+    OffsetReset, PopRequest, Popped, PullRequest, PullResult, QueueChoice, QueueStats, Resolution,
+    SendBackResult, SendResult, TransactionChecker, TransactionHandle,
 };
 use crate::clock::Clock;
 use crate::store::consume_queue::java_string_hash;
@@ -803,6 +803,10 @@ impl MessagingApi for Broker {
 
     async fn set_fifo(&self, group: &str, fifo: bool) -> Result<()> {
         self.set_group_fifo(group, fifo)
+    }
+
+    async fn delete_group(&self, group: &str, how: GroupDeletion) -> Result<GroupDeleted> {
+        self.delete_group_now(group, how).await
     }
 
     async fn groups(&self) -> Result<Vec<String>> {

@@ -27,6 +27,7 @@ mod api;
 pub mod delay;
 pub mod filter;
 pub mod group_config;
+mod group_delete;
 pub mod groups;
 mod inspect;
 mod local;
@@ -60,8 +61,8 @@ pub use replicated::{
 pub use settings::BrokerSettings;
 pub use topics::{Perm, TopicConfig, TopicKind};
 pub use values::{
-    CheckRound, CheckerRegistration, DeadLetters, Delivered, GroupInfo, HalfMessage, HalfSent,
-    MemberInfo, OffsetReset, PopRequest, Popped, PullRequest, PullResult, PullStatus, QueueChoice,
-    QueueProgress, QueueStats, Resolution, SendBackResult, SendResult, TransactionChecker,
-    TransactionHandle,
+    CheckRound, CheckerRegistration, DeadLetters, Delivered, GroupDeleted, GroupDeletion,
+    GroupInfo, HalfMessage, HalfSent, MemberInfo, OffsetReset, PopRequest, Popped, PullRequest,
+    PullResult, PullStatus, QueueChoice, QueueProgress, QueueStats, Resolution, SendBackResult,
+    SendResult, TransactionChecker, TransactionHandle,
 };

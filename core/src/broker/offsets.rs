@@ -205,6 +205,45 @@ impl OffsetTable {
         self.offsets.retain(|_, t| !t.is_empty());
     }
 
+    /// Forgets every offset of a deleted group: the group's own and its
+    /// broadcasting members' (`group@member`). Returns how many queue offsets went.
+    pub fn remove_group(&mut self, group: &str) -> usize {
+        let prefix = format!("{group}{MEMBER_SEPARATOR}");
+        let owned = |o: &str| o == group || o.starts_with(&prefix);
+        let gone: usize = self
+            .offsets
+            .iter()
+            .filter(|(o, _)| owned(o))
+            .flat_map(|(_, t)| t.values())
+            .map(|q| q.len())
+            .sum();
+        self.offsets.retain(|o, _| !owned(o));
+        self.local.retain(|(o, _, _)| !owned(o));
+        if gone > 0 {
+            self.version += 1;
+        }
+        gone
+    }
+
+    /// On a slave: forgets `owner`'s offsets of `topic` because the master did (a
+    /// deleted group or topic), including a position committed here and not yet
+    /// confirmed (it belongs to what was deleted). Returns whether any went.
+    pub fn remove_from_master(&mut self, owner: &str, topic: &str) -> bool {
+        self.local
+            .retain(|(o, t, _)| !(o.as_str() == owner && t.as_str() == topic));
+        let Some(topics) = self.offsets.get_mut(owner) else {
+            return false;
+        };
+        let gone = topics.remove(topic).is_some();
+        if topics.is_empty() {
+            self.offsets.remove(owner);
+        }
+        if gone {
+            self.version += 1;
+        }
+        gone
+    }
+
     /// Every offset, as owner -> topic -> queue id -> next offset (a copy).
     pub fn all(&self) -> BTreeMap<String, BTreeMap<String, BTreeMap<u32, u64>>> {
         self.offsets.clone()

@@ -456,6 +456,22 @@ impl PopTable {
         self.rotation.retain(|(_, t), _| t != topic);
     }
 
+    /// Forgets a deleted group's cursors and in-flight leases (its receipt handles go
+    /// stale). Returns how many queue states went.
+    pub fn remove_group(&mut self, group: &str) -> usize {
+        let Some(topics) = self.queues.remove(group) else {
+            return 0;
+        };
+        self.rotation.retain(|(g, _), _| g != group);
+        self.version += 1;
+        topics.values().map(|q| q.len()).sum()
+    }
+
+    /// Whether `group` has any POP state.
+    pub fn has_group(&self, group: &str) -> bool {
+        self.queues.contains_key(group)
+    }
+
     /// Bumped on every change (a publisher compares it to skip unchanged tables).
     pub fn version(&self) -> u64 {
         self.version

@@ -117,6 +117,10 @@ struct OffsetRecord {
     full: bool,
     /// owner -> topic -> queue id -> next offset.
     offsets: OffsetMap,
+    /// owner -> topics whose offsets the master dropped since the last record (a
+    /// deleted group or topic); a slave drops them too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    removed: BTreeMap<String, Vec<String>>,
 }
 
 /// What a master has written to [`OFFSETS_TOPIC`] so far (see
@@ -189,6 +193,7 @@ impl Broker {
         let snap: TopicSnapshot = serde_json::from_slice(&body)
             .map_err(|e| Error::InvalidMessage(format!("bad topic snapshot at {last}: {e}")))?;
         let mut changed = 0;
+        let mut dropped: Vec<String> = Vec::new();
         {
             let mut table = self.topics_write();
             for t in &snap.topics {
@@ -207,14 +212,30 @@ impl Broker {
             }
             let keep: std::collections::HashSet<&str> =
                 snap.topics.iter().map(|t| t.name.as_str()).collect();
-            for t in table.list(TopicKind::User) {
-                if !keep.contains(t.name.as_str()) && !schedule::is_system_topic(&t.name) {
+            // User topics, and the retry and dead-letter topics of groups (a deleted
+            // group's go with it); other system topics are the broker's own.
+            let droppable = |name: &str| {
+                !schedule::is_system_topic(name)
+                    || schedule::retry_topic_group(name).is_some()
+                    || schedule::dlq_topic_group(name).is_some()
+            };
+            for t in table.list(TopicKind::All) {
+                if !keep.contains(t.name.as_str()) && droppable(&t.name) {
                     if let Err(e) = table.delete(&t.name) {
                         tracing::warn!(topic = t.name, error = %e, "cannot drop a topic the master deleted");
                     } else {
                         changed += 1;
+                        dropped.push(t.name);
                     }
                 }
+            }
+        }
+        for topic in &dropped {
+            // As the master did: the topic's positions and consume queues go too.
+            self.offsets.table().remove_topic(topic);
+            self.pop.table().remove_topic(topic);
+            if let Err(e) = self.store.remove_topic(topic) {
+                tracing::warn!(topic, error = %e, "cannot remove the consume queues of a deleted topic");
             }
         }
         let mine = self.group_configs.all();
@@ -293,7 +314,19 @@ impl Broker {
             .flat_map(|t| t.values())
             .map(|q| q.len())
             .sum();
-        if count == 0 && !full {
+        // Tombstones: what the log has and the table no longer does.
+        let mut removed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (owner, topics) in &p.written {
+            for topic in topics.keys() {
+                if now.get(owner).is_none_or(|t| !t.contains_key(topic)) {
+                    removed
+                        .entry(owner.clone())
+                        .or_default()
+                        .push(topic.clone());
+                }
+            }
+        }
+        if count == 0 && removed.is_empty() && !full {
             p.seen = Some(version);
             return Ok(0);
         }
@@ -301,6 +334,7 @@ impl Broker {
             version: 1,
             full,
             offsets,
+            removed,
         })
         .map_err(|e| Error::InvalidArgument(format!("offset record: {e}")))?;
         let msg = Message::new(OFFSETS_TOPIC, 0, body);
@@ -324,6 +358,13 @@ impl Broker {
             match serde_json::from_slice::<OffsetRecord>(body) {
                 Ok(r) => {
                     let mut t = self.offsets.table();
+                    for (owner, topics) in &r.removed {
+                        for topic in topics {
+                            if t.remove_from_master(owner, topic) {
+                                set += 1;
+                            }
+                        }
+                    }
                     for (owner, topics) in &r.offsets {
                         for (topic, queues) in topics {
                             for (q, off) in queues {

@@ -237,6 +237,32 @@ pub struct GroupInfo {
     pub progress: Vec<QueueProgress>,
 }
 
+/// How [`MessagingApi::delete_group`](super::MessagingApi::delete_group) deletes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupDeletion {
+    /// Delete even while the group has live consumers (they are dropped; one that
+    /// heartbeats again starts the group anew).
+    pub force: bool,
+    /// Delete the group's dead-letter topic `%DLQ%<group>` too (kept by default:
+    /// dead letters are often what an operator still wants).
+    pub dead_letters: bool,
+}
+
+/// What a group deletion removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupDeleted {
+    pub group: String,
+    /// Committed queue offsets dropped (every owner of the group: itself and its
+    /// broadcasting members).
+    pub offsets: usize,
+    /// POP queue states (cursor and in-flight leases) dropped.
+    pub pop_queues: usize,
+    /// Live members dropped (only with `force`).
+    pub members: usize,
+    /// Topics deleted: `%RETRY%<group>`, and `%DLQ%<group>` when asked.
+    pub topics: Vec<String>,
+}
+
 // ---- transactions ----
 
 /// Names one half message: where it is in the commit log and in the half queue.

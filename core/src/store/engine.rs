@@ -477,6 +477,14 @@ impl Store {
     }
 
     /// This broker's address as its records store it (STOREHOST, message ids).
+    /// Why this store takes no writes now (a slave, a fenced master or one without
+    /// its lease); `None` when it does. Metadata changes that travel through the
+    /// replicated log (a group deletion) ask this first, so a slave refuses them
+    /// rather than diverge from its master.
+    pub fn write_refusal(&self) -> Option<Error> {
+        self.inner.replication.get().and_then(|g| g.refuse_write())
+    }
+
     pub fn store_host(&self) -> std::net::SocketAddr {
         self.inner.opts.store_host
     }

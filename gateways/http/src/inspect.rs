@@ -170,6 +170,11 @@ impl PopConsumers {
         e.2 = now;
     }
 
+    /// Forgets the consumers of a deleted group.
+    fn forget_group(&self, group: &str) {
+        lock(&self.0).retain(|(g, _, _), _| g != group);
+    }
+
     fn list(&self) -> Vec<ConnectionJson> {
         let now = rocketgate_core::clock::now_ms();
         let mut by_ip: BTreeMap<IpAddr, ConnectionJson> = BTreeMap::new();
@@ -498,6 +503,73 @@ pub async fn group_connections<B: MessagingApi + 'static>(
     ctx.api.group_info(&group).await?;
     Ok(axum::Json(Connections {
         connections: group_connections_of(&ctx, &group).await?,
+    }))
+}
+
+// ---- group deletion ----
+
+/// Query of `DELETE /v1/groups/{group}`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteGroupQuery {
+    /// Delete even while the group has consumers (native members, MQTT shared
+    /// subscriptions, WebSocket subscriptions, HTTP consumers seen in the last 5
+    /// minutes); one that consumes again starts the group anew.
+    #[serde(default)]
+    pub force: bool,
+    /// Delete the group's dead-letter topic `%DLQ%<group>` too (kept by default).
+    #[serde(default)]
+    pub dlq: bool,
+}
+
+/// `DELETE /v1/groups/{group}`: what went.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct GroupDeletedJson {
+    pub group: String,
+    /// Committed queue offsets dropped (the group's and its broadcasting members').
+    pub offsets: usize,
+    /// POP queue states (cursor, in-flight messages) dropped.
+    pub pop_queues: usize,
+    /// Consumers connected when it was deleted (only with `force`).
+    pub consumers: usize,
+    /// Topics deleted: `%RETRY%<group>`, and `%DLQ%<group>` with `dlq=true`.
+    pub topics: Vec<String>,
+}
+
+/// `DELETE /v1/groups/{group}?force=&dlq=`: deletes a consumer group (its settings,
+/// offsets, POP state, retry topic; the DLQ on request). 409 `group_in_use` while
+/// it has consumers on any door, unless `force`.
+pub async fn delete_group<B: MessagingApi + 'static>(
+    State(ctx): State<Arc<Ctx<B>>>,
+    Path(group): Path<String>,
+    Query(q): Query<DeleteGroupQuery>,
+) -> Result<axum::Json<GroupDeletedJson>> {
+    rocketgate_core::broker::schedule::validate_group(&group).map_err(|e| Error::Core(e.into()))?;
+    let consumers = group_connections_of(&ctx, &group).await?;
+    if !consumers.is_empty() && !q.force {
+        let names: Vec<String> = consumers
+            .iter()
+            .map(|c| format!("{} {}", c.door, c.client_id))
+            .collect();
+        return Err(Error::Core(rocketgate_core::Error::GroupInUse {
+            group,
+            members: consumers.len(),
+            names: names.join(", "),
+        }));
+    }
+    let how = rocketgate_core::broker::GroupDeletion {
+        force: q.force,
+        dead_letters: q.dlq,
+    };
+    let deleted = ctx.api.delete_group(&group, how).await?;
+    ctx.pop_consumers.forget_group(&group);
+    Ok(axum::Json(GroupDeletedJson {
+        group: deleted.group,
+        offsets: deleted.offsets,
+        pop_queues: deleted.pop_queues,
+        consumers: consumers.len().max(deleted.members),
+        topics: deleted.topics,
     }))
 }
 

@@ -461,6 +461,16 @@ pub fn endpoints<B: MessagingApi + 'static>() -> Vec<Endpoint<B>> {
         .answers::<GroupJson>(200, "the group as changed")
         .errors(&[404]),
         ep(
+            M::DELETE,
+            "/v1/groups/{group}",
+            "admin",
+            "Delete a group: settings, offsets, POP state, retry topic (`?dlq=true`: its DLQ too); `?force=true` while it has consumers",
+            delete(inspect::delete_group::<B>),
+        )
+        .query::<inspect::DeleteGroupQuery>()
+        .answers::<inspect::GroupDeletedJson>(200, "what was deleted")
+        .errors(&[404, 409]),
+        ep(
             M::POST,
             "/v1/groups/{group}/offsets/reset",
             "admin",

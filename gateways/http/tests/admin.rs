@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rocketgate_core::broker::{BrokerSettings, TopicKind};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
@@ -116,6 +117,95 @@ async fn groups_show_progress_and_lag() {
             && l.ends_with(" 2")),
         "{m}"
     );
+    node.stop().await;
+}
+
+/// `DELETE /v1/groups/{group}`: refused while the group has consumers, then
+/// forced; its settings, offsets, POP state and retry topic go (the DLQ only on
+/// request), and a consumer of that name afterwards starts as a new group does:
+/// at the earliest message, not at the old offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_group_is_gone_and_starts_again_by_the_start_rule() {
+    use rocketgate_core::broker::{MessagingApi, QueueChoice};
+    use rocketgate_core::store::Message;
+    let node = start().await;
+    let a = node.addr;
+    post_json(a, "/v1/topics", json!({ "name": "t", "queues": 1 })).await;
+    for i in 0..3 {
+        publish(a, "t", "", format!("m{i}")).await;
+    }
+    assert!(node.store.wait_dispatched(Duration::from_secs(10)));
+    let got = receive_n(a, "g", "t", 3).await;
+    let handles: Vec<&str> = got
+        .iter()
+        .map(|m| m["receipt_handle"].as_str().unwrap())
+        .collect();
+    assert_eq!(ack(a, "g", &handles).await.status, 200);
+    patch_json(a, "/v1/groups/g", json!({ "max_reconsume_times": 2 }))
+        .await
+        .json();
+    // The group's retry and dead-letter topics (a native consumer's send-back
+    // makes them; here the broker does directly).
+    for t in ["%RETRY%g", "%DLQ%g"] {
+        node.broker
+            .send(Message::new(t, 0, "x"), QueueChoice::RoundRobin)
+            .await
+            .unwrap();
+    }
+    // Nothing more to receive: the group is at the end.
+    assert!(receive(a, "g", "t", "?wait_ms=0").await.is_empty());
+
+    let del = |q: &'static str| async move {
+        call(a, "DELETE", &format!("/v1/groups/g{q}"), &[], Bytes::new()).await
+    };
+    // The HTTP consumer was seen just now: in use.
+    let e = del("").await.expect_error(409, "group_in_use");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("http"),
+        "{e}"
+    );
+    call(a, "DELETE", "/v1/groups/nobody", &[], Bytes::new())
+        .await
+        .expect_error(404, "group_not_found");
+    call(a, "DELETE", "/v1/groups/bad%20name", &[], Bytes::new())
+        .await
+        .expect_error(400, "invalid_name");
+    let d = del("?force=true").await.json();
+    assert_eq!(d["group"], "g");
+    assert_eq!(d["offsets"], 1, "{d}");
+    assert_eq!(d["topics"], json!(["%RETRY%g"]), "{d}");
+    assert!(d["consumers"].as_u64().unwrap() >= 1, "{d}");
+    get(a, "/v1/groups/g")
+        .await
+        .expect_error(404, "group_not_found");
+    let groups = get(a, "/v1/groups").await.json();
+    assert!(
+        !groups["groups"].as_array().unwrap().contains(&json!("g")),
+        "{groups}"
+    );
+    let topics: Vec<String> = node
+        .broker
+        .topic_snapshot(TopicKind::All)
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(!topics.contains(&"%RETRY%g".to_owned()), "{topics:?}");
+    assert!(topics.contains(&"%DLQ%g".to_owned()), "kept: {topics:?}");
+    // A new consumer of that name starts at the earliest message.
+    let again = receive_n(a, "g", "t", 3).await;
+    let bodies: BTreeSet<Vec<u8>> = again.iter().map(body_of).collect();
+    assert_eq!(bodies.len(), 3, "{again:?}");
+    let handles: Vec<&str> = again
+        .iter()
+        .map(|m| m["receipt_handle"].as_str().unwrap())
+        .collect();
+    assert_eq!(ack(a, "g", &handles).await.status, 200);
+    // Its settings went too: the broker's default retry limit again.
+    let g = get(a, "/v1/groups/g").await.json();
+    assert_ne!(g["max_reconsume_times"], 2, "{g}");
+    // The dead letters go only when asked.
+    let d = del("?force=true&dlq=true").await.json();
+    assert_eq!(d["topics"], json!(["%DLQ%g"]), "{d}");
     node.stop().await;
 }
 

@@ -71,6 +71,60 @@ where
         brokers: &[&str],
         config: TopicConfig,
     ) -> Vec<(String, Result<TopicConfig>)> {
+        let name = config.name.clone();
+        let out = self
+            .on_brokers(brokers, |m| {
+                let config = config.clone();
+                async move { m.create_topic(config).await }
+            })
+            .await;
+        self.forget(&name);
+        out
+    }
+
+    /// Changes a topic's queue counts or permission on the named groups (RocketMQ
+    /// `updateTopic -b` on a topic that exists), each with the config's counts.
+    pub async fn update_topic_on(
+        &self,
+        brokers: &[&str],
+        config: TopicConfig,
+    ) -> Vec<(String, Result<TopicConfig>)> {
+        let name = config.name.clone();
+        let out = self
+            .on_brokers(brokers, |m| {
+                let config = config.clone();
+                async move { m.update_topic(config).await }
+            })
+            .await;
+        self.forget(&name);
+        out
+    }
+
+    /// Deletes a topic on the named groups (RocketMQ `deleteTopic` on a cluster's
+    /// brokers).
+    pub async fn delete_topic_on(
+        &self,
+        brokers: &[&str],
+        topic: &str,
+    ) -> Vec<(String, Result<()>)> {
+        let out = self
+            .on_brokers(brokers, |m| {
+                let topic = topic.to_owned();
+                async move { m.delete_topic(&topic).await }
+            })
+            .await;
+        self.forget(topic);
+        out
+    }
+
+    /// `op` on the master of each named group (the NameServers' current view), all
+    /// at once; every group's outcome, in name order. An unknown name is an error of
+    /// its own entry.
+    pub async fn on_brokers<T, F, Fut>(&self, brokers: &[&str], op: F) -> Vec<(String, Result<T>)>
+    where
+        F: Fn(Arc<M>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let known = match self.inner.refresh_brokers().await {
             Ok(k) => k,
             Err(e) => {
@@ -84,24 +138,22 @@ where
         names.sort_unstable();
         names.dedup();
         let calls = names.into_iter().map(|name| {
-            let config = config.clone();
             let known = known.clone();
+            let op = &op;
             async move {
                 let r = match known.iter().find(|b| b.name == name) {
                     None => Err(Error::InvalidArgument(format!(
                         "no broker group {name:?} in the cluster"
                     ))),
                     Some(b) => match self.member_at(b).await {
-                        Ok(m) => m.create_topic(config).await,
+                        Ok(m) => op(m).await,
                         Err(e) => Err(e),
                     },
                 };
                 (name.to_owned(), r)
             }
         });
-        let out = join_all(calls).await;
-        self.forget(&config.name);
-        out
+        join_all(calls).await
     }
 
     /// The topic as one after a change made on `groups` groups with `config`'s
