@@ -8,6 +8,7 @@ use anyhow::Context;
 use rocketgate_config::Config;
 use rocketgate_controller::wire::Status;
 use rocketgate_controller::{Controller, ControllerClient, ControllerSettings, parse_peers};
+use rocketgate_tls::{Acceptor, ReloadHandle};
 
 use crate::cli::{ControllerAdmin, ElectArgs, StatusArgs};
 
@@ -27,19 +28,60 @@ pub fn settings(config: &Config) -> anyhow::Result<ControllerSettings> {
     s.allow_unclean_election = c.allow_unclean_election;
     s.raft_heartbeat = c.raft_heartbeat_interval;
     s.raft_election_timeout = c.raft_election_timeout;
+    s.peer_tls = dialer(config)?;
     Ok(s)
 }
 
+/// The TLS client for controllers (`controller.ca`), `None` when not set.
+pub fn dialer(config: &Config) -> anyhow::Result<Option<rocketgate_tls::Dialer>> {
+    let ca = &config.controller.ca;
+    if ca.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let d = rocketgate_tls::Dialer::new(ca)
+        .with_context(|| format!("loading controller.ca {}", ca.display()))?;
+    Ok(Some(d))
+}
+
+/// The controller's TLS acceptor (`tls.controller`) and the task that reloads its
+/// certificate.
+fn acceptor(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>> {
+    Ok(
+        crate::node::channel_acceptor(config, config.tls.controller, "tls.controller")?.map(|a| {
+            let reload = a.spawn_reload();
+            (a, reload)
+        }),
+    )
+}
+
+/// A controller started by the binary, with the task that reloads its certificate.
+pub struct Running {
+    pub controller: Controller,
+    _tls_reload: Option<ReloadHandle>,
+}
+
+impl Running {
+    pub async fn shutdown(self) {
+        self.controller.shutdown().await
+    }
+}
+
 /// Starts the controller the config describes (for a process of its own or a NameServer).
-pub async fn start(config: &Config) -> anyhow::Result<Controller> {
-    let s = settings(config)?;
+pub async fn start(config: &Config) -> anyhow::Result<Running> {
+    let mut s = settings(config)?;
+    let tls = acceptor(config)?;
+    let (acceptor, reload) = tls.map_or((None, None), |(a, r)| (Some(a), Some(r)));
+    s.tls = acceptor;
     let dir = s.data_dir.clone();
     let c = Controller::start(s)
         .await
         .with_context(|| format!("starting the controller (data in {})", dir.display()))?;
     // The doors' announcement format, so harnesses read every listener one way.
     println!("rocketgate: controller listening on {}", c.local_addr());
-    Ok(c)
+    Ok(Running {
+        controller: c,
+        _tls_reload: reload,
+    })
 }
 
 /// `rocketgate controller` (no admin subcommand): runs until SIGTERM / SIGINT.
@@ -52,16 +94,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn client(list: &str) -> anyhow::Result<ControllerClient> {
-    Ok(ControllerClient::parse(list)?
-        .with_timeouts(Duration::from_secs(2), Duration::from_secs(10)))
+fn client(list: &str, config: &Config) -> anyhow::Result<ControllerClient> {
+    let c = ControllerClient::parse(list)?
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(10));
+    Ok(match dialer(config)? {
+        Some(d) => c.with_tls(d),
+        None => c,
+    })
 }
 
 /// `rocketgate controller status|elect`.
-pub async fn admin(cmd: ControllerAdmin) -> anyhow::Result<()> {
+pub async fn admin(cmd: ControllerAdmin, config: &Config) -> anyhow::Result<()> {
     match cmd {
         ControllerAdmin::Status(StatusArgs { controllers, json }) => {
-            let status = client(&controllers)?.status().await?;
+            let status = client(&controllers, config)?.status().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
@@ -74,7 +120,9 @@ pub async fn admin(cmd: ControllerAdmin) -> anyhow::Result<()> {
             broker_id,
             json,
         }) => {
-            let info = client(&controllers)?.elect(&group, broker_id).await?;
+            let info = client(&controllers, config)?
+                .elect(&group, broker_id)
+                .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {

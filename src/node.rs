@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use rocketgate_auth::Auth;
+use rocketgate_auth::{Auth, Credentials};
 use rocketgate_config::NativeTls;
 use rocketgate_config::{Config, DiskFullPolicy as ConfigDiskFull, FlushMode as ConfigFlush};
 use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock};
@@ -243,7 +243,48 @@ pub(crate) async fn start_namesrv(
     .await
     .with_context(|| format!("starting the NameServer on {}", config.listen.namesrv))?;
     announce("namesrv", addr);
-    Ok((ns.with_auth(auth.clone()).spawn(), addr))
+    let ns = ns.with_auth(auth.clone());
+    let ns = match channel_acceptor(config, config.tls.namesrv, "tls.namesrv")? {
+        Some(acceptor) => ns.with_tls(acceptor),
+        None => ns,
+    };
+    Ok((ns.spawn(), addr))
+}
+
+/// The acceptor of an internal channel served with the node's certificate
+/// (`tls.namesrv`, `tls.controller`) when `on`. No client certificate is asked for:
+/// brokers, clients and proxies present none (they sign with the internal credential
+/// or a user's AccessKey where it matters).
+pub(crate) fn channel_acceptor(
+    config: &Config,
+    on: bool,
+    what: &str,
+) -> anyhow::Result<Option<Acceptor>> {
+    if !on {
+        return Ok(None);
+    }
+    let Some(settings) = TlsSettings::from_config(&config.tls) else {
+        return Ok(None);
+    };
+    let settings = TlsSettings {
+        client_ca: None,
+        client_auth: rocketgate_tls::ClientAuth::None,
+        ..settings
+    };
+    let a = Acceptor::new(settings)
+        .with_context(|| format!("loading the TLS certificate for {what} (tls.cert, tls.key)"))?;
+    Ok(Some(a))
+}
+
+/// The TLS client for NameServers (`namesrv.ca`), `None` when not set.
+pub(crate) fn namesrv_dialer(config: &Config) -> anyhow::Result<Option<rocketgate_tls::Dialer>> {
+    let ca = &config.namesrv.ca;
+    if ca.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let d = rocketgate_tls::Dialer::new(ca)
+        .with_context(|| format!("loading namesrv.ca {}", ca.display()))?;
+    Ok(Some(d))
 }
 
 /// The topics this broker registers: its topic table (user topics and the retry and
@@ -289,7 +330,10 @@ pub(crate) async fn start_ws<B: MessagingApi + 'static>(
     let (server, addr) = ws::Server::bind(
         config.listen.ws,
         broker.clone(),
-        ws::Settings::from(&config.ws),
+        ws::Settings {
+            max_connections_per_address: config.auth.max_connections_per_address,
+            ..ws::Settings::from(&config.ws)
+        },
         hooks,
     )
     .await
@@ -299,19 +343,29 @@ pub(crate) async fn start_ws<B: MessagingApi + 'static>(
 }
 
 /// The WebSocket door's token seam backed by the user store: an API key or a JWT
-/// (`?token=` or the `auth` frame) is the user, whose ACL the connection gets;
-/// `/mqtt` authenticates in its CONNECT instead.
+/// (`?token=` or the `auth` frame) is the user, whose ACL the connection gets (until
+/// a JWT's `exp`); without a token, a verified client certificate (WSS with mTLS and
+/// `auth.certificate_identity`) is; `/mqtt` authenticates in its CONNECT instead.
 fn ws_authenticator(auth: Arc<Auth>) -> Arc<dyn ws::Authenticator> {
     if !auth.enabled() {
         return Arc::new(ws::AllowAll);
     }
     Arc::new(move |a: &ws::AuthAttempt<'_>| {
-        if a.token.is_none() {
+        let creds = match (a.token, a.tls_identity) {
+            (Some(t), _) => Credentials::Bearer(t),
+            (None, Some(name))
+                if a.door == ws::Door::Json && auth.settings().certificate_identity =>
+            {
+                Credentials::Certificate(name)
+            }
             // `/v1/ws`: the first frame must be `auth`; `/mqtt`: CONNECT decides.
-            return ws::AuthDecision::TokenRequired;
-        }
-        match auth.login_token_now(a.token, a.peer.ip(), "ws") {
-            Ok(login) => ws::AuthDecision::AllowWith(Arc::new(auth.grant(&login.identity, ""))),
+            (None, _) => return ws::AuthDecision::TokenRequired,
+        };
+        match auth.login_now(creds, a.peer.ip(), "ws") {
+            Ok(login) => ws::AuthDecision::AllowWith {
+                grant: Arc::new(auth.grant(&login.identity, "")),
+                expires_at: login.expires_at,
+            },
             Err(e) => ws::AuthDecision::Deny(e.to_string()),
         }
     })
@@ -322,7 +376,7 @@ fn start_registrar(
     broker: &Arc<Broker>,
     namesrvs: Vec<String>,
     auth: &Auth,
-) -> RegistrarHandle {
+) -> anyhow::Result<RegistrarHandle> {
     let b = &config.broker;
     let identity = BrokerIdentity {
         cluster: b.cluster.clone(),
@@ -344,10 +398,32 @@ fn start_registrar(
         b.register_interval,
         Arc::new(broker_topics(broker.clone())),
     );
-    match internal_signer(auth) {
+    let registrar = match namesrv_dialer(config)? {
+        Some(dialer) => {
+            use rocketgate_remoting::client::Link;
+            type Connecting = std::pin::Pin<
+                Box<dyn Future<Output = Result<Link, rocketgate_remoting::Error>> + Send>,
+            >;
+            registrar.with_connector(Arc::new(move |addr: String, timeout| {
+                let dialer = dialer.clone();
+                let connecting: Connecting = Box::pin(async move {
+                    let tls = dialer.connect(&addr, timeout).await.map_err(|source| {
+                        rocketgate_remoting::Error::Connect {
+                            addr: addr.clone(),
+                            source,
+                        }
+                    })?;
+                    Ok(Link::over(&addr, tls, None))
+                });
+                connecting
+            }))
+        }
+        None => registrar,
+    };
+    Ok(match internal_signer(auth) {
         Some(signer) => registrar.with_signer(signer).spawn(),
         None => registrar.spawn(),
-    }
+    })
 }
 
 /// The broker's settings from the config.
@@ -610,6 +686,9 @@ pub(crate) fn http_settings(
         } else {
             h.namesrv_addrs.clone()
         },
+        // A bad `namesrv.ca` stops the start where the registrar or the proxy loads
+        // it; here it only leaves the cluster view without TLS.
+        namesrv_tls: namesrv_dialer(config).ok().flatten(),
         broker_name: config.broker.name.clone(),
         cluster: config.broker.cluster.clone(),
         allowed_origins: h.allowed_origins.clone(),
@@ -755,7 +834,7 @@ impl BrokerNode {
         if let Some(addr) = config.serves_ha().then_some(config.listen.ha) {
             announce("ha", addr);
         }
-        let registrar = start_registrar(config, &broker, parts.namesrvs.clone(), auth);
+        let registrar = start_registrar(config, &broker, parts.namesrvs.clone(), auth)?;
         let late = Arc::new(Late::<Broker>::default());
         let _ = late.registrations.set(registrar.registrations());
         let tls = start_tls(config)?;

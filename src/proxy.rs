@@ -148,6 +148,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             &namesrvs,
             auth.internal_credential().cloned(),
             &config.proxy,
+            &config.namesrv.ca,
         )
         .await?,
     );
@@ -168,13 +169,20 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
 }
 
 /// The cluster over `namesrvs`, its members signing with `credential` (the brokers'
-/// internal one) when auth is on, over TLS with `proxy.broker_ca`.
+/// internal one) when auth is on, over TLS with `proxy.broker_ca` (and to the
+/// NameServers with `namesrv_ca`, `namesrv.ca`).
 pub async fn connect(
     namesrvs: &[String],
     credential: Option<AccessKey>,
     proxy: &ProxyConfig,
+    namesrv_ca: &std::path::Path,
 ) -> anyhow::Result<ClusterApi> {
     let mut client = ClientSettings::new(namesrvs.iter().cloned());
+    if !namesrv_ca.as_os_str().is_empty() {
+        client = client
+            .with_namesrv_tls_ca(namesrv_ca)
+            .with_context(|| format!("reading namesrv.ca {}", namesrv_ca.display()))?;
+    }
     if let Some(c) = &credential {
         client = client.with_credentials(&c.access_key, &c.secret_key);
     }

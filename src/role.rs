@@ -106,10 +106,12 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let every = base.controller.heartbeat_interval;
     // A heartbeat retried for longer than its period only delays the next one.
-    let client = Arc::new(
-        ControllerClient::parse(&base.controller.addresses)?
-            .with_timeouts(every.min(Duration::from_secs(1)), every),
-    );
+    let client = ControllerClient::parse(&base.controller.addresses)?
+        .with_timeouts(every.min(Duration::from_secs(1)), every);
+    let client = Arc::new(match crate::controller::dialer(&base)? {
+        Some(tls) => client.with_tls(tls),
+        None => client,
+    });
     base.listen.native = resolve(base.listen.native)?;
     base.listen.ha = resolve(base.listen.ha)?;
     let epochs = EpochFile::open(&base.data_dir)

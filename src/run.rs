@@ -62,7 +62,11 @@ pub fn main(cli: Cli) -> anyhow::Result<()> {
             runtime()?.block_on(crate::proxy::run(config))
         }
         Some(Command::Controller(args)) => match args.admin {
-            Some(admin) => runtime()?.block_on(crate::controller::admin(admin)),
+            Some(admin) => {
+                // `controller.ca` (config file or ROCKETGATE_CONTROLLER__CA) for TLS.
+                let config = args.run.common.load(Vec::new())?;
+                runtime()?.block_on(crate::controller::admin(admin, &config))
+            }
             None => {
                 let mut flags = Vec::new();
                 args.run.overrides(&mut flags);

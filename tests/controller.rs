@@ -436,3 +436,86 @@ async fn a_broker_with_controller_addresses_registers_and_heartbeats() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A CA and a server certificate for 127.0.0.1 (rcgen), as PEM files in `dir`:
+/// `ca.pem`, `server.pem`, `server.key`.
+fn test_pki(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "controller test CA");
+    std::fs::write(dir.join("ca.pem"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("server.pem"), server.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+}
+
+/// `tls.controller` + `controller.ca`: three controllers elect a leader over TLS
+/// between themselves; the CLI and a `ControllerClient` with the CA reach them, a
+/// client without it gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_talk_tls_with_each_other_brokers_and_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    test_pki(dir.path());
+    let file = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = format!(
+        "1=127.0.0.1:{},2=127.0.0.1:{},3=127.0.0.1:{}",
+        ports[0], ports[1], ports[2]
+    );
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let tls_env = [
+        ("ROCKETGATE_TLS__CONTROLLER", "true".to_owned()),
+        ("ROCKETGATE_TLS__CERT", file("server.pem")),
+        ("ROCKETGATE_TLS__KEY", file("server.key")),
+        ("ROCKETGATE_CONTROLLER__CA", file("ca.pem")),
+    ];
+    let _procs: Vec<Proc> = (1..=3)
+        .map(|id| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
+            with_timings(&mut c)
+                .envs(tls_env.iter().map(|(k, v)| (k, v)))
+                .args(["controller", "--id", &id.to_string(), "--peers", &peers])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("c{id}")));
+            Proc(c.spawn().unwrap())
+        })
+        .collect();
+
+    // A client with the CA: a leader was elected (Raft between the three over TLS).
+    let client = ControllerClient::new(addrs.clone())
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
+        .with_tls(rocketgate_tls::Dialer::new(&dir.path().join("ca.pem")).unwrap());
+    let status = wait_for("a leader over TLS", 60, async || client.status().await.ok()).await;
+    assert_eq!(status.controllers.len(), 3);
+
+    // The CLI with `controller.ca` answers; without it, no controller answers.
+    let status_cli = |ca: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
+        c.args(["controller", "status", "--controllers", &addrs.join(";")])
+            .env("RUST_LOG", "warn");
+        if let Some(ca) = ca {
+            c.env("ROCKETGATE_CONTROLLER__CA", ca);
+        }
+        c.output().unwrap()
+    };
+    let out = status_cli(Some(&file("ca.pem")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("leader: controller"));
+    let out = status_cli(None);
+    assert!(!out.status.success(), "a plain client must not be answered");
+    let plain = ControllerClient::new(addrs.clone())
+        .with_timeouts(Duration::from_secs(1), Duration::from_secs(2));
+    assert!(plain.status().await.is_err());
+}

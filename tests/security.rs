@@ -3,7 +3,11 @@
 //! `--allow-anonymous`; `rocketgate user add` creates the first admin, and a node
 //! with auth on lets that admin in on every door (MQTT with mosquitto_pub, HTTP with
 //! curl) and nobody without credentials; its broker registers with its embedded
-//! NameServer using the internal credential.
+//! NameServer using the internal credential. On `/v1/ws` a JWT's `exp` ends the
+//! connection (an error frame `token_expired`, then close 4401), and every door
+//! but MQTT (tested in its crate) refuses connections over
+//! `auth.max_connections_per_address`: HTTP 429 JSON, WebSocket close 1013, native
+//! closed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -330,5 +334,298 @@ fn internal_topics_are_the_cores_system_topics() {
             is_system_topic(t),
             "{t}"
         );
+    }
+}
+
+/// A node started by a test, stopped (SIGTERM, then SIGKILL) when dropped, also
+/// when the test panics.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `rocketgate standalone` on free loopback ports with `env`; its door addresses.
+fn standalone(
+    data: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Running, std::collections::HashMap<String, String>) {
+    let mut cmd = bin();
+    cmd.arg("standalone")
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "--namesrv",
+            "0",
+            "--native",
+            "0",
+            "--mqtt",
+            "0",
+            "--http",
+            "0",
+            "--ws",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let running = Running(child);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let addrs = addresses(&mut lines);
+    // Keep reading so the node never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (running, addrs)
+}
+
+const JWT_SECRET: &str = "ws-jwt-test-secret";
+
+fn jwt(user: &str, exp: u64) -> String {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    encode(
+        &Header::default(),
+        &serde_json::json!({ "sub": user, "exp": exp }),
+        &EncodingKey::from_secret(JWT_SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// Reads frames until the connection closes: the text frames seen, and the close
+/// code (`None` when the connection ended without a close frame).
+async fn until_closed<S>(s: &mut S) -> (Vec<serde_json::Value>, Option<u16>)
+where
+    S: futures_util::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
+{
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut texts = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), s.next()).await {
+            Err(_) => panic!("not closed within 30 s; frames so far: {texts:?}"),
+            Ok(Some(Ok(Message::Text(t)))) => texts.push(serde_json::from_str(&t).unwrap()),
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                return (texts, frame.map(|f| u16::from(f.code)));
+            }
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(_)) | None) => return (texts, None),
+        }
+    }
+}
+
+/// A `/v1/ws` connection authenticated with a JWT ends when the token expires:
+/// an error frame `token_expired`, then close code 4401, whether the token came in
+/// the query string or in the `auth` frame. An expired token is refused at once.
+#[test]
+fn websocket_connections_end_when_their_jwt_expires() {
+    use futures_util::SinkExt;
+    use rocketgate_auth::{Action, Rule, UserEntry, UserFile};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut users = UserFile::default();
+    users.upsert(UserEntry {
+        name: "alice".into(),
+        rules: vec![Rule::allow(&[Action::Publish], &["a/#"])],
+        ..UserEntry::default()
+    });
+    users.save(&dir.path().join("users.toml")).unwrap();
+    let (_node, addrs) = standalone(
+        dir.path(),
+        &[
+            ("ROCKETGATE_AUTH__ENABLED", "true"),
+            ("ROCKETGATE_AUTH__JWT_SECRET", JWT_SECRET),
+        ],
+    );
+    let ws = addrs["ws"].clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Past the 5 s leeway: refused at the upgrade.
+        let old = jwt("alice", now - 60);
+        match tokio_tungstenite::connect_async(format!("ws://{ws}/v1/ws?token={old}")).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401),
+            other => panic!("expected a 401, got {other:?}"),
+        }
+        let token = jwt("alice", now + 2);
+        let started = Instant::now();
+        let (mut by_query, _) =
+            tokio_tungstenite::connect_async(format!("ws://{ws}/v1/ws?token={token}"))
+                .await
+                .unwrap();
+        let (mut by_frame, _) = tokio_tungstenite::connect_async(format!("ws://{ws}/v1/ws"))
+            .await
+            .unwrap();
+        let auth = serde_json::json!({"op": "auth", "token": token, "req": "a"});
+        by_frame
+            .send(Message::text(auth.to_string()))
+            .await
+            .unwrap();
+        // Both work until then.
+        by_query
+            .send(Message::text(
+                r#"{"op":"publish","topic":"a","body":"x","req":1}"#,
+            ))
+            .await
+            .unwrap();
+        for (name, conn) in [("query", &mut by_query), ("frame", &mut by_frame)] {
+            let (texts, code) = until_closed(conn).await;
+            assert_eq!(code, Some(4401), "{name}: {texts:?}");
+            let last = texts.last().unwrap_or_else(|| panic!("{name}: no frames"));
+            assert_eq!(
+                (last["type"].as_str(), last["code"].as_str()),
+                (Some("error"), Some("token_expired")),
+                "{name}: {texts:?}"
+            );
+            let first = &texts[0];
+            assert!(
+                first["type"] == "send_result" || first["type"] == "authenticated",
+                "{name}: served before the expiry: {texts:?}"
+            );
+        }
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "not before exp"
+        );
+    });
+}
+
+/// Reads what the peer sends until it closes (or 20 s pass).
+fn read_to_close(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `auth.max_connections_per_address = 2` at the HTTP, WebSocket and native doors:
+/// two connections from 127.0.0.1 are served, a third is refused with the door's
+/// answer (HTTP 429 JSON; WebSocket close 1013; native: closed), and once one
+/// closes there is room again.
+#[test]
+fn connections_per_address_at_http_websocket_and_native() {
+    use futures_util::SinkExt;
+    use std::net::TcpStream;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, addrs) = standalone(
+        dir.path(),
+        &[("ROCKETGATE_AUTH__MAX_CONNECTIONS_PER_ADDRESS", "2")],
+    );
+    let get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    let ask = |s: &mut TcpStream| {
+        use std::io::Read;
+        s.write_all(get).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+
+    // HTTP: two keep-alive connections hold both places.
+    let http = addrs["http"].clone();
+    let mut one = TcpStream::connect(&http).unwrap();
+    let mut two = TcpStream::connect(&http).unwrap();
+    assert!(ask(&mut one).starts_with("HTTP/1.1 200"));
+    assert!(ask(&mut two).starts_with("HTTP/1.1 200"));
+    let mut three = TcpStream::connect(&http).unwrap();
+    three.write_all(get).unwrap();
+    let refused = read_to_close(&mut three);
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert!(
+        refused.contains(r#""code":"too_many_connections""#),
+        "{refused}"
+    );
+    assert!(ask(&mut one).starts_with("HTTP/1.1 200"), "the others stay");
+    drop(two);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut again = TcpStream::connect(&http).unwrap();
+        again.write_all(get).unwrap();
+        if read_to_close_or_answer(&mut again).starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room after a connection closed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // WebSocket: the third /v1/ws connection is closed with 1013.
+    let ws = addrs["ws"].clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = format!("ws://{ws}/v1/ws");
+        let (mut a, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        let (_b, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        let (mut c, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        let (_, code) = until_closed(&mut c).await;
+        assert_eq!(code, Some(1013));
+        a.send(Message::text(r#"{"op":"ping","req":"p"}"#))
+            .await
+            .unwrap();
+        use futures_util::StreamExt;
+        let pong = tokio::time::timeout(Duration::from_secs(20), a.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(pong.to_text().unwrap().contains("pong"), "{pong:?}");
+    });
+
+    // Native: the third connection is closed before any request is answered.
+    let native = addrs["native"].clone();
+    let _n1 = TcpStream::connect(&native).unwrap();
+    let _n2 = TcpStream::connect(&native).unwrap();
+    let mut n3 = TcpStream::connect(&native).unwrap();
+    assert_eq!(read_to_close(&mut n3), "", "closed without an answer");
+}
+
+/// The answer to a request on a fresh connection: what arrives before the peer
+/// closes or 20 s pass, or the first read of a keep-alive answer.
+fn read_to_close_or_answer(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = [0u8; 4096];
+    match s.read(&mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Err(_) => String::new(),
     }
 }

@@ -86,12 +86,15 @@ fn crates_depend_only_downwards() {
         ),
         // Layer 3 beside the NameServer: the Raft controller of automatic failover. It
         // decides who is master; it never touches storage or a door.
+        // Both serve TLS on their port (`tls.controller`, `tls.namesrv`) and the
+        // controller reaches its peers over it (rocketgate-tls).
         (
             "rocketgate-controller",
             &[
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-remoting",
+                "rocketgate-tls",
             ][..],
         ),
         (
@@ -101,6 +104,7 @@ fn crates_depend_only_downwards() {
                 "rocketgate-base",
                 "rocketgate-config",
                 "rocketgate-remoting",
+                "rocketgate-tls",
             ][..],
         ),
         (

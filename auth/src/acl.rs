@@ -363,6 +363,39 @@ impl Grant {
         d
     }
 
+    /// May this identity learn where core topic `topic` lives (a NameServer route
+    /// query)? Yes when it may publish or subscribe to some name under it (`topic`
+    /// itself or `topic/<tag>`) and no deny rule takes the whole topic from that
+    /// action; the internal topics only as [`Grant::owns_group`] allows (a consumer
+    /// group's `%RETRY%G` and `%DLQ%G`). Not cached: route queries are rare.
+    pub fn may_route(&self, topic: &str) -> bool {
+        if self.all {
+            return true;
+        }
+        if topic.is_empty() || topic.contains(['/', '+', '#']) {
+            return false;
+        }
+        if is_internal_topic(topic) {
+            return topic
+                .strip_prefix("%RETRY%")
+                .or_else(|| topic.strip_prefix("%DLQ%"))
+                .is_some_and(|g| self.owns_group(g));
+        }
+        let under = format!("{topic}/#");
+        let reach = |act: fn(&Compiled) -> bool| {
+            !self.rules.iter().any(|r| {
+                r.effect == Effect::Deny
+                    && act(r)
+                    && r.topics.iter().any(|p| filter_covers(p, &under))
+            }) && self.rules.iter().any(|r| {
+                r.effect == Effect::Allow
+                    && act(r)
+                    && r.topics.iter().any(|p| filters_overlap(p, &under))
+            })
+        };
+        reach(|r| r.publish) || reach(|r| r.subscribe)
+    }
+
     /// May this identity consume as consumer group `group` (commit its offsets,
     /// send messages back, read its retry and dead-letter topics)?
     pub fn may_consume_as(&self, group: &str) -> bool {
@@ -501,6 +534,30 @@ mod tests {
         assert!(!g.may_subscribe("SCHEDULE_TOPIC_XXXX", None));
         assert!(!g.may_subscribe("rmq_sys_wheel_timer", None));
         assert!(!g.may_admin());
+    }
+
+    /// Route queries: a topic is visible to whoever may publish or subscribe to
+    /// some name under it, a group's retry / dead-letter topic to its owner.
+    #[test]
+    fn routes_follow_the_rules() {
+        let g = grant(&[
+            Rule::allow(&[Publish], &["a/x"]),
+            Rule {
+                groups: vec!["g1".into()],
+                ..Rule::allow(&[Subscribe], &["c/#"])
+            },
+            Rule::allow(&[Publish], &["d/#"]),
+            Rule::deny(&[Publish], &["d/#"]),
+        ]);
+        assert!(g.may_route("a"), "one tag of a is enough");
+        assert!(g.may_route("c"));
+        assert!(!g.may_route("b"));
+        assert!(!g.may_route("d"), "the whole topic denied");
+        assert!(g.may_route("%RETRY%g1") && g.may_route("%DLQ%g1"));
+        assert!(!g.may_route("%RETRY%g2") && !g.may_route("TBW102"));
+        assert!(!g.may_route("#") && !g.may_route("a/x") && !g.may_route(""));
+        assert!(!grant(&[]).may_route("a"));
+        assert!(Grant::all().may_route("anything"));
     }
 
     #[test]

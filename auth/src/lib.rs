@@ -382,15 +382,38 @@ impl Auth {
         peer: IpAddr,
         door: &'static str,
     ) -> Result<Login, Denied> {
+        match token {
+            None | Some("") => self.login_now(Credentials::None, peer, door),
+            Some(t) => self.login_now(Credentials::Bearer(t), peer, door),
+        }
+    }
+
+    /// [`Auth::login`] without waiting, for the credentials that need no slow hash:
+    /// a bearer token or a verified client certificate (the WebSocket upgrade, the
+    /// native door's requests). A password cannot be checked this way: it is refused
+    /// as [`Denied::BadCredentials`] (doors with passwords use [`Auth::login`]).
+    /// Failures are counted and logged like [`Auth::login`]'s.
+    pub fn login_now(
+        &self,
+        creds: Credentials<'_>,
+        peer: IpAddr,
+        door: &'static str,
+    ) -> Result<Login, Denied> {
         if !self.settings.enabled {
             return Ok(Login {
                 identity: Identity::anonymous(),
                 expires_at: None,
             });
         }
-        let result = match token {
-            None | Some("") => Err(Denied::Missing),
-            Some(t) => match &self.jwt {
+        let claimed = match creds {
+            Credentials::Certificate(name) => Some(name),
+            _ => None,
+        };
+        let result = match creds {
+            Credentials::None | Credentials::Bearer("") => Err(Denied::Missing),
+            Credentials::Password { .. } => Err(Denied::BadCredentials),
+            Credentials::Certificate(name) => self.certificate_login(name),
+            Credentials::Bearer(t) => match &self.jwt {
                 Some(keys) if jwt::looks_like_jwt(t.as_bytes()) => {
                     keys.verify(t).and_then(|v| self.jwt_login(v))
                 }
@@ -411,13 +434,30 @@ impl Auth {
             Ok(_) => metrics::counter!("rocketgate_auth_logins_total", "door" => door).increment(1),
             Err(why) => {
                 if *why != Denied::Missing {
-                    self.limiter.failed(peer, None);
+                    self.limiter.failed(peer, claimed);
                 }
                 metrics::counter!("rocketgate_auth_failures_total", "door" => door).increment(1);
-                tracing::warn!(door, %peer, reason = %why, "login refused");
+                tracing::warn!(door, %peer, user = claimed.unwrap_or(""), reason = %why, "login refused");
             }
         }
         result
+    }
+
+    /// A verified client certificate's name as a user (`auth.certificate_identity`).
+    fn certificate_login(&self, name: &str) -> Result<Login, Denied> {
+        if !self.settings.certificate_identity {
+            return Err(Denied::CertificateNotAccepted);
+        }
+        match self.users().user(name) {
+            Some(u) => Ok(Login {
+                identity: Identity {
+                    user: u.name.clone(),
+                    internal: false,
+                },
+                expires_at: None,
+            }),
+            None => Err(Denied::BadCredentials),
+        }
     }
 
     async fn check(&self, creds: Credentials<'_>) -> Result<Login, Denied> {
@@ -459,15 +499,7 @@ impl Auth {
                     .map(|u| plain(u.name.clone()))
                     .ok_or(Denied::BadToken)
             }
-            Credentials::Certificate(name) => {
-                if !self.settings.certificate_identity {
-                    return Err(Denied::CertificateNotAccepted);
-                }
-                match self.users().user(name) {
-                    Some(u) => Ok(plain(u.name.clone())),
-                    None => Err(Denied::BadCredentials),
-                }
-            }
+            Credentials::Certificate(name) => self.certificate_login(name),
         }
     }
 

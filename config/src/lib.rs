@@ -140,6 +140,12 @@ pub struct TlsConfig {
     /// TLS on the replication port `listen.ha` (a master's slaves then connect with
     /// `ha.master_ca`).
     pub ha: bool,
+    /// TLS on the controller's port (brokers, the other controllers and the CLI then
+    /// connect with `controller.ca`).
+    pub controller: bool,
+    /// TLS on the NameServer's port `listen.namesrv` (brokers, clients, proxies and
+    /// the HTTP cluster view then connect with `namesrv.ca`).
+    pub namesrv: bool,
 }
 
 impl Default for TlsConfig {
@@ -155,6 +161,8 @@ impl Default for TlsConfig {
             ws: false,
             native: NativeTls::Disabled,
             ha: false,
+            controller: false,
+            namesrv: false,
         }
     }
 }
@@ -162,7 +170,13 @@ impl Default for TlsConfig {
 impl TlsConfig {
     /// Whether any door serves TLS.
     pub fn enabled(&self) -> bool {
-        self.mqtt || self.http || self.ws || self.native != NativeTls::Disabled || self.ha
+        self.mqtt
+            || self.http
+            || self.ws
+            || self.native != NativeTls::Disabled
+            || self.ha
+            || self.controller
+            || self.namesrv
     }
 }
 
@@ -276,6 +290,11 @@ pub struct NamesrvConfig {
     /// A broker silent for this long is dropped from every route.
     #[serde(with = "units::duration")]
     pub broker_expiry: Duration,
+    /// PEM CA the NameServers' certificates are verified against: set, every
+    /// connection to a NameServer (a broker's registration, a proxy's and the HTTP
+    /// cluster view's queries) is TLS (`tls.namesrv = true` on the NameServers).
+    /// Empty: plain TCP.
+    pub ca: PathBuf,
 }
 
 /// The native door (RocketMQ remoting clients on `listen.native`).
@@ -659,6 +678,10 @@ pub struct ControllerConfig {
     /// On a broker: how often it heartbeats to the controller leader.
     #[serde(with = "units::duration")]
     pub heartbeat_interval: Duration,
+    /// PEM CA the controllers' certificates are verified against: set, every
+    /// connection to a controller (a broker's, another controller's, the CLI's) is
+    /// TLS (`tls.controller = true` on the controllers). Empty: plain TCP.
+    pub ca: PathBuf,
 }
 
 impl Default for ControllerConfig {
@@ -674,6 +697,7 @@ impl Default for ControllerConfig {
             raft_election_timeout: Duration::from_millis(500),
             addresses: String::new(),
             heartbeat_interval: Duration::from_millis(500),
+            ca: PathBuf::new(),
         }
     }
 }
@@ -810,6 +834,7 @@ impl Default for NamesrvConfig {
         NamesrvConfig {
             scan_interval: Duration::from_secs(10),
             broker_expiry: Duration::from_secs(120),
+            ca: PathBuf::new(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct ControllerClient {
     retry_for: Duration,
     /// Std lock, held to read or update the leader hint and the links.
     links: Mutex<Links>,
+    /// TLS to the controllers (`controller.ca`); `None`: plain.
+    tls: Option<rocketgate_tls::Dialer>,
 }
 
 #[derive(Default)]
@@ -56,7 +58,14 @@ impl ControllerClient {
             call_timeout: Duration::from_secs(2),
             retry_for: Duration::from_secs(10),
             links: Mutex::default(),
+            tls: None,
         }
+    }
+
+    /// Talks TLS to the controllers (`tls.controller` on their side).
+    pub fn with_tls(mut self, dialer: rocketgate_tls::Dialer) -> Self {
+        self.tls = Some(dialer);
+        self
     }
 
     /// Parses `A;B;C` (or commas) into a client.
@@ -89,7 +98,19 @@ impl ControllerClient {
         if let Some(l) = lock(&self.links).open.get(addr).filter(|l| !l.is_closed()) {
             return Ok(l.clone());
         }
-        let l = Arc::new(Link::connect(addr, self.call_timeout, None).await?);
+        let l = Arc::new(match &self.tls {
+            None => Link::connect(addr, self.call_timeout, None).await?,
+            Some(d) => {
+                let tls = d
+                    .connect(addr, self.call_timeout)
+                    .await
+                    .map_err(|source| Error::Io {
+                        what: format!("TLS connection to controller {addr}"),
+                        source,
+                    })?;
+                Link::over(addr, tls, None)
+            }
+        });
         lock(&self.links).open.insert(addr.to_owned(), l.clone());
         Ok(l)
     }

@@ -27,7 +27,10 @@ type NodeId = u64;
 
 /// Opens a [`Peer`] per target; openraft asks once per replication stream.
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    /// TLS to the other controllers (`controller.ca`); `None`: plain.
+    pub tls: Option<rocketgate_tls::Dialer>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
@@ -37,6 +40,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.addr.clone(),
             link: None,
+            tls: self.tls.clone(),
         }
     }
 }
@@ -46,6 +50,7 @@ pub struct Peer {
     target: NodeId,
     addr: String,
     link: Option<Arc<Link>>,
+    tls: Option<rocketgate_tls::Dialer>,
 }
 
 impl Peer {
@@ -63,9 +68,18 @@ impl Peer {
         let link = match &self.link {
             Some(l) if !l.is_closed() => l.clone(),
             _ => {
-                let l = Link::connect(&self.addr, timeout, None)
-                    .await
-                    .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                let l = match &self.tls {
+                    None => Link::connect(&self.addr, timeout, None)
+                        .await
+                        .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?,
+                    Some(d) => {
+                        let tls = d
+                            .connect(&self.addr, timeout)
+                            .await
+                            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                        Link::over(&self.addr, tls, None)
+                    }
+                };
                 let l = Arc::new(l);
                 self.link = Some(l.clone());
                 l

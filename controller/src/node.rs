@@ -48,6 +48,10 @@ pub struct ControllerSettings {
     /// Raft election timeout: a follower that hears no leader this long (randomised up
     /// to twice this) stands for election.
     pub raft_election_timeout: Duration,
+    /// Serve TLS with this certificate (`tls.controller`); `None`: plain remoting.
+    pub tls: Option<rocketgate_tls::Acceptor>,
+    /// Reach the other controllers over TLS, trusting this CA (`controller.ca`).
+    pub peer_tls: Option<rocketgate_tls::Dialer>,
 }
 
 impl ControllerSettings {
@@ -62,7 +66,25 @@ impl ControllerSettings {
             allow_unclean_election: false,
             raft_heartbeat: Duration::from_millis(100),
             raft_election_timeout: Duration::from_millis(500),
+            tls: None,
+            peer_tls: None,
         }
+    }
+}
+
+/// The TLS listener as the remoting loop's connection source (`tls.controller`).
+struct TlsIncoming(rocketgate_tls::Incoming);
+
+impl server::Accept for TlsIncoming {
+    type Io = rocketgate_tls::Stream;
+
+    async fn accept(&mut self) -> std::io::Result<server::Accepted<Self::Io>> {
+        let c = self.0.accept().await;
+        Ok(server::Accepted {
+            io: c.stream,
+            addr: c.peer,
+            tls_identity: c.tls_identity,
+        })
     }
 }
 
@@ -140,7 +162,9 @@ impl Controller {
         let raft = Raft::new(
             settings.id,
             Arc::new(config),
-            crate::network::Network,
+            crate::network::Network {
+                tls: settings.peer_tls.clone(),
+            },
             log,
             sm,
         )
@@ -164,12 +188,28 @@ impl Controller {
         let mut tasks = Vec::new();
         let mut s = stopped.clone();
         let service = Arc::new(Service { core: core.clone() });
-        tasks.push(tokio::spawn(async move {
-            server::serve(listener, service, Limits::default(), async move {
-                let _ = s.wait_for(|v| *v).await;
-            })
-            .await
-        }));
+        let stopped_serving = async move {
+            let _ = s.wait_for(|v| *v).await;
+        };
+        match &settings.tls {
+            None => tasks.push(tokio::spawn(server::serve(
+                listener,
+                service,
+                Limits::default(),
+                stopped_serving,
+            ))),
+            Some(acceptor) => {
+                let mode = rocketgate_tls::Mode::Tls(acceptor.clone());
+                let incoming = rocketgate_tls::Incoming::new(listener, mode, "controller")
+                    .map_err(io("serve TLS"))?;
+                tasks.push(tokio::spawn(server::serve(
+                    TlsIncoming(incoming),
+                    service,
+                    Limits::default(),
+                    stopped_serving,
+                )));
+            }
+        }
         tasks.push(tokio::spawn(watch_masters(core.clone(), stopped)));
         let initialized = raft
             .is_initialized()

@@ -11,7 +11,10 @@
 //! - the native door: our client over TLS in `enforcing` and `permissive` modes,
 //!   plain in `permissive`, plain refused in `enforcing`;
 //! - rotation: new files are picked up while a connection stays open; new
-//!   connections see the new certificate, a bad file keeps the old one.
+//!   connections see the new certificate, a bad file keeps the old one;
+//! - mTLS identity (`auth.certificate_identity`) on WSS `/v1/ws` and the native
+//!   door: the certificate's CN is the user and its ACL applies; without a
+//!   certificate the door asks for credentials as usual.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -626,6 +629,151 @@ async fn certificate_rotation_keeps_connections_and_serves_the_new_certificate()
     }
     let (_, seen) = tls_connect(addr, &ca).await.unwrap();
     assert_eq!(seen, second, "a bad file must not replace the certificate");
+}
+
+/// A TLS stream to `addr` presenting the test client certificate (CN `device-17`),
+/// or none.
+async fn tls_with_certificate(
+    pki: &Pki,
+    addr: std::net::SocketAddr,
+    with_cert: bool,
+) -> rocketgate_tls::tokio_rustls::client::TlsStream<TcpStream> {
+    let ca = pki.path("ca.pem");
+    let config = if with_cert {
+        rocketgate_tls::client_config_with_certificate(
+            &ca,
+            &pki.path("client.pem"),
+            &pki.path("client.key"),
+        )
+        .unwrap()
+    } else {
+        rocketgate_tls::client_config(&ca).unwrap()
+    };
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// One remoting request on `io` and its answer (our codec).
+async fn remoting_call<IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    io: &mut IO,
+    cmd: rocketgate_remoting::RemotingCommand,
+) -> rocketgate_remoting::RemotingCommand {
+    let codec = rocketgate_remoting::FrameCodec::default();
+    let mut buf = bytes::BytesMut::new();
+    codec.encode(&cmd, &mut buf).unwrap();
+    io.write_all(&buf).await.unwrap();
+    buf.clear();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(r) = codec.decode(&mut buf).unwrap() {
+                return r;
+            }
+            assert!(io.read_buf(&mut buf).await.unwrap() > 0, "closed");
+        }
+    })
+    .await
+    .expect("no answer")
+}
+
+/// With `auth.certificate_identity`, a verified client certificate is the user at
+/// the WebSocket `/v1/ws` door (no token needed) and the native door (unsigned
+/// requests), with that user's ACL; without a certificate the usual credentials
+/// are asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_identity_on_websocket_and_native() {
+    use futures_util::{SinkExt, StreamExt};
+    use rocketgate_remoting::RemotingCommand;
+    use rocketgate_remoting::code::{request, response};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "device-17").unwrap();
+    let users = dir.path().join("users.toml");
+    std::fs::write(
+        &users,
+        r#"[[user]]
+name = "device-17"
+rules = [{ effect = "allow", actions = ["publish", "subscribe"], topics = ["a/#"], groups = ["g1"] }]
+"#,
+    )
+    .unwrap();
+    let node = start(
+        &pki,
+        &[
+            ("ROCKETGATE_TLS__WS", "true"),
+            ("ROCKETGATE_TLS__NATIVE", "enforcing"),
+            ("ROCKETGATE_TLS__CLIENT_AUTH", "optional"),
+            ("ROCKETGATE_AUTH__ENABLED", "true"),
+            ("ROCKETGATE_AUTH__CERTIFICATE_IDENTITY", "true"),
+            ("ROCKETGATE_AUTH__USERS_FILE", users.to_str().unwrap()),
+        ],
+    );
+
+    // WSS with the certificate: no token, the ACL of device-17.
+    let ws = node.addr("ws");
+    let url = format!("wss://127.0.0.1:{}/v1/ws", ws.port());
+    let tls = tls_with_certificate(&pki, ws, true).await;
+    let (mut s, _) = tokio_tungstenite::client_async(url.clone(), tls)
+        .await
+        .unwrap();
+    let mut ask = async |frame: &str| -> Value {
+        s.send(Message::text(frame)).await.unwrap();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(20), s.next())
+                .await
+                .unwrap()
+            {
+                Some(Ok(Message::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(_)) => continue,
+                other => panic!("connection ended: {other:?}"),
+            }
+        }
+    };
+    let ok = ask(r#"{"op":"publish","topic":"a","tag":"x","body":"by certificate","req":1}"#).await;
+    assert_eq!(ok["type"], "send_result", "{ok}");
+    let denied = ask(r#"{"op":"publish","topic":"b","body":"no","req":2}"#).await;
+    assert_eq!(denied["code"], "forbidden", "{denied}");
+    // Without a certificate: the first frame must be `auth`.
+    let tls = tls_with_certificate(&pki, ws, false).await;
+    let (mut anon, _) = tokio_tungstenite::client_async(url, tls).await.unwrap();
+    anon.send(Message::text(
+        r#"{"op":"publish","topic":"a","body":"no","req":1}"#,
+    ))
+    .await
+    .unwrap();
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(20), anon.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Close(f))) => break f.map(|f| u16::from(f.code)),
+            Some(Ok(Message::Text(t))) => panic!("served without credentials: {t}"),
+            Some(Ok(_)) => continue,
+            other => panic!("ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(closed, Some(1008));
+
+    // Native, unsigned requests: the certificate's user may read `a`, not `b`.
+    let native = node.addr("native");
+    let max_offset = |topic: &str| {
+        RemotingCommand::request(request::GET_MAX_OFFSET, 1)
+            .with_field("topic", topic)
+            .with_field("queueId", "0")
+    };
+    let mut with = tls_with_certificate(&pki, native, true).await;
+    let r = remoting_call(&mut with, max_offset("a")).await;
+    assert_eq!(r.code, response::SUCCESS, "{:?}", r.remark);
+    let r = remoting_call(&mut with, max_offset("b")).await;
+    assert_eq!(r.code, response::NO_PERMISSION, "{:?}", r.remark);
+    assert!(r.remark.unwrap_or_default().contains("device-17"));
+    let mut without = tls_with_certificate(&pki, native, false).await;
+    let r = remoting_call(&mut without, max_offset("a")).await;
+    assert_eq!(r.code, response::NO_PERMISSION, "{:?}", r.remark);
+    assert!(r.remark.unwrap_or_default().contains("not signed"));
 }
 
 fn bail_log(node: &Node) -> ! {

@@ -37,6 +37,24 @@ pub struct NameServer {
     settings: NamesrvSettings,
     state: Shared,
     auth: Arc<rocketgate_auth::Auth>,
+    /// Serve TLS with this certificate (`tls.namesrv`); `None`: plain remoting.
+    tls: Option<rocketgate_tls::Acceptor>,
+}
+
+/// The TLS listener as the remoting loop's connection source (`tls.namesrv`).
+struct TlsIncoming(rocketgate_tls::Incoming);
+
+impl server::Accept for TlsIncoming {
+    type Io = rocketgate_tls::Stream;
+
+    async fn accept(&mut self) -> std::io::Result<server::Accepted<Self::Io>> {
+        let c = self.0.accept().await;
+        Ok(server::Accepted {
+            io: c.stream,
+            addr: c.peer,
+            tls_identity: c.tls_identity,
+        })
+    }
 }
 
 /// Controls a spawned [`NameServer`]. Dropping it stops the server too (in the
@@ -75,9 +93,14 @@ impl Handler for Routes {
     }
 
     fn handle(&self, peer: &mut Peer, req: RemotingCommand) -> Answer {
-        if let Err(remark) = internal_only(&self.auth, &req) {
-            tracing::warn!(peer = %peer.addr, code = req.code, %remark, "NameServer write refused");
-            metrics::counter!("rocketgate_auth_failures_total", "door" => "namesrv").increment(1);
+        let checked = internal_only(&self.auth, &req)
+            .inspect_err(|_| {
+                metrics::counter!("rocketgate_auth_failures_total", "door" => "namesrv")
+                    .increment(1);
+            })
+            .and_then(|()| may_read(&self.auth, &req));
+        if let Err(remark) = checked {
+            tracing::warn!(peer = %peer.addr, code = req.code, %remark, "NameServer request refused");
             return Answer::Now(
                 RemotingCommand::response_to(
                     &req,
@@ -147,6 +170,55 @@ fn internal_only(auth: &rocketgate_auth::Auth, req: &RemotingCommand) -> Result<
     }
 }
 
+/// Ok unless auth is on and `req` reads topic names the signer may not know: a
+/// route (`GET_ROUTEINFO_BY_TOPIC`) needs a signed request whose user may publish
+/// or subscribe to some name under the topic (`Grant::may_route`); the topic lists
+/// (`GET_ALL_TOPIC_LIST_FROM_NAMESERVER`, `GET_TOPICS_BY_CLUSTER`) need the admin or
+/// monitor permission. The internal credential may read everything. The cluster
+/// view (`GET_BROKER_CLUSTER_INFO`: broker names and addresses, no topics) stays
+/// open: clients and the HTTP door's cluster view find brokers with it.
+fn may_read(auth: &rocketgate_auth::Auth, req: &RemotingCommand) -> Result<(), String> {
+    use rocketgate_remoting::code::request as r;
+    let route = req.code == r::GET_ROUTEINFO_BY_TOPIC;
+    if !auth.enabled()
+        || !(route
+            || req.code == r::GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+            || req.code == r::GET_TOPICS_BY_CLUSTER)
+    {
+        return Ok(());
+    }
+    let fields: Vec<(&str, &str)> = req.ext_fields.iter().collect();
+    let who = auth
+        .verify_signed(fields.iter().copied(), &req.body)
+        .map_err(|e| {
+            format!("with authentication on, NameServer reads of topics must be signed: {e}")
+        })?;
+    let grant = auth.grant(&who, "");
+    if route {
+        let topic = req
+            .field(rocketgate_remoting::protocol::field::TOPIC)
+            .unwrap_or("");
+        if grant.may_route(topic) {
+            return Ok(());
+        }
+        metrics::counter!("rocketgate_acl_denied_total", "door" => "namesrv", "action" => "route")
+            .increment(1);
+        return Err(format!(
+            "user {:?} may neither publish nor subscribe to {topic:?}, so may not read its route",
+            who.user
+        ));
+    }
+    if grant.may_monitor() {
+        return Ok(());
+    }
+    metrics::counter!("rocketgate_acl_denied_total", "door" => "namesrv", "action" => "topic_list")
+        .increment(1);
+    Err(format!(
+        "user {:?} may not list topics: that needs the admin or monitor permission",
+        who.user
+    ))
+}
+
 impl NameServer {
     /// Checks NameServer writes against the internal credential of `auth` (when on).
     pub fn with_auth(mut self, auth: Arc<rocketgate_auth::Auth>) -> Self {
@@ -172,9 +244,17 @@ impl NameServer {
                 settings,
                 state,
                 auth: rocketgate_auth::Auth::disabled(),
+                tls: None,
             },
             local,
         ))
+    }
+
+    /// Serves TLS only, with `acceptor`'s certificate (`tls.namesrv`): brokers,
+    /// clients and proxies then connect with `namesrv.ca`.
+    pub fn with_tls(mut self, acceptor: rocketgate_tls::Acceptor) -> Self {
+        self.tls = Some(acceptor);
+        self
     }
 
     /// Runs on the current tokio runtime until [`NameServerHandle::stop`].
@@ -193,9 +273,10 @@ impl NameServer {
             settings,
             state,
             auth,
+            tls,
         } = self;
         let local = listener.local_addr().ok();
-        info!(addr = ?local, ?settings, "NameServer listening");
+        info!(addr = ?local, ?settings, tls = tls.is_some(), "NameServer listening");
         let routes = Arc::new(Routes {
             state,
             conns: Mutex::new(HashMap::new()),
@@ -219,8 +300,24 @@ impl NameServer {
         };
         // The scan never ends on its own: the server's end (after its connections
         // closed) ends both.
+        let serve = async move {
+            match tls {
+                None => server::serve(listener, routes, limits, shutdown).await,
+                Some(acceptor) => {
+                    // New certificate files are picked up while the server runs.
+                    let _reload = acceptor.spawn_reload();
+                    let mode = rocketgate_tls::Mode::Tls(acceptor);
+                    match rocketgate_tls::Incoming::new(listener, mode, "namesrv") {
+                        Ok(incoming) => {
+                            server::serve(TlsIncoming(incoming), routes, limits, shutdown).await
+                        }
+                        Err(e) => tracing::error!(error = %e, "NameServer TLS listener failed"),
+                    }
+                }
+            }
+        };
         tokio::select! {
-            _ = server::serve(listener, routes, limits, shutdown) => {}
+            _ = serve => {}
             _ = scan => {}
         }
         info!(addr = ?local, "NameServer stopped");

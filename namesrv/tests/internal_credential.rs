@@ -1,7 +1,9 @@
 //! With authentication on, the NameServer's writes need the internal credential:
 //! an anonymous UNREGISTER_BROKER (which used to empty the cluster view) and a
 //! registration signed by an ordinary user are refused with NO_PERMISSION, while a
-//! broker signing with the internal credential registers; route queries stay open.
+//! broker signing with the internal credential registers. Route queries and topic
+//! lists follow the ACL: unsigned ones are refused, a user sees the route of a topic
+//! it may publish or subscribe to, and only admin / monitor users list topics.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use rocketgate_auth::{AccessKey, Auth, UserEntry, sign};
+use rocketgate_auth::{AccessKey, Action, Auth, Rule, UserEntry, sign};
 use rocketgate_namesrv::NameServer;
 use rocketgate_remoting::code::{request, response};
 use rocketgate_remoting::protocol::WireTopicConfig;
@@ -38,15 +40,47 @@ fn registrar(
         },
         vec![ns.to_string()],
         Duration::from_millis(200),
-        Arc::new(|| vec![WireTopicConfig::new("T", 4)]),
+        Arc::new(|| {
+            ["T", "a", "b", "c", "%RETRY%g1"]
+                .into_iter()
+                .map(|t| WireTopicConfig::new(t, 4))
+                .collect()
+        }),
     )
     .with_signer(signer)
     .spawn()
 }
 
-#[tokio::test]
-async fn writes_need_the_internal_credential() {
-    let dir = tempfile::tempdir().unwrap();
+/// `cmd` signed with `ak`/`sk` and sent.
+async fn signed_call(
+    addr: std::net::SocketAddr,
+    mut cmd: RemotingCommand,
+    ak: &'static str,
+    sk: &'static str,
+) -> RemotingCommand {
+    signer(ak, sk)(&mut cmd);
+    call(addr, &cmd).await
+}
+
+/// Broker names in the route of `topic`, asked as the admin `alice`.
+async fn brokers_in_route(addr: std::net::SocketAddr, topic: &str) -> Vec<String> {
+    let r = signed_call(addr, route_request(topic), "alice-ak", "alice-sk").await;
+    if r.code == response::TOPIC_NOT_EXIST {
+        return Vec::new();
+    }
+    assert_eq!(r.code, response::SUCCESS, "{:?}", r.remark);
+    let data: rocketgate_remoting::protocol::TopicRouteData =
+        rocketgate_remoting::protocol::from_json(&r.body).unwrap();
+    let mut names: Vec<String> = data
+        .broker_datas
+        .into_iter()
+        .map(|b| b.broker_name)
+        .collect();
+    names.sort();
+    names
+}
+
+fn auth_with_users(dir: &std::path::Path) -> Arc<Auth> {
     let mut s = rocketgate_auth::Settings::disabled();
     s.enabled = true;
     s.users_file = dir.path().join("users.toml");
@@ -64,9 +98,31 @@ async fn writes_need_the_internal_credential() {
             }],
             roles: vec!["admin".into()],
             ..UserEntry::default()
-        })
+        });
+        f.upsert(UserEntry {
+            name: "bob".into(),
+            access_keys: vec![AccessKey {
+                access_key: "bob-ak".into(),
+                secret_key: "bob-sk".into(),
+            }],
+            rules: vec![
+                Rule::allow(&[Action::Publish], &["a/x"]),
+                Rule {
+                    groups: vec!["g1".into()],
+                    ..Rule::allow(&[Action::Subscribe], &["c/#"])
+                },
+            ],
+            ..UserEntry::default()
+        });
     })
     .unwrap();
+    auth
+}
+
+#[tokio::test]
+async fn writes_need_the_internal_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = auth_with_users(dir.path());
     let (ns, addr) = NameServer::bind("127.0.0.1:0".parse().unwrap(), short_expiry())
         .await
         .unwrap();
@@ -106,5 +162,69 @@ async fn writes_need_the_internal_credential() {
     user.abort().await;
     forged.abort().await;
     good.stop().await;
+    ns.stop().await;
+}
+
+#[tokio::test]
+async fn route_queries_and_topic_lists_follow_the_acl() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = auth_with_users(dir.path());
+    let (ns, addr) = NameServer::bind("127.0.0.1:0".parse().unwrap(), short_expiry())
+        .await
+        .unwrap();
+    let ns = ns.with_auth(auth).spawn();
+    let broker = registrar("broker-a", addr, signer("rocketgate-internal", "isecret"));
+    eventually("the broker in the route", || async {
+        brokers_in_route(addr, "a").await == ["broker-a"]
+    })
+    .await;
+
+    // Anonymous: no route, no topic list; the cluster view (no topics) stays open.
+    let anon = call(addr, &route_request("a")).await;
+    assert_eq!(anon.code, response::NO_PERMISSION, "{:?}", anon.remark);
+    assert!(
+        anon.remark
+            .as_deref()
+            .unwrap_or("")
+            .contains("must be signed"),
+        "{:?}",
+        anon.remark
+    );
+    let list = RemotingCommand::request(request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 1);
+    assert_eq!(call(addr, &list).await.code, response::NO_PERMISSION);
+    let by_cluster = RemotingCommand::request(request::GET_TOPICS_BY_CLUSTER, 1)
+        .with_field("cluster", "DefaultCluster");
+    assert_eq!(call(addr, &by_cluster).await.code, response::NO_PERMISSION);
+    let cluster = RemotingCommand::request(request::GET_BROKER_CLUSTER_INFO, 1);
+    assert_eq!(call(addr, &cluster).await.code, response::SUCCESS);
+
+    // bob: the topics he may publish (a, by one tag) or consume (c, and his group's
+    // retry topic) route; b, another group's retry topic and a topic that does not
+    // exist are refused alike (a refusal does not tell whether it exists).
+    for (topic, code) in [
+        ("a", response::SUCCESS),
+        ("c", response::SUCCESS),
+        ("%RETRY%g1", response::SUCCESS),
+        ("b", response::NO_PERMISSION),
+        ("%RETRY%g2", response::NO_PERMISSION),
+        ("nope", response::NO_PERMISSION),
+    ] {
+        let r = signed_call(addr, route_request(topic), "bob-ak", "bob-sk").await;
+        assert_eq!(r.code, code, "{topic}: {:?}", r.remark);
+    }
+    let wrong = signed_call(addr, route_request("a"), "bob-ak", "guess").await;
+    assert_eq!(wrong.code, response::NO_PERMISSION);
+    let r = signed_call(addr, list.clone(), "bob-ak", "bob-sk").await;
+    assert_eq!(r.code, response::NO_PERMISSION, "{:?}", r.remark);
+    assert!(r.remark.unwrap_or_default().contains("admin or monitor"));
+
+    // The admin lists every topic; the internal credential reads routes too.
+    let r = signed_call(addr, list, "alice-ak", "alice-sk").await;
+    assert_eq!(r.code, response::SUCCESS, "{:?}", r.remark);
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(body.contains("\"b\"") && body.contains("\"c\""), "{body}");
+    let r = signed_call(addr, route_request("b"), "rocketgate-internal", "isecret").await;
+    assert_eq!(r.code, response::SUCCESS, "{:?}", r.remark);
+    broker.stop().await;
     ns.stop().await;
 }

@@ -35,5 +35,5 @@ pub mod server;
 pub use codec::{CodecError, FrameCodec, LanguageCode, RemotingCommand, SerializeType};
 pub use error::Error;
 pub use registrar::{
-    BrokerIdentity, Registrar, RegistrarHandle, Registrations, Signer, TopicSource,
+    BrokerIdentity, Connector, Registrar, RegistrarHandle, Registrations, Signer, TopicSource,
 };

@@ -71,6 +71,8 @@ struct Shared {
     version: Mutex<(Vec<WireTopicConfig>, DataVersion)>,
     /// Signs each request (the internal credential, when the NameServers check it).
     signer: Option<Signer>,
+    /// Opens the link to a NameServer (TLS, `namesrv.ca`); `None`: plain TCP.
+    connector: Option<Connector>,
     /// Per NameServer: whether its last registration succeeded (`/readyz`).
     registered: Arc<Mutex<Vec<(String, bool)>>>,
 }
@@ -87,6 +89,17 @@ impl Shared {
 
 /// Adds a signature to an outgoing request (see [`Registrar::with_signer`]).
 pub type Signer = Arc<dyn Fn(&mut RemotingCommand) + Send + Sync>;
+
+/// Opens a link to a NameServer address within a timeout (see
+/// [`Registrar::with_connector`]): the binary's TLS client, since remoting knows no TLS.
+pub type Connector = Arc<
+    dyn Fn(
+            String,
+            Duration,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Link, crate::Error>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Where a registrar is in its life; watched by every per-NameServer task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +195,7 @@ impl Registrar {
                 topics,
                 version: Mutex::new((Vec::new(), DataVersion::default())),
                 signer: None,
+                connector: None,
                 registered: Arc::new(Mutex::new(
                     namesrv_addrs.iter().map(|a| (a.clone(), false)).collect(),
                 )),
@@ -195,6 +209,14 @@ impl Registrar {
     pub fn with_signer(mut self, signer: Signer) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.signer = Some(signer);
+        }
+        self
+    }
+
+    /// Opens the links to the NameServers with `connector` (TLS) instead of plain TCP.
+    pub fn with_connector(mut self, connector: Connector) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.connector = Some(connector);
         }
         self
     }
@@ -327,7 +349,12 @@ async fn keep_registered(
     loop {
         // Nothing the NameServer sends unasked matters here: no push channel.
         let connected = tokio::select! {
-            c = Link::connect(&addr, REQUEST_TIMEOUT, None) => c,
+            c = async {
+                match &shared.connector {
+                    Some(connect) => connect(addr.clone(), REQUEST_TIMEOUT).await,
+                    None => Link::connect(&addr, REQUEST_TIMEOUT, None).await,
+                }
+            } => c,
             _ = stop.wait_for(|p| *p != Phase::Running) => return,
         };
         match connected {
@@ -407,6 +434,7 @@ mod tests {
             },
             interval: Duration::from_secs(30),
             signer: None,
+            connector: None,
             topics: Arc::new(source),
             version: Mutex::new((Vec::new(), DataVersion::default())),
             registered: Arc::default(),

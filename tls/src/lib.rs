@@ -30,7 +30,7 @@ mod pem;
 use std::path::PathBuf;
 
 pub use acceptor::{Acceptor, ClientAuth, ReloadHandle, TlsSettings};
-pub use client::client_config;
+pub use client::{Dialer, client_config, client_config_with_certificate};
 pub use incoming::{Conn, Incoming, Mode, Stream};
 pub use origin::{OriginCheck, Origins};
 pub use rustls;

@@ -4,7 +4,9 @@
 //! key or JWT>` or `Basic <user:password>` (401 JSON without valid credentials)
 //! and checks the grant (403 JSON when not allowed).
 //!
-//! - publish: publish on `topic/tag` (`tag` from the query; a batch: on `topic`);
+//! - publish: publish on `topic/tag` (`tag` from the query; a batch: each message
+//!   on `topic/tag`, checked by the handler before anything is stored, so one
+//!   denied message refuses the whole batch with 403);
 //! - consume with a group: subscribe on `topic` as that group, or consuming as the
 //!   group when the path names no topic (acks, nacks); replay: subscribe on `topic`;
 //! - admin endpoints and lookups by id or key: the admin permission; their `GET`s
@@ -82,6 +84,9 @@ pub struct Caller {
     pub user: String,
     pub admin: bool,
     pub monitor: bool,
+    /// The caller's rules, for checks the layer cannot make from the path and
+    /// query alone (each message of a batch publish on `topic/tag`).
+    pub grant: Arc<Grant>,
 }
 
 /// The answer of `GET /v1/session`.
@@ -282,11 +287,14 @@ pub async fn check<B: MessagingApi + 'static>(
         Need::Open | Need::User => (true, String::new()),
         Need::Admin => (grant.may_admin(), "the admin API".to_owned()),
         Need::Monitor => (grant.may_monitor(), "reading the admin API".to_owned()),
+        // A batch names its tags in the body: the handler checks each message
+        // (`publish::publish_batch`) before storing any.
+        Need::Publish if req.uri().path().ends_with("/batch") => (true, String::new()),
         Need::Publish => {
             let topic = topic.unwrap_or_default();
             let name = match query_tag(&req) {
-                Some(tag) if !req.uri().path().ends_with("/batch") => format!("{topic}/{tag}"),
-                _ => topic,
+                Some(tag) => format!("{topic}/{tag}"),
+                None => topic,
             };
             (grant.may_publish(&name), format!("publishing to {name}"))
         }
@@ -318,6 +326,7 @@ pub async fn check<B: MessagingApi + 'static>(
         user: login.identity.user.clone(),
         admin: grant.may_admin(),
         monitor: grant.may_monitor(),
+        grant: grant.clone(),
     });
     next.run(req).await
 }

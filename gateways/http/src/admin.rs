@@ -413,7 +413,11 @@ pub struct BrokerAddrs {
 pub async fn cluster_info<B: MessagingApi + 'static>(
     State(ctx): State<Arc<Ctx<B>>>,
 ) -> Result<axum::Json<ClusterInfo>> {
-    let (addr, info) = crate::cluster::query(&ctx.settings.namesrv_addrs).await?;
+    let (addr, info) = crate::cluster::query(
+        &ctx.settings.namesrv_addrs,
+        ctx.settings.namesrv_tls.as_ref(),
+    )
+    .await?;
     let clusters = info
         .cluster_addr_table
         .iter()

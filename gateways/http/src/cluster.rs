@@ -1,6 +1,6 @@
 //! The cluster view for `GET /v1/cluster`: one `GET_BROKER_CLUSTER_INFO`
 //! request to a NameServer over the shared remoting client. NameServers are tried
-//! in order; the first that answers wins.
+//! in order; the first that answers wins. Over TLS when `namesrv.ca` is set.
 
 use std::time::Duration;
 
@@ -15,7 +15,10 @@ use crate::error::{Error, Result};
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Asks the NameServers in turn; returns who answered and what.
-pub(crate) async fn query(addrs: &[String]) -> Result<(String, ClusterInfo)> {
+pub(crate) async fn query(
+    addrs: &[String],
+    tls: Option<&rocketgate_tls::Dialer>,
+) -> Result<(String, ClusterInfo)> {
     if addrs.is_empty() {
         return Err(Error::NameServer {
             reason: "no NameServer address is configured (http.namesrv_addrs)".into(),
@@ -23,7 +26,7 @@ pub(crate) async fn query(addrs: &[String]) -> Result<(String, ClusterInfo)> {
     }
     let mut failures = Vec::new();
     for addr in addrs {
-        match tokio::time::timeout(TIMEOUT, ask(addr)).await {
+        match tokio::time::timeout(TIMEOUT, ask(addr, tls)).await {
             Ok(Ok(info)) => return Ok((addr.clone(), info)),
             Ok(Err(why)) => failures.push(format!("{addr}: {why}")),
             Err(_) => failures.push(format!("{addr}: no answer within {TIMEOUT:?}")),
@@ -34,11 +37,17 @@ pub(crate) async fn query(addrs: &[String]) -> Result<(String, ClusterInfo)> {
     })
 }
 
-async fn ask(addr: &str) -> Result<ClusterInfo, String> {
+async fn ask(addr: &str, tls: Option<&rocketgate_tls::Dialer>) -> Result<ClusterInfo, String> {
     // One question per link: the link closes when it is dropped here.
-    let link = Link::connect(addr, TIMEOUT, None)
-        .await
-        .map_err(|e| e.to_string())?;
+    let link = match tls {
+        None => Link::connect(addr, TIMEOUT, None)
+            .await
+            .map_err(|e| e.to_string())?,
+        Some(d) => {
+            let tls = d.connect(addr, TIMEOUT).await.map_err(|e| e.to_string())?;
+            Link::over(addr, tls, None)
+        }
+    };
     let cmd = RemotingCommand {
         code: request::GET_BROKER_CLUSTER_INFO,
         language: LanguageCode::Rust,

@@ -60,6 +60,8 @@ pub struct Settings {
     pub max_messages: usize,
     /// NameServers asked for the cluster view (`GET /v1/cluster`).
     pub namesrv_addrs: Vec<String>,
+    /// TLS to those NameServers (`namesrv.ca`); `None`: plain remoting.
+    pub namesrv_tls: Option<rocketgate_tls::Dialer>,
     /// This broker's name and cluster, for `GET /v1/broker`.
     pub broker_name: String,
     pub cluster: String,
@@ -81,6 +83,7 @@ impl Default for Settings {
             default_invisible: Duration::from_secs(30),
             max_messages: 32,
             namesrv_addrs: Vec::new(),
+            namesrv_tls: None,
             broker_name: "broker-a".into(),
             cluster: "DefaultCluster".into(),
             allowed_origins: Vec::new(),
@@ -314,7 +317,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         let incoming = rocketgate_tls::Incoming::new(tcp, mode, "http")
             .map_err(|source| Error::Bind { addr, source })?;
         let server = Server {
-            listener: listener::Counted::new(incoming),
+            listener: listener::Counted::new(incoming, ctx.settings.auth.connection_limit()),
             ctx,
             shutdown: tx,
         };

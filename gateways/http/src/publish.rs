@@ -13,6 +13,7 @@ use rocketgate_core::store::Message;
 use rocketgate_core::store::record::property;
 use serde::{Deserialize, Serialize};
 
+use crate::access::Caller;
 use crate::error::{Error, Result};
 use crate::wire::{self, JsonArray, Path, Query, RawBody};
 use crate::{Ctx, Peer};
@@ -271,12 +272,18 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
     Path(topic): Path<String>,
     ConnectInfo(Peer { addr: peer, .. }): ConnectInfo<Peer>,
     Query(q): Query<BatchQuery>,
+    caller: Option<axum::Extension<Caller>>,
     JsonArray(entries): JsonArray<BatchEntry>,
 ) -> Result<(StatusCode, axum::Json<BatchPublished>)> {
     let started = Instant::now();
     check_user_topic(&topic)?;
     if entries.is_empty() {
         return Err(Error::bad("body", "the batch is empty"));
+    }
+    // Each message's `topic/tag` is checked here (the access layer leaves batches
+    // to this), all before anything is stored: a batch is stored whole or not at all.
+    if let Some(axum::Extension(caller)) = &caller {
+        allow_batch_tags(caller, &topic, &entries)?;
     }
     let mut messages = Vec::with_capacity(entries.len());
     let mut size = 0;
@@ -305,6 +312,28 @@ pub async fn publish_batch<B: MessagingApi + 'static>(
             messages: sent.into_iter().map(Published::from).collect(),
         }),
     ))
+}
+
+/// Every message of a batch may be published on `topic/tag` (`topic` without a tag).
+fn allow_batch_tags(caller: &Caller, topic: &str, entries: &[BatchEntry]) -> Result<()> {
+    for (i, e) in entries.iter().enumerate() {
+        let name = match e.tag.as_deref() {
+            Some(tag) if !tag.is_empty() => format!("{topic}/{tag}"),
+            _ => topic.to_owned(),
+        };
+        if !caller.grant.may_publish(&name) {
+            metrics::counter!("rocketgate_acl_denied_total", "door" => "http", "action" => "publish")
+                .increment(1);
+            tracing::info!(user = %caller.user, %name, index = i, "HTTP batch denied by the ACL");
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "user {:?} is not allowed publishing to {name} (message [{i}] of the batch; nothing was stored)",
+                    caller.user
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Stores a transactional half message of `producer_group`. It gets a

@@ -34,6 +34,12 @@ fn auth(dir: &std::path::Path) -> Arc<Auth> {
             ..UserEntry::default()
         });
         f.upsert(UserEntry {
+            name: "tagger".into(),
+            api_keys: vec![store::hash_api_key("tagger-key")],
+            rules: vec![Rule::allow(&[Action::Publish], &["t/ok"])],
+            ..UserEntry::default()
+        });
+        f.upsert(UserEntry {
             name: "root".into(),
             api_keys: vec![store::hash_api_key("root-key")],
             roles: vec!["admin".into()],
@@ -146,6 +152,76 @@ async fn curl_with_and_without_credentials_and_the_acl_matrix() {
     })
     .await;
     assert_eq!(s, 200, "admins use the admin API");
+    node.stop().await;
+}
+
+/// A batch publish checks every message's `topic/tag`: one message whose tag the
+/// ACL denies refuses the whole batch with 403 naming it, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_one_denied_tag_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings();
+    settings.auth = auth(dir.path());
+    let node = start_with(settings, broker_options()).await;
+    let base = format!("http://{}", node.addr);
+    let batch = |key: &str, topic: &str, body: serde_json::Value| {
+        let mut a = bearer(key);
+        a.extend([
+            "-H".into(),
+            "content-type: application/json".into(),
+            "--data-binary".into(),
+            body.to_string(),
+            format!("{base}/v1/topics/{topic}/messages/batch?queue=0"),
+        ]);
+        a
+    };
+    let mixed = serde_json::json!([
+        {"body": "denied-1", "tag": "ok"},
+        {"body": "denied-2", "tag": "bad"},
+    ]);
+    let (s, body) = curl_json(batch("tagger-key", "t", mixed)).await;
+    assert_eq!(s, 403, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("t/bad") && message.contains("[1]"),
+        "{message}"
+    );
+    let untagged = serde_json::json!([{"body": "denied-3"}]);
+    assert_eq!(curl_json(batch("tagger-key", "t", untagged)).await.0, 403);
+    let (s, _) = curl_json(batch("alice-key", "b", serde_json::json!([{"body": "x"}]))).await;
+    assert_eq!(s, 403, "a topic alice may not publish to");
+    let (s, _) = curl_async(vec![
+        "--data-binary".into(),
+        "[{\"body\":\"x\"}]".into(),
+        format!("{base}/v1/topics/t/messages/batch"),
+    ])
+    .await;
+    assert_eq!(s, 401, "still authenticated first");
+    let good = serde_json::json!([
+        {"body": "ok-1", "tag": "ok"},
+        {"body": "ok-2", "tag": "ok"},
+    ]);
+    let (s, body) = curl_json(batch("tagger-key", "t", good)).await;
+    assert_eq!(s, 201, "{body}");
+    let (s, stored) = curl_async({
+        let mut a = bearer("root-key");
+        a.push(format!(
+            "{base}/v1/topics/t/queues/0/messages?offset=0&max=10"
+        ));
+        a
+    })
+    .await;
+    let stored = String::from_utf8_lossy(&stored).into_owned();
+    assert_eq!(s, 200, "{stored}");
+    assert!(
+        stored.contains("ok-1") && stored.contains("ok-2"),
+        "{stored}"
+    );
+    assert!(
+        !stored.contains("denied"),
+        "nothing of a refused batch: {stored}"
+    );
     node.stop().await;
 }
 

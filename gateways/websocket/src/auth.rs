@@ -8,12 +8,18 @@
 //! asked at the upgrade with the query token (or `None`):
 //! - [`AuthDecision::Allow`]: the connection is open for business;
 //! - [`AuthDecision::AllowWith`]: open, with what it may publish and subscribe to
-//!   (a denied publish or subscribe is answered with an error frame `forbidden`);
+//!   (a denied publish or subscribe is answered with an error frame `forbidden`)
+//!   and, for a credential that expires (a JWT's `exp`), until when: then the
+//!   connection gets an error frame `token_expired` and is closed with code 4401;
 //! - [`AuthDecision::Deny`]: the upgrade is refused with `401` and a JSON body;
 //! - [`AuthDecision::TokenRequired`]: on `/v1/ws` the socket opens but the first
 //!   frame must be `auth` (asked again with that token; anything else closes with
 //!   1008 "policy violation"); on `/mqtt` the connection proceeds, since MQTT
 //!   authenticates in its own CONNECT packet.
+//!
+//! Over WSS with a verified client certificate the attempt carries its name
+//! ([`AuthAttempt::tls_identity`]), which the authenticator may take as the user
+//! (mTLS) when no token is presented.
 //!
 //! It is called on the connection's task, so it must not block.
 
@@ -37,14 +43,20 @@ pub struct AuthAttempt<'a> {
     pub token: Option<&'a str>,
     /// True when the token came in the first frame rather than the query string.
     pub first_frame: bool,
+    /// The verified TLS client certificate's name (WSS with mTLS), `None` without one.
+    pub tls_identity: Option<&'a str>,
 }
 
 /// What an [`Authenticator`] decided.
 #[derive(Debug, Clone)]
 pub enum AuthDecision {
     Allow,
-    /// Allowed, limited to what the grant allows.
-    AllowWith(std::sync::Arc<rocketgate_auth::Grant>),
+    /// Allowed, limited to what the grant allows, until `expires_at` (a JWT's
+    /// `exp`; `None`: for as long as the connection lasts).
+    AllowWith {
+        grant: std::sync::Arc<rocketgate_auth::Grant>,
+        expires_at: Option<std::time::SystemTime>,
+    },
     /// Refused, with a reason the client sees.
     Deny(String),
     /// No (valid) token yet: ask for one in the first frame.

@@ -38,6 +38,8 @@ const WRITE_BATCH: usize = 64;
 /// What the server shares with every connection.
 pub(crate) struct Context<B> {
     pub broker: Arc<B>,
+    /// `/v1/ws` connections per client address (`max_connections_per_address`).
+    pub conn_limit: rocketgate_auth::ConnectionLimit,
     pub settings: Arc<Settings>,
     pub auth: Arc<dyn Authenticator>,
     /// `ws.allowed_origins`, checked at the upgrade.
@@ -120,9 +122,8 @@ struct Conn<B> {
     id: u64,
     since_ms: i64,
     peer: SocketAddr,
-    /// The verified TLS client certificate's name (WSS with mTLS); the
-    /// authentication layer takes it from here (a certificate can stand for a user).
-    #[allow(dead_code)]
+    /// The verified TLS client certificate's name (WSS with mTLS): offered to the
+    /// authenticator with the first frame's token too.
     tls_identity: Option<String>,
     /// What this connection may publish and subscribe to (`None`: everything).
     grant: Option<Arc<rocketgate_auth::Grant>>,
@@ -137,16 +138,58 @@ fn close(code: CloseCode, reason: &str) -> Option<CloseFrame> {
     })
 }
 
+/// The close code of a connection whose credential expired (a JWT's `exp`): 4401,
+/// in the range RFC 6455 leaves to applications, after HTTP's 401.
+pub(crate) const TOKEN_EXPIRED: u16 = 4401;
+
+/// What the upgrade decided about a `/v1/ws` connection.
+pub(crate) struct Opened {
+    pub peer: SocketAddr,
+    pub tls_identity: Option<String>,
+    /// The first frame must be `auth`.
+    pub token_required: bool,
+    pub grant: Option<Arc<rocketgate_auth::Grant>>,
+    /// When the credential presented at the upgrade expires.
+    pub expires_at: Option<std::time::SystemTime>,
+    /// Its place under the per-address limit, given back when the connection ends.
+    pub _slot: rocketgate_auth::ConnectionSlot,
+}
+
+/// The tokio instant of a wall-clock expiry (already past: now).
+fn deadline_of(at: std::time::SystemTime) -> Instant {
+    let left = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    Instant::now() + left
+}
+
+/// One connection more than `max_connections_per_address` allows: closed at once
+/// with 1013 "try again later" and the reason.
+pub(crate) async fn refuse_over_limit(mut ws: WebSocketStream<Stream>, peer: SocketAddr) {
+    metrics::counter!("rocketgate_connections_refused_total", "door" => "ws").increment(1);
+    tracing::warn!(%peer, "WebSocket connection refused: too many connections from this address");
+    let frame = close(
+        CloseCode::Again,
+        "too many connections from this address (max_connections_per_address)",
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), ws.close(frame)).await;
+}
+
 /// Serves one upgraded `/v1/ws` socket until either side closes it.
 pub(crate) async fn serve<B: MessagingApi + 'static>(
     mut ws: WebSocketStream<Stream>,
     ctx: Arc<Context<B>>,
-    peer: SocketAddr,
-    tls_identity: Option<String>,
-    token_required: bool,
-    grant: Option<Arc<rocketgate_auth::Grant>>,
+    opened: Opened,
     mut closing: watch::Receiver<bool>,
 ) {
+    let Opened {
+        peer,
+        tls_identity,
+        token_required,
+        grant,
+        expires_at,
+        _slot,
+    } = opened;
     let settings = ctx.settings.clone();
     let _open = OpenConnection::new();
     let (outbox, mut outbound, budget) = Outbox::new(settings.outbound_buffer, OUTBOUND_FRAMES);
@@ -165,6 +208,8 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     };
     let mut authed = !token_required;
     let auth_deadline = Instant::now() + settings.handshake_timeout;
+    // When the credential stops being valid: the connection ends then.
+    let mut expiry = expires_at.map(deadline_of);
     let mut last_heard = Instant::now();
     let mut ping = tokio::time::interval_at(
         Instant::now() + settings.ping_interval,
@@ -206,9 +251,10 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                 };
                 if !authed {
                     match conn.authenticate(&text) {
-                        Ok((reply, grant)) => {
+                        Ok((reply, grant, expires_at)) => {
                             authed = true;
                             conn.grant = grant;
+                            expiry = expires_at.map(deadline_of);
                             if ws.send(Message::text(reply)).await.is_err() { break None; }
                             continue;
                         }
@@ -240,6 +286,13 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                 }
                 if ws.send(Message::Ping(Default::default())).await.is_err() { break None; }
             }
+            _ = sleep_until_some(expiry) => {
+                tracing::info!(%peer, "WebSocket connection closed: its token expired");
+                let f = protocol::error_frame(&None, "token_expired",
+                    "the token of this connection expired; connect again with a new one", None);
+                let _ = ws.send(Message::text(f)).await;
+                break close(CloseCode::from(TOKEN_EXPIRED), "token expired");
+            }
             _ = tokio::time::sleep_until(auth_deadline), if !authed => {
                 break close(CloseCode::Policy, "authentication required: send {\"op\":\"auth\",\"token\":...} first");
             }
@@ -258,13 +311,24 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     let _ = tokio::time::timeout(Duration::from_secs(5), ws.close(close_with)).await;
 }
 
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A successful `auth` frame: the reply, the grant and when the token expires.
+type Authed = (
+    String,
+    Option<Arc<rocketgate_auth::Grant>>,
+    Option<std::time::SystemTime>,
+);
+
 impl<B: MessagingApi + 'static> Conn<B> {
     /// The first frame when the authenticator asked for a token.
-    #[allow(clippy::type_complexity)]
-    fn authenticate(
-        &self,
-        text: &str,
-    ) -> Result<(String, Option<Arc<rocketgate_auth::Grant>>), String> {
+    fn authenticate(&self, text: &str) -> Result<Authed, String> {
         let Ok(Envelope {
             req,
             request: Request::Auth { token },
@@ -280,9 +344,12 @@ impl<B: MessagingApi + 'static> Conn<B> {
             peer: self.peer,
             token: Some(&token),
             first_frame: true,
+            tls_identity: self.tls_identity.as_deref(),
         }) {
-            AuthDecision::Allow => Ok((protocol::authenticated_frame(&req), None)),
-            AuthDecision::AllowWith(g) => Ok((protocol::authenticated_frame(&req), Some(g))),
+            AuthDecision::Allow => Ok((protocol::authenticated_frame(&req), None, None)),
+            AuthDecision::AllowWith { grant, expires_at } => {
+                Ok((protocol::authenticated_frame(&req), Some(grant), expires_at))
+            }
             AuthDecision::Deny(reason) => Err(reason),
             AuthDecision::TokenRequired => Err("the token was not accepted".into()),
         }

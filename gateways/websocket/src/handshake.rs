@@ -29,6 +29,8 @@ pub(crate) struct Upgrade {
     pub token_required: bool,
     /// What the connection may do (`None`: everything).
     pub grant: Option<std::sync::Arc<rocketgate_auth::Grant>>,
+    /// When its credential expires (a JWT's `exp`).
+    pub expires_at: Option<std::time::SystemTime>,
 }
 
 /// A refusal: status line, JSON error code and message.
@@ -119,6 +121,7 @@ fn find_head_end(buf: &[u8]) -> Option<usize> {
 pub(crate) fn accept(
     head: &[u8],
     peer: SocketAddr,
+    tls_identity: Option<&str>,
     auth: &dyn Authenticator,
     mqtt_enabled: bool,
 ) -> Result<(Upgrade, Vec<u8>), Refusal> {
@@ -210,12 +213,17 @@ pub(crate) fn accept(
         peer,
         token: token.as_deref(),
         first_frame: false,
+        tls_identity,
     });
-    let mut grant = None;
+    let (mut grant, mut expires_at) = (None, None);
     let token_required = match decision {
         AuthDecision::Allow => false,
-        AuthDecision::AllowWith(g) => {
+        AuthDecision::AllowWith {
+            grant: g,
+            expires_at: e,
+        } => {
             grant = Some(g);
+            expires_at = e;
             false
         }
         AuthDecision::Deny(reason) => {
@@ -239,6 +247,7 @@ pub(crate) fn accept(
             rest: head[len..].to_vec(),
             token_required,
             grant,
+            expires_at,
         },
         answer.into_bytes(),
     ))
@@ -323,7 +332,8 @@ mod tests {
 
     #[test]
     fn accepts_v1_ws_with_the_rfc_accept_key() {
-        let (up, answer) = accept(req("/v1/ws", "").as_bytes(), peer(), &AllowAll, false).unwrap();
+        let (up, answer) =
+            accept(req("/v1/ws", "").as_bytes(), peer(), None, &AllowAll, false).unwrap();
         assert_eq!(up.door, Door::Json);
         let answer = String::from_utf8(answer).unwrap();
         assert!(answer.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
@@ -333,9 +343,9 @@ mod tests {
     #[test]
     fn mqtt_echoes_the_subprotocol_or_refuses_clearly() {
         let r = req("/mqtt", "Sec-WebSocket-Protocol: mqtt\r\n");
-        let err = accept(r.as_bytes(), peer(), &AllowAll, false).unwrap_err();
+        let err = accept(r.as_bytes(), peer(), None, &AllowAll, false).unwrap_err();
         assert!(err.status.starts_with("501"));
-        let (up, answer) = accept(r.as_bytes(), peer(), &AllowAll, true).unwrap();
+        let (up, answer) = accept(r.as_bytes(), peer(), None, &AllowAll, true).unwrap();
         assert_eq!(up.protocol, Some("mqtt"));
         assert!(
             String::from_utf8(answer)
@@ -344,7 +354,7 @@ mod tests {
         );
         let other = req("/mqtt", "Sec-WebSocket-Protocol: chat\r\n");
         assert!(
-            accept(other.as_bytes(), peer(), &AllowAll, true)
+            accept(other.as_bytes(), peer(), None, &AllowAll, true)
                 .unwrap_err()
                 .status
                 .starts_with("400")
@@ -353,10 +363,10 @@ mod tests {
 
     #[test]
     fn unknown_paths_and_plain_http_are_refused() {
-        let err = accept(req("/nope", "").as_bytes(), peer(), &AllowAll, true).unwrap_err();
+        let err = accept(req("/nope", "").as_bytes(), peer(), None, &AllowAll, true).unwrap_err();
         assert!(err.status.starts_with("404"));
         let plain = "GET /v1/ws HTTP/1.1\r\nHost: x\r\n\r\n";
-        let err = accept(plain.as_bytes(), peer(), &AllowAll, true).unwrap_err();
+        let err = accept(plain.as_bytes(), peer(), None, &AllowAll, true).unwrap_err();
         assert!(err.status.starts_with("426"));
         assert!(
             String::from_utf8(err.to_http())
@@ -374,21 +384,21 @@ mod tests {
         };
         let ok = req("/v1/ws?x=1&token=s3cr%65t", "");
         assert!(
-            !accept(ok.as_bytes(), peer(), &auth, true)
+            !accept(ok.as_bytes(), peer(), None, &auth, true)
                 .unwrap()
                 .0
                 .token_required
         );
         let bad = req("/v1/ws?token=nope", "");
         assert!(
-            accept(bad.as_bytes(), peer(), &auth, true)
+            accept(bad.as_bytes(), peer(), None, &auth, true)
                 .unwrap_err()
                 .status
                 .starts_with("401")
         );
         let none = req("/v1/ws", "");
         assert!(
-            accept(none.as_bytes(), peer(), &auth, true)
+            accept(none.as_bytes(), peer(), None, &auth, true)
                 .unwrap()
                 .0
                 .token_required

@@ -103,6 +103,7 @@ impl<B: MessagingApi + 'static> Server<B> {
         let listener = Incoming::new(tcp, mode, "ws").map_err(bind_err)?;
         let local = listener.local_addr();
         let ctx = Arc::new(Context {
+            conn_limit: rocketgate_auth::ConnectionLimit::new(settings.max_connections_per_address),
             origins: rocketgate_tls::Origins::new(&settings.allowed_origins),
             broker,
             settings: Arc::new(settings),
@@ -180,11 +181,17 @@ async fn accept<B: MessagingApi + 'static>(
             return handshake::refuse(&mut stream, &r).await;
         }
     };
-    let (upgrade, answer) = match handshake::accept(&head, peer, &*ctx.auth, mqtt.is_some())
-        .and_then(|ok| match handshake::origin(&head, &ctx.origins) {
-            OriginCheck::Refused => Err(Refusal::forbidden_origin()),
-            OriginCheck::None | OriginCheck::Allowed => Ok(ok),
-        }) {
+    let (upgrade, answer) = match handshake::accept(
+        &head,
+        peer,
+        tls_identity.as_deref(),
+        &*ctx.auth,
+        mqtt.is_some(),
+    )
+    .and_then(|ok| match handshake::origin(&head, &ctx.origins) {
+        OriginCheck::Refused => Err(Refusal::forbidden_origin()),
+        OriginCheck::None | OriginCheck::Allowed => Ok(ok),
+    }) {
         Ok(ok) => ok,
         Err(refusal) => {
             debug!(%peer, ?refusal, "upgrade refused");
@@ -205,13 +212,22 @@ async fn accept<B: MessagingApi + 'static>(
     debug!(%peer, door = ?upgrade.door, protocol = ?upgrade.protocol, "upgraded");
     match upgrade.door {
         Door::Json => {
+            // Counted after the upgrade so a browser sees why (1013 and a reason)
+            // instead of a failed handshake it cannot read.
+            let Some(slot) = ctx.conn_limit.admit(peer.ip()) else {
+                return connection::refuse_over_limit(ws, peer).await;
+            };
             connection::serve(
                 ws,
                 ctx,
-                peer,
-                tls_identity,
-                upgrade.token_required,
-                upgrade.grant,
+                connection::Opened {
+                    peer,
+                    tls_identity,
+                    token_required: upgrade.token_required,
+                    grant: upgrade.grant,
+                    expires_at: upgrade.expires_at,
+                    _slot: slot,
+                },
                 closing,
             )
             .await

@@ -33,6 +33,10 @@ pub struct Settings {
     /// Browser origins whose pages may connect (see `rocketgate_tls::Origins`);
     /// an upgrade with another `Origin` is refused with 403.
     pub allowed_origins: Vec<String>,
+    /// `/v1/ws` connections one client address may hold at once (0: no limit;
+    /// `auth.max_connections_per_address`). One more is upgraded and closed at once
+    /// with 1013 "try again later". `/mqtt` connections are counted by the MQTT door.
+    pub max_connections_per_address: u32,
 }
 
 impl Default for Settings {
@@ -48,6 +52,7 @@ impl Default for Settings {
             ping_interval: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             allowed_origins: Vec::new(),
+            max_connections_per_address: 0,
         }
     }
 }

@@ -58,7 +58,10 @@ pub(crate) struct Links {
     backoff: Mutex<HashMap<String, Backoff>>,
     pushes: mpsc::UnboundedSender<Pushed>,
     /// TLS for every address but the NameServers'.
-    tls: Option<(TlsConnector, Vec<String>)>,
+    tls: Option<TlsConnector>,
+    /// The NameServers' addresses, and TLS for them.
+    namesrvs: Vec<String>,
+    namesrv_tls: Option<TlsConnector>,
     credentials: Option<AccessKey>,
 }
 
@@ -69,25 +72,34 @@ impl Links {
             backoff: Mutex::default(),
             pushes,
             tls: None,
+            namesrvs: Vec::new(),
+            namesrv_tls: None,
             credentials,
         }
     }
 
     /// Connects with TLS to every address except `namesrvs`.
     pub fn with_tls(mut self, config: Option<Arc<ClientConfig>>, namesrvs: Vec<String>) -> Links {
-        self.tls = config.map(|c| (TlsConnector::from(c), namesrvs));
+        self.tls = config.map(TlsConnector::from);
+        self.namesrvs = namesrvs;
+        self
+    }
+
+    /// Connects with TLS to the NameServers (given to [`Links::with_tls`]).
+    pub fn with_namesrv_tls(mut self, config: Option<Arc<ClientConfig>>) -> Links {
+        self.namesrv_tls = config.map(TlsConnector::from);
         self
     }
 
     async fn connect(&self, addr: &str) -> Result<Link, Error> {
-        let Some((connector, namesrvs)) = self
-            .tls
-            .as_ref()
-            .filter(|(_, n)| !n.iter().any(|a| a == addr))
-        else {
+        let tls = if self.namesrvs.iter().any(|a| a == addr) {
+            self.namesrv_tls.as_ref()
+        } else {
+            self.tls.as_ref()
+        };
+        let Some(connector) = tls else {
             return Ok(Link::connect(addr, CONNECT_TIMEOUT, Some(self.pushes.clone())).await?);
         };
-        let _ = namesrvs;
         let connect_err = |source| Error::Connect {
             addr: addr.to_owned(),
             source,

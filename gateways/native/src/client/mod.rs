@@ -76,10 +76,12 @@ pub struct ClientSettings {
     pub heartbeat_interval: Duration,
     /// How long one request waits for its response.
     pub request_timeout: Duration,
-    /// TLS to the brokers (not the NameServers, which speak plain remoting), trusting
-    /// the CA given to [`ClientSettings::with_tls_ca`]. The broker's address (IP or
-    /// host name) must be in its certificate.
+    /// TLS to the brokers, trusting the CA given to [`ClientSettings::with_tls_ca`].
+    /// The broker's address (IP or host name) must be in its certificate.
     pub tls: Option<Arc<rocketgate_tls::rustls::ClientConfig>>,
+    /// TLS to the NameServers (`tls.namesrv` on their side), trusting the CA given to
+    /// [`ClientSettings::with_namesrv_tls_ca`]; `None`: plain remoting.
+    pub namesrv_tls: Option<Arc<rocketgate_tls::rustls::ClientConfig>>,
     /// AccessKey/SecretKey every request is signed with (RocketMQ's ACL
     /// signature), for a broker with authentication on.
     pub credentials: Option<rocketgate_auth::AccessKey>,
@@ -99,6 +101,7 @@ impl ClientSettings {
             heartbeat_interval: Duration::from_secs(30),
             request_timeout: Duration::from_secs(3),
             tls: None,
+            namesrv_tls: None,
             credentials: None,
         }
     }
@@ -107,6 +110,13 @@ impl ClientSettings {
     /// (for a broker whose `tls.native` is `enforcing` or `permissive`).
     pub fn with_tls_ca(mut self, ca: &std::path::Path) -> Result<Self, Error> {
         self.tls = Some(Arc::new(rocketgate_tls::client_config(ca)?));
+        Ok(self)
+    }
+
+    /// Talks TLS to the NameServers, trusting the CA certificates in the PEM file `ca`
+    /// (for NameServers with `tls.namesrv = true`).
+    pub fn with_namesrv_tls_ca(mut self, ca: &std::path::Path) -> Result<Self, Error> {
+        self.namesrv_tls = Some(Arc::new(rocketgate_tls::client_config(ca)?));
         Ok(self)
     }
 

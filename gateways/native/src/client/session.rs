@@ -105,7 +105,8 @@ impl Session {
         };
         let session = Arc::new(Session {
             links: Links::new(tx, config.credentials.clone())
-                .with_tls(config.tls.clone(), config.namesrv_addrs.clone()),
+                .with_tls(config.tls.clone(), config.namesrv_addrs.clone())
+                .with_namesrv_tls(config.namesrv_tls.clone()),
             routes: Mutex::default(),
             heartbeat: Mutex::new(heartbeat),
             namesrv_cursor: AtomicUsize::new(0),

@@ -2,7 +2,10 @@
 //! carry RocketMQ's signature (`AccessKey`, optional `SecurityToken`, `Signature`
 //! over the sorted ext fields and the body; `rocketgate_auth::sign`), checked
 //! before it is handled; an unsigned or wrongly signed one, or one the user's grant
-//! does not allow, is answered `NO_PERMISSION` with a remark saying why.
+//! does not allow, is answered `NO_PERMISSION` with a remark saying why. Over TLS
+//! with a verified client certificate and `auth.certificate_identity` on, an
+//! unsigned request is the certificate's user instead (mTLS); a signed one is
+//! always its signer.
 //!
 //! What each request needs: sends publish on `topic/tag` (a batch: on `topic`);
 //! pulls and offset queries/commits subscribe on the topic as the consumer group;
@@ -14,7 +17,7 @@
 
 use std::sync::Arc;
 
-use rocketgate_auth::{Auth, Grant};
+use rocketgate_auth::{Auth, Credentials, Denied, Grant, Identity};
 use rocketgate_remoting::body::field;
 use rocketgate_remoting::code::{self, request, response};
 use rocketgate_remoting::codec::RemotingCommand;
@@ -26,22 +29,39 @@ use super::reply::Fail;
 #[derive(Default)]
 pub(crate) struct ConnAccess {
     last: Option<(String, u64, Arc<Grant>)>,
+    /// The store generation at which the connection's client certificate was last
+    /// accepted as its user (logged in once per generation, not per request).
+    certificate_ok: Option<u64>,
 }
 
 impl ConnAccess {
-    /// Checks the request's signature and its permission.
-    pub fn authorize(&mut self, auth: &Auth, req: &RemotingCommand) -> Result<(), Fail> {
+    /// Checks the request's signature (or the connection's client certificate) and
+    /// its permission.
+    pub fn authorize(
+        &mut self,
+        auth: &Auth,
+        peer: std::net::IpAddr,
+        tls_identity: Option<&str>,
+        req: &RemotingCommand,
+    ) -> Result<(), Fail> {
         if !auth.enabled() {
             return Ok(());
         }
         let fields: Vec<(&str, &str)> = req.ext_fields.iter().collect();
-        let who = auth
-            .verify_signed(fields.iter().copied(), &req.body)
-            .map_err(|e| {
-                metrics::counter!("rocketgate_auth_failures_total", "door" => "native")
-                    .increment(1);
-                Fail::new(response::NO_PERMISSION, e.to_string())
-            })?;
+        let refused = |e: Denied| {
+            metrics::counter!("rocketgate_auth_failures_total", "door" => "native").increment(1);
+            Fail::new(response::NO_PERMISSION, e.to_string())
+        };
+        let who = match auth.verify_signed(fields.iter().copied(), &req.body) {
+            Ok(who) => who,
+            Err(Denied::Unsigned) => match tls_identity {
+                Some(name) if auth.settings().certificate_identity => {
+                    self.certificate_user(auth, peer, name).map_err(refused)?
+                }
+                _ => return Err(refused(Denied::Unsigned)),
+            },
+            Err(e) => return Err(refused(e)),
+        };
         if code::api::is_api(req.code) && !who.internal {
             metrics::counter!("rocketgate_acl_denied_total", "door" => "native", "action" => "broker_api")
                 .increment(1);
@@ -70,6 +90,27 @@ impl ConnAccess {
                 response::NO_PERMISSION,
                 format!("user {:?} is not allowed {what}", who.user),
             )
+        })
+    }
+}
+
+impl ConnAccess {
+    /// The user a verified client certificate names, logged in once per store
+    /// generation.
+    fn certificate_user(
+        &mut self,
+        auth: &Auth,
+        peer: std::net::IpAddr,
+        name: &str,
+    ) -> Result<Identity, Denied> {
+        let generation = auth.generation();
+        if self.certificate_ok != Some(generation) {
+            auth.login_now(Credentials::Certificate(name), peer, "native")?;
+            self.certificate_ok = Some(generation);
+        }
+        Ok(Identity {
+            user: name.to_owned(),
+            internal: false,
         })
     }
 }

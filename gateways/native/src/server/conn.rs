@@ -22,9 +22,7 @@ use super::reply::Fail;
 pub(super) struct Session {
     pub peer: Peer,
     /// The verified TLS client certificate's name (TLS with mTLS), `None` without
-    /// one; the authentication layer takes it from here (a certificate can stand for
-    /// an access key).
-    #[allow(dead_code)]
+    /// one: an unsigned request's user when `auth.certificate_identity` is on.
     pub tls_identity: Option<String>,
     /// The connection's last grant (see `access.rs`).
     access: ConnAccess,
@@ -61,8 +59,12 @@ impl<B: MessagingApi + 'static> Handler for Door<B> {
     }
 
     fn handle(&self, session: &mut Session, req: RemotingCommand) -> Answer {
-        if let Err(Fail { code, remark }) = session.access.authorize(&self.ctx.settings.auth, &req)
-        {
+        if let Err(Fail { code, remark }) = session.access.authorize(
+            &self.ctx.settings.auth,
+            session.peer.addr.ip(),
+            session.tls_identity.as_deref(),
+            &req,
+        ) {
             tracing::debug!(peer = %session.peer.addr, code = req.code, %remark, "request refused");
             return Answer::Now(RemotingCommand::response_to(&req, code).with_remark(remark));
         }

@@ -19,6 +19,7 @@ mod clients;
 mod conn;
 mod consumer;
 mod handle;
+mod limit;
 mod meters;
 mod pull;
 mod reply;
@@ -250,6 +251,7 @@ impl<B: MessagingApi + 'static> Server<B> {
             write_timeout: ctx.settings.write_timeout,
             outbound_capacity: OUTBOUND_CAPACITY,
         };
+        let limit = ctx.settings.auth.connection_limit();
         let door = Arc::new(Door { ctx });
         let mode = match tls {
             TlsMode::Disabled => None,
@@ -257,9 +259,15 @@ impl<B: MessagingApi + 'static> Server<B> {
             TlsMode::Enforcing(a) => Some(rocketgate_tls::Mode::Tls(a)),
         };
         match mode {
-            None => server::serve(listener, door, limits, shutdown).await,
+            None => {
+                let inner = listener;
+                server::serve(limit::Limited { inner, limit }, door, limits, shutdown).await
+            }
             Some(mode) => match rocketgate_tls::Incoming::new(listener, mode, "native") {
-                Ok(incoming) => server::serve(TlsIncoming(incoming), door, limits, shutdown).await,
+                Ok(incoming) => {
+                    let inner = TlsIncoming(incoming);
+                    server::serve(limit::Limited { inner, limit }, door, limits, shutdown).await
+                }
                 Err(e) => tracing::error!(error = %e, "native TLS listener failed"),
             },
         }
