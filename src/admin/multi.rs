@@ -81,6 +81,8 @@ pub async fn topic_change(
         std::slice::from_ref(&namesrv),
         None,
         &ProxyConfig::default(),
+        // A NameServer behind TLS (`tls.namesrv`) is not reachable from here yet.
+        std::path::Path::new(""),
     )
     .await
     .map_err(|e| Failure::usage(format!("NameServer {namesrv}: {e}")))?;
