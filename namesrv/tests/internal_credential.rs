@@ -83,7 +83,7 @@ async fn brokers_in_route(addr: std::net::SocketAddr, topic: &str) -> Vec<String
 fn auth_with_users(dir: &std::path::Path) -> Arc<Auth> {
     let mut s = rocketgate_auth::Settings::disabled();
     s.enabled = true;
-    s.users_file = dir.path().join("users.toml");
+    s.users_file = dir.join("users.toml");
     s.internal = Some(AccessKey {
         access_key: "rocketgate-internal".into(),
         secret_key: "isecret".into(),
