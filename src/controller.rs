@@ -47,10 +47,12 @@ pub fn dialer(config: &Config) -> anyhow::Result<Option<rocketgate_tls::Dialer>>
 /// certificate.
 fn acceptor(config: &Config) -> anyhow::Result<Option<(Acceptor, ReloadHandle)>> {
     Ok(
-        crate::node::channel_acceptor(config, config.tls.controller, "tls.controller")?.map(|a| {
-            let reload = a.spawn_reload();
-            (a, reload)
-        }),
+        crate::channel_tls::channel_acceptor(config, config.tls.controller, "tls.controller")?.map(
+            |a| {
+                let reload = a.spawn_reload();
+                (a, reload)
+            },
+        ),
     )
 }
 

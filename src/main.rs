@@ -6,7 +6,9 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod channel_tls;
 mod cli;
+mod cluster_client;
 mod controller;
 mod ha;
 mod limits;

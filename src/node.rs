@@ -16,6 +16,8 @@ use rocketgate_remoting::protocol::WireTopicConfig as WireTopic;
 use rocketgate_remoting::{BrokerIdentity, Registrar, RegistrarHandle};
 use rocketgate_tls::{Acceptor, ReloadHandle, TlsSettings};
 use rocketgate_websocket as ws;
+
+use crate::channel_tls::{channel_acceptor, namesrv_dialer};
 use tokio::net::TcpListener;
 
 /// Store options from the config.
@@ -249,42 +251,6 @@ pub(crate) async fn start_namesrv(
         None => ns,
     };
     Ok((ns.spawn(), addr))
-}
-
-/// The acceptor of an internal channel served with the node's certificate
-/// (`tls.namesrv`, `tls.controller`) when `on`. No client certificate is asked for:
-/// brokers, clients and proxies present none (they sign with the internal credential
-/// or a user's AccessKey where it matters).
-pub(crate) fn channel_acceptor(
-    config: &Config,
-    on: bool,
-    what: &str,
-) -> anyhow::Result<Option<Acceptor>> {
-    if !on {
-        return Ok(None);
-    }
-    let Some(settings) = TlsSettings::from_config(&config.tls) else {
-        return Ok(None);
-    };
-    let settings = TlsSettings {
-        client_ca: None,
-        client_auth: rocketgate_tls::ClientAuth::None,
-        ..settings
-    };
-    let a = Acceptor::new(settings)
-        .with_context(|| format!("loading the TLS certificate for {what} (tls.cert, tls.key)"))?;
-    Ok(Some(a))
-}
-
-/// The TLS client for NameServers (`namesrv.ca`), `None` when not set.
-pub(crate) fn namesrv_dialer(config: &Config) -> anyhow::Result<Option<rocketgate_tls::Dialer>> {
-    let ca = &config.namesrv.ca;
-    if ca.as_os_str().is_empty() {
-        return Ok(None);
-    }
-    let d = rocketgate_tls::Dialer::new(ca)
-        .with_context(|| format!("loading namesrv.ca {}", ca.display()))?;
-    Ok(Some(d))
 }
 
 /// The topics this broker registers: its topic table (user topics and the retry and

@@ -12,18 +12,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rocketgate_auth::Auth;
-use rocketgate_config::{Config, ProxyConfig};
+use rocketgate_config::Config;
 use rocketgate_core::broker::MessagingApi;
 use rocketgate_http as http;
 use rocketgate_tls::{Acceptor, ReloadHandle};
 use rocketgate_websocket as ws;
 
-use rocketgate_auth::AccessKey;
-use rocketgate_native::client::{ClientSettings, RemoteBroker, RemoteSettings};
-use rocketgate_native::cluster::{
-    BrokerAddr, Cluster, ClusterSettings, NameServerRoutes, unavailable,
-};
-
+pub use crate::cluster_client::{ClusterApi, connect};
 use crate::node::{
     Late, NodeProbe, announce, check_exposure, http_settings, open_auth, start_mqtt, start_tls,
     start_ws, tls_for,
@@ -111,10 +106,6 @@ impl<B: MessagingApi + 'static> ProxyDoors<B> {
     }
 }
 
-/// The cluster API a proxy's doors run over: routes from the NameServers, one
-/// [`RemoteBroker`] per broker group's master.
-pub type ClusterApi = Cluster<RemoteBroker, NameServerRoutes>;
-
 /// `rocketgate proxy`: the doors over the cluster behind `broker.namesrv_addrs`, until
 /// SIGINT/SIGTERM.
 pub async fn run(mut config: Config) -> anyhow::Result<()> {
@@ -166,52 +157,6 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     doors.stop().await;
     Ok(())
-}
-
-/// The cluster over `namesrvs`, its members signing with `credential` (the brokers'
-/// internal one) when auth is on, over TLS with `proxy.broker_ca` (and to the
-/// NameServers with `namesrv_ca`, `namesrv.ca`).
-pub async fn connect(
-    namesrvs: &[String],
-    credential: Option<AccessKey>,
-    proxy: &ProxyConfig,
-    namesrv_ca: &std::path::Path,
-) -> anyhow::Result<ClusterApi> {
-    let mut client = ClientSettings::new(namesrvs.iter().cloned());
-    if !namesrv_ca.as_os_str().is_empty() {
-        client = client
-            .with_namesrv_tls_ca(namesrv_ca)
-            .with_context(|| format!("reading namesrv.ca {}", namesrv_ca.display()))?;
-    }
-    if let Some(c) = &credential {
-        client = client.with_credentials(&c.access_key, &c.secret_key);
-    }
-    let mut base = RemoteSettings::new(String::new()).with_request_timeout(proxy.request_timeout);
-    if let Some(c) = &credential {
-        base = base.with_credentials(c.clone());
-    }
-    if !proxy.broker_ca.as_os_str().is_empty() {
-        base = base
-            .with_tls_ca(&proxy.broker_ca)
-            .with_context(|| format!("reading proxy.broker_ca {}", proxy.broker_ca.display()))?;
-    }
-    let routes = NameServerRoutes::new(client);
-    Ok(
-        Cluster::start(routes, ClusterSettings::default(), move |b: &BrokerAddr| {
-            let settings = RemoteSettings {
-                addr: b.addr.clone(),
-                ..base.clone()
-            };
-            let name = b.name.clone();
-            async move {
-                RemoteBroker::connect(settings)
-                    .await
-                    .map(Arc::new)
-                    .map_err(|e| unavailable(format!("broker {name} is unavailable: {e}")))
-            }
-        })
-        .await,
-    )
 }
 
 /// `/readyz` on a proxy: it knows at least one broker group.

@@ -77,7 +77,7 @@ pub async fn topic_change(
         ));
     }
     let (names, namesrv) = resolve(client, targets).await?;
-    let cluster = crate::proxy::connect(
+    let cluster = crate::cluster_client::connect(
         std::slice::from_ref(&namesrv),
         None,
         &ProxyConfig::default(),

@@ -57,27 +57,6 @@ fn credentials<'a>(c: &'a Connect, certificate: Option<&'a str>) -> Credentials<
     }
 }
 
-/// The answer of a door whose service moved (`mqtt.moved_to`): v5 CONNACK 0x9D
-/// (Server moved) with the new address as Server Reference (MQTT 5 section 4.11);
-/// 3.1.1, which has no such code, CONNACK 3 (server unavailable), logged.
-pub(super) fn moved(version: Version, c: &Connect, to: &str, peer: std::net::SocketAddr) -> Bytes {
-    let mut out = BytesMut::new();
-    let ack = if version == Version::V5 {
-        tracing::debug!(%peer, client = %c.client_id, to, "CONNECT refused: the service moved");
-        let mut ack = ConnAck::new(ConnectReturnCode::ServerMoved, false);
-        let mut p = ConnAckProperties::new();
-        p.server_reference = Some(to.to_owned());
-        p.reason_string = Some(format!("this MQTT service moved to {to}"));
-        ack.properties = Some(p);
-        ack
-    } else {
-        tracing::info!(%peer, client = %c.client_id, to, "3.1.1 CONNECT refused: the service moved (mqtt.moved_to)");
-        ConnAck::new(ConnectReturnCode::ServerUnavailable, false)
-    };
-    let _ = codec::write(version, &Packet::ConnAck(ack), &mut out);
-    out.freeze()
-}
-
 /// Reads the CONNECT. `Err(Some(bytes))`: refuse with this reply; `Err(None)`: just close.
 pub(super) async fn read_connect<R: AsyncRead + Unpin>(
     rd: &mut R,

@@ -53,7 +53,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let reply = if let Some(to) = &s.moved_to {
-        super::connect::moved(version, &c, to, peer)
+        moved(version, &c, to, peer)
     } else if c
         .properties
         .as_ref()
@@ -328,4 +328,25 @@ impl<B: MessagingApi + 'static> Conn<B> {
             .and_then(|e| e.pending.as_ref())
             .is_some_and(|(_, deadline)| Instant::now() >= *deadline)
     }
+}
+
+/// The answer of a door whose service moved (`mqtt.moved_to`): v5 CONNACK 0x9D
+/// (Server moved) with the new address as Server Reference (MQTT 5 section 4.11);
+/// 3.1.1, which has no such code, CONNACK 3 (server unavailable), logged.
+pub(super) fn moved(version: Version, c: &Connect, to: &str, peer: std::net::SocketAddr) -> Bytes {
+    let mut out = BytesMut::new();
+    let ack = if version == Version::V5 {
+        tracing::debug!(%peer, client = %c.client_id, to, "CONNECT refused: the service moved");
+        let mut ack = ConnAck::new(ConnectReturnCode::ServerMoved, false);
+        let mut p = ConnAckProperties::new();
+        p.server_reference = Some(to.to_owned());
+        p.reason_string = Some(format!("this MQTT service moved to {to}"));
+        ack.properties = Some(p);
+        ack
+    } else {
+        tracing::info!(%peer, client = %c.client_id, to, "3.1.1 CONNECT refused: the service moved (mqtt.moved_to)");
+        ConnAck::new(ConnectReturnCode::ServerUnavailable, false)
+    };
+    let _ = codec::write(version, &Packet::ConnAck(ack), &mut out);
+    out.freeze()
 }
