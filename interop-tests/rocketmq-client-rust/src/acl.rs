@@ -144,7 +144,7 @@ pub async fn run(rt: Arc<ClientRuntime>) -> anyhow::Result<()> {
     let other = good.send_with_timeout(message(OTHER, 0), 5000).await;
     let text = match other {
         Ok(r) => bail!("a send to {OTHER}, outside the ACL, was accepted: {r:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => causes(&e),
     };
     println!("acl: send to {OTHER} (not in the ACL) refused: {text}");
     refused(&text).with_context(|| format!("the refusal of {OTHER}"))?;
@@ -158,7 +158,7 @@ pub async fn run(rt: Arc<ClientRuntime>) -> anyhow::Result<()> {
     let wrong = bad.send_with_timeout(message(TOPIC, 0), 5000).await;
     let text = match wrong {
         Ok(r) => bail!("a send with a wrong secret was accepted: {r:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => causes(&e),
     };
     println!("acl: send with a wrong secret refused: {text}");
     refused(&text).context("the refusal of a wrong secret")?;
@@ -168,6 +168,19 @@ pub async fn run(rt: Arc<ClientRuntime>) -> anyhow::Result<()> {
     println!("acl: the node logged {denials} signature refusals");
     println!("ACL OK");
     Ok(())
+}
+
+/// The error and its sources: the client's own text is generic ("Argument is
+/// invalid", its message redacted); the server's answer is further down the chain.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        text.push_str(" <- ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }
 
 /// The client's error text says NO_PERMISSION (code 16) or the broker's remark.

@@ -78,6 +78,9 @@ pub async fn run(rt: Arc<ClientRuntime>) -> anyhow::Result<()> {
             .arg("--data-dir")
             .arg(dir.path().join("ns"))
             .env("RUST_LOG", "warn")
+            // The binary reads every ROCKETGATE_* variable as a setting: the one that
+            // names the binary for this program is not one.
+            .env_remove("ROCKETGATE_BIN")
             .stdout(Stdio::null())
             .spawn()
             .context("starting the NameServer with its controller")?,
@@ -115,7 +118,23 @@ pub async fn run(rt: Arc<ClientRuntime>) -> anyhow::Result<()> {
         nodes[&old].addr("native")
     );
 
+    // The client learns the new master from its periodic route poll
+    // (`poll_name_server_interval`, 30 s by default, as RocketMQ's Java client):
+    // RMQ_POLL_NAMESRV_MS (the client accepts 10,000 at least) shortens it, to show
+    // that the gap after a kill follows that setting.
+    let mut config = rocketmq_client_rust::ClientConfig::default();
+    if let Some(ms) = std::env::var("RMQ_POLL_NAMESRV_MS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        config.set_poll_name_server_interval(ms);
+    }
+    println!(
+        "failover: the client polls routes every {} ms",
+        config.get_poll_name_server_interval()
+    );
     let mut producer = DefaultMQProducer::builder(rt.clone())
+        .client_config(config)
         .producer_group("failover_producers".to_string())
         .name_server_addr(namesrv.clone())
         .build();

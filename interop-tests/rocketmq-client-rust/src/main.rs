@@ -25,7 +25,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock, TopicConfig as CoreTopic, TopicKind};
+use rocketgate_core::broker::{
+    Broker, BrokerSettings, MessagingApi, SystemClock, TopicConfig as CoreTopic, TopicKind,
+};
 use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
 use rocketgate_namesrv::{NameServer, NamesrvSettings};
 use rocketgate_native::{Server, ServerSettings};
@@ -61,8 +63,20 @@ async fn routes_only(rt: Arc<ClientRuntime>) {
         .unwrap();
     let ns = ns.spawn();
     let topics = || vec![WireTopicConfig::new("TopicTest", 4)];
-    let a = Registrar::new(identity("broker-a", "127.0.0.1:10911".into()), vec![addr.to_string()], Duration::from_secs(30), Arc::new(topics)).spawn();
-    let b = Registrar::new(identity("broker-b", "127.0.0.1:10921".into()), vec![addr.to_string()], Duration::from_secs(30), Arc::new(topics)).spawn();
+    let a = Registrar::new(
+        identity("broker-a", "127.0.0.1:10911".into()),
+        vec![addr.to_string()],
+        Duration::from_secs(30),
+        Arc::new(topics),
+    )
+    .spawn();
+    let b = Registrar::new(
+        identity("broker-b", "127.0.0.1:10921".into()),
+        vec![addr.to_string()],
+        Duration::from_secs(30),
+        Arc::new(topics),
+    )
+    .spawn();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut producer = DefaultMQProducer::builder(rt)
@@ -72,12 +86,19 @@ async fn routes_only(rt: Arc<ClientRuntime>) {
     producer.start().await.expect("producer start");
     let t = Instant::now();
     let queues = producer.fetch_publish_message_queues("TopicTest").await;
-    println!("route fetch took {:?}: {} queues", t.elapsed(), queues.as_ref().map_or(0, Vec::len));
+    println!(
+        "route fetch took {:?}: {} queues",
+        t.elapsed(),
+        queues.as_ref().map_or(0, Vec::len)
+    );
     let queues = queues.expect("route of TopicTest");
     assert_eq!(queues.len(), 8, "4 queues on each of 2 brokers");
 
     a.stop().await;
-    let queues = producer.fetch_publish_message_queues("TopicTest").await.expect("route after broker-a left");
+    let queues = producer
+        .fetch_publish_message_queues("TopicTest")
+        .await
+        .expect("route after broker-a left");
     assert_eq!(queues.len(), 4);
     let missing = producer.fetch_publish_message_queues("NoSuchTopic").await;
     assert!(missing.is_err());
@@ -99,7 +120,10 @@ impl MessageListenerConcurrently for Collect {
     ) -> rocketmq_client_rust::ClientResult<ConsumeConcurrentlyStatus> {
         let mut seen = self.0.lock().unwrap();
         for m in msgs {
-            let body = m.body().map(|b| String::from_utf8_lossy(&b).to_string()).unwrap_or_default();
+            let body = m
+                .body()
+                .map(|b| String::from_utf8_lossy(&b).to_string())
+                .unwrap_or_default();
             let tag = m.get_tags().map(|t| t.as_str().to_owned());
             let keys = m
                 .properties()
@@ -118,13 +142,27 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
     let _ = std::fs::remove_dir_all(&dir);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let broker_addr = listener.local_addr().unwrap();
-    let store_opts = StoreSettings { segment_size: 64 << 20, store_host: broker_addr, ..StoreSettings::default() };
+    let store_opts = StoreSettings {
+        segment_size: 64 << 20,
+        store_host: broker_addr,
+        ..StoreSettings::default()
+    };
     let (store, _) = Store::open(&dir, store_opts, StoreDeps::default()).unwrap();
-    let broker = Arc::new(Broker::open(Arc::new(store), BrokerSettings::default(), Arc::new(SystemClock)).unwrap());
+    let broker = Arc::new(
+        Broker::open(
+            Arc::new(store),
+            BrokerSettings::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap(),
+    );
     // Retries come back through the delay levels, as in `rocketgate standalone`.
     broker.spawn_delay_delivery();
     broker.create_topic(CoreTopic::new(TOPIC, 4)).await.unwrap();
-    let (ns, ns_addr) = NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default()).await.unwrap();
+    let (ns, ns_addr) =
+        NameServer::bind("127.0.0.1:0".parse().unwrap(), NamesrvSettings::default())
+            .await
+            .unwrap();
     let ns = ns.spawn();
     let b = broker.clone();
     let topics = move || {
@@ -139,10 +177,21 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
             })
             .collect::<Vec<_>>()
     };
-    let registrar = Registrar::new(identity("broker-a", broker_addr.to_string()), vec![ns_addr.to_string()], Duration::from_secs(30), Arc::new(topics)).spawn();
-    let settings = ServerSettings { store_host: broker_addr, ..ServerSettings::default() };
+    let registrar = Registrar::new(
+        identity("broker-a", broker_addr.to_string()),
+        vec![ns_addr.to_string()],
+        Duration::from_secs(30),
+        Arc::new(topics),
+    )
+    .spawn();
+    let settings = ServerSettings {
+        store_host: broker_addr,
+        ..ServerSettings::default()
+    };
     let (server, _) = Server::from_listener(listener, broker.clone(), settings).unwrap();
-    let server = server.on_topics_changed(Arc::new(registrar.trigger())).spawn();
+    let server = server
+        .on_topics_changed(Arc::new(registrar.trigger()))
+        .spawn();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut producer = DefaultMQProducer::builder(rt.clone())
@@ -158,15 +207,31 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
             .keys(vec![format!("key-{i}")])
             .body_slice(format!("body-{i}").as_bytes())
             .build_unchecked();
-        producer.send_with_timeout(message, 5000).await.expect("send");
+        producer
+            .send_with_timeout(message, 5000)
+            .await
+            .expect("send");
     }
     println!("SENT {MESSAGES}");
 
     // No route for NEW_TOPIC: the client takes TBW102's, and the send creates the topic.
-    let first = Message::builder().topic(NEW_TOPIC).tags("TagA").body_slice("first".as_bytes()).build_unchecked();
-    producer.send_with_timeout(first, 5000).await.expect("send to a topic nobody created");
-    let created = broker.topic_snapshot(TopicKind::User).iter().any(|t| t.name == NEW_TOPIC);
-    assert!(created, "{NEW_TOPIC} was not auto-created by the first send");
+    let first = Message::builder()
+        .topic(NEW_TOPIC)
+        .tags("TagA")
+        .body_slice("first".as_bytes())
+        .build_unchecked();
+    producer
+        .send_with_timeout(first, 5000)
+        .await
+        .expect("send to a topic nobody created");
+    let created = broker
+        .topic_snapshot(TopicKind::User)
+        .iter()
+        .any(|t| t.name == NEW_TOPIC);
+    assert!(
+        created,
+        "{NEW_TOPIC} was not auto-created by the first send"
+    );
     println!("SENT to {NEW_TOPIC} with no prior creation (default topic route TBW102)");
 
     let seen: Seen = Arc::default();
@@ -181,15 +246,25 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
     consumer.start().await.expect("consumer start");
     let deadline = Instant::now() + Duration::from_secs(120);
     while seen.lock().unwrap().len() < MESSAGES {
-        assert!(Instant::now() < deadline, "only {} of {MESSAGES} consumed", seen.lock().unwrap().len());
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {MESSAGES} consumed",
+            seen.lock().unwrap().len()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let seen = seen.lock().unwrap().clone();
     for i in 0..MESSAGES {
-        let (tag, keys) = seen.get(&format!("body-{i}")).unwrap_or_else(|| panic!("body-{i} missing"));
+        let (tag, keys) = seen
+            .get(&format!("body-{i}"))
+            .unwrap_or_else(|| panic!("body-{i} missing"));
         let want = if i % 2 == 0 { "TagA" } else { "TagB" };
         assert_eq!(tag.as_deref(), Some(want), "tag of body-{i}");
-        assert_eq!(keys.as_deref(), Some(format!("key-{i}").as_str()), "keys of body-{i}");
+        assert_eq!(
+            keys.as_deref(),
+            Some(format!("key-{i}").as_str()),
+            "keys of body-{i}"
+        );
     }
     println!("CONSUMED {MESSAGES} with bodies, tags and keys intact");
     consumer.shutdown().await;
@@ -219,8 +294,16 @@ async fn main() {
         .unwrap()
         .build()
         .unwrap();
-    let telemetry = rocketmq_observability::install_global(&rocketmq_observability::TelemetryBootstrapConfig::default()).unwrap();
-    let rt = ClientRuntime::try_new(owner.root_context().component("client"), ClientRuntimeConfig::default(), telemetry.handle()).unwrap();
+    let telemetry = rocketmq_observability::install_global(
+        &rocketmq_observability::TelemetryBootstrapConfig::default(),
+    )
+    .unwrap();
+    let rt = ClientRuntime::try_new(
+        owner.root_context().component("client"),
+        ClientRuntimeConfig::default(),
+        telemetry.handle(),
+    )
+    .unwrap();
     for c in &chosen {
         println!("== {c}");
         let r = match c.as_str() {
