@@ -249,10 +249,32 @@ where
                     );
                 }
                 if keep_alive.is_some_and(|k| last_seen.elapsed() >= k) {
-                    break End::Server(
-                        DisconnectReasonCode::KeepAliveTimeout,
-                        "no packet within 1.5 times the keep-alive".into(),
-                    );
+                    // While its output is full this connection does not read the
+                    // client (below), so a slow reader's PINGREQs wait unread in the
+                    // socket: what the client sent is read now, without waiting,
+                    // before it is judged silent. (The hour-long soak's slow readers
+                    // were dropped every few minutes for "keep-alive timeout".) One
+                    // read per keep-alive period: a client that publishes and never
+                    // reads still cannot pile up acknowledgements here.
+                    let heard = if writable {
+                        false
+                    } else {
+                        match tokio::time::timeout(Duration::ZERO, rd.read_buf(&mut inbuf)).await {
+                            Ok(Ok(0) | Err(_)) => break End::Closed,
+                            Ok(Ok(_)) => true,
+                            Err(_) => false,
+                        }
+                    };
+                    if !heard {
+                        break End::Server(
+                            DisconnectReasonCode::KeepAliveTimeout,
+                            "no packet within 1.5 times the keep-alive".into(),
+                        );
+                    }
+                    last_seen = Instant::now();
+                    if let Some(end) = Box::pin(conn.on_bytes(&mut inbuf)).await {
+                        break end;
+                    }
                 }
                 conn.sys_tick();
                 conn.session.refresh_inflight();

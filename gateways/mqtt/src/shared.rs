@@ -514,7 +514,15 @@ impl<B: MessagingApi + 'static> Shared<B> {
             }
         }
         if !applied {
+            let waited = Instant::now();
             self.log.wait_applied(at + 1, bound).await;
+            if waited.elapsed() > Duration::from_secs(1) {
+                tracing::warn!(
+                    client_id,
+                    waited_ms = waited.elapsed().as_millis() as u64,
+                    "a CONNECT waited for the MQTT state log to apply its claim"
+                );
+            }
         }
         loop {
             let (done, claimed) = {

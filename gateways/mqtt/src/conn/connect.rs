@@ -329,10 +329,15 @@ impl<B: MessagingApi + 'static> Conn<B> {
             Some(Slot::Online { takeover, .. }) => {
                 let (tx, rx) = oneshot::channel();
                 if takeover.send(Takeover::new(tx)).is_ok() {
-                    tokio::time::timeout(Duration::from_secs(5), rx)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
+                    let handed = tokio::time::timeout(Duration::from_secs(5), rx).await;
+                    if handed.is_err() {
+                        tracing::warn!(
+                            client_id = %client_id,
+                            "the connection holding this client id did not hand its session \
+                             over within 5 s: going on without it"
+                        );
+                    }
+                    handed.ok().and_then(Result::ok)
                 } else {
                     None
                 }
