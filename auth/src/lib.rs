@@ -7,7 +7,8 @@
 //! connection answers publish / subscribe / admin with one cached lookup),
 //! RocketMQ's request signature (`sign.rs`), JWTs (`jwt.rs`) and the abuse limits
 //! (`limit.rs`). [`Auth`] puts them together: [`Auth::login`] turns presented
-//! [`Credentials`] into an [`Identity`] (slow hashes run on the blocking pool, a
+//! [`Credentials`] into an [`Identity`] (slow hashes run on idle-priority threads of
+//! their own, fewer than the cores, `verify.rs`; a
 //! keyed-HMAC cache remembers verified passwords for `cache_ttl`, failures slow
 //! down per address and per user), [`Auth::grant`] compiles its rules,
 //! [`Auth::verify_signed`] checks a signed remoting request.
@@ -16,7 +17,10 @@
 //! their own codes (CONNACK 0x86, HTTP 401/403, NO_PERMISSION, ...). Start reading
 //! at [`Auth::login`], then `acl.rs`. `docs/security.md` is the user's guide.
 
-#![forbid(unsafe_code)]
+// One system call (a thread's scheduling policy, `verify.rs`) needs unsafe; every
+// other module stays without it.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod acl;
 mod error;
@@ -25,6 +29,7 @@ pub mod limit;
 pub mod scram;
 pub mod sign;
 pub mod store;
+mod verify;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -187,6 +192,8 @@ pub struct Auth {
     /// `${clientid}`), so a connection's grant costs no compilation. A std lock held
     /// for one map operation.
     compiled: Mutex<HashMap<String, (u64, CompiledRules)>>,
+    /// The password-verifying threads, started on the first password login.
+    verifier: std::sync::OnceLock<verify::Verifier>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -197,10 +204,6 @@ impl std::fmt::Debug for Auth {
             .finish_non_exhaustive()
     }
 }
-
-/// A PHC hash of a random password: verifying an unknown user's password against it
-/// costs what a known user's does, so timing does not tell which users exist.
-static DUMMY_HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 impl Auth {
     /// Loads the user store (a missing file is an empty store).
@@ -232,6 +235,7 @@ impl Auth {
             stamp: Mutex::new(stamp),
             editing: Mutex::new(()),
             compiled: Mutex::default(),
+            verifier: std::sync::OnceLock::new(),
         }))
     }
 
@@ -624,15 +628,11 @@ impl Auth {
             .map(|u| u.password.clone())
             .filter(|p| !p.is_empty());
         let known = phc.is_some();
-        let phc = phc.unwrap_or_else(|| {
-            DUMMY_HASH
-                .get_or_init(|| store::hash_password(&rand::random::<[u8; 16]>()))
-                .clone()
-        });
-        let pw = password.to_vec();
-        let ok = tokio::task::spawn_blocking(move || store::verify_password(&phc, &pw))
-            .await
-            .unwrap_or(false);
+        let ok = self
+            .verifier
+            .get_or_init(|| verify::Verifier::start(verify::Verifier::default_threads()))
+            .verify(phc, password.to_vec())
+            .await;
         if !(ok && known) {
             return Err(Denied::BadCredentials);
         }
