@@ -171,6 +171,19 @@ struct Cached {
     until: Instant,
 }
 
+/// A verification in flight: its entry in `Auth::verifying` goes when it ends
+/// (answered or abandoned).
+struct Verifying<'a> {
+    auth: &'a Auth,
+    slot: [u8; 32],
+}
+
+impl Drop for Verifying<'_> {
+    fn drop(&mut self) {
+        lock(&self.auth.verifying).remove(&self.slot);
+    }
+}
+
 /// Users, credentials and rules; one per process, shared by every door.
 pub struct Auth {
     settings: Settings,
@@ -194,6 +207,9 @@ pub struct Auth {
     compiled: Mutex<HashMap<String, (u64, CompiledRules)>>,
     /// The password-verifying threads, started on the first password login.
     verifier: std::sync::OnceLock<verify::Verifier>,
+    /// Verifications in flight by cache slot, each with the channel its answer
+    /// comes on (`ok && known`). A std lock held for one map operation.
+    verifying: Mutex<HashMap<[u8; 32], tokio::sync::watch::Receiver<Option<bool>>>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -236,6 +252,7 @@ impl Auth {
             editing: Mutex::new(()),
             compiled: Mutex::default(),
             verifier: std::sync::OnceLock::new(),
+            verifying: Mutex::default(),
         }))
     }
 
@@ -622,6 +639,22 @@ impl Auth {
         {
             return Ok(c.user.clone());
         }
+        // The same credentials being verified already (a fleet reconnecting with
+        // one password after a restart emptied the cache): wait for that answer
+        // instead of verifying again. A verification that was abandoned (its
+        // connection went away) answers nothing: then verify here.
+        let waiting = lock(&self.verifying).get(&slot).cloned();
+        if let Some(mut rx) = waiting
+            && let Ok(answer) = rx.wait_for(Option::is_some).await
+        {
+            return match *answer {
+                Some(true) => Ok(username.to_owned()),
+                _ => Err(Denied::BadCredentials),
+            };
+        }
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        lock(&self.verifying).insert(slot, rx);
+        let _done = Verifying { auth: self, slot };
         let users = self.users();
         let phc = users
             .user(username)
@@ -633,6 +666,7 @@ impl Auth {
             .get_or_init(|| verify::Verifier::start(verify::Verifier::default_threads()))
             .verify(phc, password.to_vec())
             .await;
+        let _ = tx.send(Some(ok && known));
         if !(ok && known) {
             return Err(Denied::BadCredentials);
         }
