@@ -10,7 +10,10 @@
 //! known credentials at `--storm-rate` connects/s (the verified-credential cache
 //! answers) or, with `--storm-distinct`, as many connects as the server answers of
 //! users it has not verified yet (every one an argon2id verification: the users share
-//! one password, so each user ‖ password is a cache miss the first time).
+//! one password, so each user ‖ password is a cache miss the first time). With
+//! `--storm-control` each round has a phase C too: the same storm against a trivial
+//! MQTT acceptor in this process, which tells the clients' and the kernel's share
+//! of what a storm costs the connected clients from the broker's.
 //!
 //! The server is an in-process node on a runtime of its own, or, with `--storm-bin`
 //! (repeatable), `rocketgate standalone` from the given binaries on free ports, each
@@ -35,7 +38,7 @@ use rocketgate_auth::{Action, Auth, Rule, UserEntry, store};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::{connect, scratch};
+use super::{connect, read_packet, scratch};
 use crate::stats::{Latencies, Summary, fmt_dur};
 
 #[derive(Debug, Clone, Args)]
@@ -66,6 +69,11 @@ pub struct StormArgs {
     /// QoS 1 publishes per second of each connected client.
     #[arg(long, default_value_t = 50)]
     pub storm_msg_rate: u64,
+    /// A third phase per round: the same storm answered by a trivial acceptor in
+    /// this process (the clients' and the kernel's share of a storm, without the
+    /// broker's).
+    #[arg(long)]
+    pub storm_control: bool,
     /// `rocketgate` binaries to start as the server, in turn (repeatable); none: an
     /// in-process node.
     #[arg(long)]
@@ -85,21 +93,43 @@ pub struct Outcome {
     pub label: String,
     pub quiet: Summary,
     pub storm: Summary,
+    /// `--storm-control`: the same storm answered by a trivial acceptor instead.
+    pub control: Option<Summary>,
     /// p99 ratio storm / quiet per round.
     pub round_ratios: Vec<f64>,
-    /// Successful connects in phase B and their rate.
+    /// p99 ratio control / quiet per round (`--storm-control`).
+    pub control_ratios: Vec<f64>,
+    /// Successful connects to the server in phase B and their rate.
     pub connects: u64,
     pub connect_rate: f64,
     pub refused: u64,
     /// Publishes acknowledged (A, B).
     pub acked: (usize, usize),
-    /// Server CPU seconds per thread group in (A, B), when the server is a process.
-    pub cpu: BTreeMap<String, (f64, f64)>,
+    /// CPU seconds per thread group in A, B (and C), of the server when it is a
+    /// process and of this process's generator threads (`gen:`).
+    pub cpu: BTreeMap<String, [f64; 3]>,
 }
 
 impl Outcome {
+    /// p99 of all B phases over p99 of all A phases.
     pub fn ratio(&self) -> f64 {
         self.storm.p99.as_secs_f64() / self.quiet.p99.as_secs_f64().max(1e-9)
+    }
+
+    /// The median of the per-round p99 ratios: one disturbed phase (another
+    /// process on a shared machine) moves it less than the pooled ratio.
+    pub fn median_round_ratio(&self) -> f64 {
+        median(&self.round_ratios)
+    }
+}
+
+fn median(r: &[f64]) -> f64 {
+    let mut r = r.to_vec();
+    r.sort_by(f64::total_cmp);
+    match r.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => r[n / 2],
+        n => (r[n / 2 - 1] + r[n / 2]) / 2.0,
     }
 }
 
@@ -224,27 +254,56 @@ fn print(s: &StormArgs, out: &[Outcome]) {
                 fmt_dur(l.max)
             );
         }
+        if let Some(c) = &o.control {
+            println!(
+                "    C sink   p50 {:>9}  p99 {:>9}  p999 {:>9}  max {:>9}  (the same storm, answered by a trivial acceptor)",
+                fmt_dur(c.p50),
+                fmt_dur(c.p99),
+                fmt_dur(c.p999),
+                fmt_dur(c.max)
+            );
+        }
         let rounds: Vec<String> = o.round_ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!(
-            "    p99 B/A {:.2}×  (rounds: {})  connects in B: {} at {:.1}/s, {} refused",
+            "    p99 B/A {:.2}×  (rounds: {}; median {:.2})  connects in B: {} at {:.1}/s, {} refused",
             o.ratio(),
             rounds.join(" "),
+            o.median_round_ratio(),
             o.connects,
             o.connect_rate,
             o.refused
         );
-        if !o.cpu.is_empty() {
-            let per: Vec<String> = o
-                .cpu
-                .iter()
-                .map(|(g, (a, b))| format!("{g} {a:.2}/{b:.2}"))
-                .collect();
-            println!("    server CPU s in A/B by thread: {}", per.join(", "));
+        if let Some(c) = &o.control {
+            let rounds: Vec<String> = o.control_ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "    p99 C/A {:.2}×  (rounds: {}; median {:.2})",
+                c.p99.as_secs_f64() / o.quiet.p99.as_secs_f64().max(1e-9),
+                rounds.join(" "),
+                median(&o.control_ratios)
+            );
         }
+        let per: Vec<String> = o
+            .cpu
+            .iter()
+            .filter(|(_, t)| t.iter().any(|v| *v >= 0.005))
+            .map(|(g, t)| {
+                let c = if o.control.is_some() {
+                    format!("/{:.2}", t[2])
+                } else {
+                    String::new()
+                };
+                format!("{g} {:.2}/{:.2}{c}", t[0], t[1])
+            })
+            .collect();
+        println!(
+            "    CPU s in A/B{} by thread (gen: this generator): {}",
+            if o.control.is_some() { "/C" } else { "" },
+            per.join(", ")
+        );
     }
 }
 
-/// Phase `i` of a run: even = A (quiet), odd = B (storm).
+/// Latencies per phase of a run (round `r`, kind `k`: index `r * kinds + k`).
 type Samples = Arc<Mutex<Vec<Latencies>>>;
 
 async fn measure(
@@ -253,11 +312,18 @@ async fn measure(
     pid: Option<u32>,
     s: &StormArgs,
 ) -> anyhow::Result<Outcome> {
-    let phases = s.storm_rounds.max(1) * 2;
+    // Kinds of phase: 0 quiet, 1 storm on the server, 2 the storm on the sink.
+    let kinds = if s.storm_control { 3 } else { 2 };
+    let phases = s.storm_rounds.max(1) * kinds;
+    let sink = if s.storm_control {
+        Some(Sink::start()?)
+    } else {
+        None
+    };
     let samples: Samples = Arc::new(Mutex::new(
         (0..phases).map(|_| Latencies::default()).collect(),
     ));
-    // The phase publishes are counted in; usize::MAX: settling, not counted.
+    // The phase publishes are counted in; u64::MAX: settling, not counted.
     let phase = Arc::new(AtomicU64::new(u64::MAX));
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
@@ -278,18 +344,24 @@ async fn measure(
     // Warm up (connections, topics, the first publishes' allocations).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let storm_state = Arc::new(StormState::default());
-    let mut cpu_a: BTreeMap<String, f64> = BTreeMap::new();
-    let mut cpu_b: BTreeMap<String, f64> = BTreeMap::new();
+    let control_state = Arc::new(StormState::default());
+    let mut cpu: BTreeMap<String, [f64; 3]> = BTreeMap::new();
     let mut storm_time = Duration::ZERO;
     for p in 0..phases {
-        let storming = p % 2 == 1;
-        let before = pid.map(thread_cpu).unwrap_or_default();
+        let kind = p % kinds;
+        let before = cpu_now(pid);
         let started = Instant::now();
         let storm_stop = Arc::new(AtomicBool::new(false));
-        let workers = if storming {
-            spawn_storm(addr, s, storm_state.clone(), storm_stop.clone(), started)
-        } else {
-            Vec::new()
+        let workers = match (kind, &sink) {
+            (1, _) => spawn_storm(addr, s, storm_state.clone(), storm_stop.clone(), started),
+            (2, Some(sink)) => spawn_storm(
+                sink.addr,
+                s,
+                control_state.clone(),
+                storm_stop.clone(),
+                started,
+            ),
+            _ => Vec::new(),
         };
         phase.store(p as u64, Ordering::Release);
         tokio::time::sleep(Duration::from_secs(s.storm_seconds)).await;
@@ -298,13 +370,12 @@ async fn measure(
         for w in workers {
             w.await??;
         }
-        if storming {
+        if kind == 1 {
             storm_time += started.elapsed();
         }
-        let after = pid.map(thread_cpu).unwrap_or_default();
-        let into = if storming { &mut cpu_b } else { &mut cpu_a };
+        let after = cpu_now(pid);
         for (g, t) in after {
-            *into.entry(g.clone()).or_default() += t - before.get(&g).copied().unwrap_or(0.0);
+            cpu.entry(g.clone()).or_default()[kind] += t - before.get(&g).copied().unwrap_or(0.0);
         }
         tokio::time::sleep(SETTLE).await;
     }
@@ -312,42 +383,111 @@ async fn measure(
     for c in clients {
         c.await??;
     }
+    drop(sink);
     let mut all = std::mem::take(&mut *samples.lock().expect("samples"));
-    let mut round_ratios = Vec::new();
-    for r in 0..phases / 2 {
-        let (a, b) = all.split_at_mut(2 * r + 1);
-        let qa = a[2 * r].summary().p99.as_secs_f64();
-        let qb = b[0].summary().p99.as_secs_f64();
-        round_ratios.push(qb / qa.max(1e-9));
-    }
-    let (mut quiet, mut storm) = (Latencies::default(), Latencies::default());
-    for (i, l) in all.into_iter().enumerate() {
-        if i % 2 == 0 {
-            quiet.merge(l);
-        } else {
-            storm.merge(l);
+    let p99 = |l: &mut Latencies| l.summary().p99.as_secs_f64();
+    let (mut round_ratios, mut control_ratios) = (Vec::new(), Vec::new());
+    for round in all.chunks_mut(kinds) {
+        let quiet = p99(&mut round[0]).max(1e-9);
+        round_ratios.push(p99(&mut round[1]) / quiet);
+        if kinds == 3 {
+            control_ratios.push(p99(&mut round[2]) / quiet);
         }
     }
-    let acked = (quiet.len(), storm.len());
-    let mut cpu = BTreeMap::new();
-    for (g, a) in &cpu_a {
-        cpu.insert(g.clone(), (*a, cpu_b.get(g).copied().unwrap_or(0.0)));
+    let mut merged: Vec<Latencies> = (0..kinds).map(|_| Latencies::default()).collect();
+    for (i, l) in all.into_iter().enumerate() {
+        merged[i % kinds].merge(l);
     }
-    for (g, b) in &cpu_b {
-        cpu.entry(g.clone()).or_insert((0.0, *b));
-    }
+    let acked = (merged[0].len(), merged[1].len());
     let connects = storm_state.ok.load(Ordering::Relaxed);
     Ok(Outcome {
         label,
-        quiet: quiet.summary(),
-        storm: storm.summary(),
+        quiet: merged[0].summary(),
+        storm: merged[1].summary(),
+        control: merged.get_mut(2).map(Latencies::summary),
         round_ratios,
+        control_ratios,
         connects,
         connect_rate: connects as f64 / storm_time.as_secs_f64().max(1e-9),
-        refused: storm_state.refused.load(Ordering::Relaxed),
+        refused: storm_state.refused.load(Ordering::Relaxed)
+            + control_state.refused.load(Ordering::Relaxed),
         acked,
         cpu,
     })
+}
+
+/// A trivial MQTT acceptor on a thread of its own (`--storm-control`): it answers
+/// CONNECT with CONNACK and closes on DISCONNECT, so a storm against it costs the
+/// machine the clients' side and the kernel's TCP work, and nothing of the broker.
+struct Sink {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sink {
+    fn start() -> anyhow::Result<Sink> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("bench-sink".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    loop {
+                        tokio::select! {
+                            _ = &mut stopped => return,
+                            accepted = listener.accept() => {
+                                if let Ok((sock, _)) = accepted {
+                                    tokio::spawn(sink_conn(sock));
+                                }
+                            }
+                        }
+                    }
+                });
+            })?;
+        Ok(Sink {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn sink_conn(mut sock: TcpStream) {
+    let mut buf = BytesMut::new();
+    let Ok(Packet::Connect(_)) = read_packet(&mut sock, &mut buf).await else {
+        return;
+    };
+    let mut out = BytesMut::new();
+    if v4::ConnAck::new(v4::ConnectReturnCode::Success, false)
+        .write(&mut out)
+        .is_err()
+    {
+        return;
+    }
+    if sock.write_all(&out).await.is_err() {
+        return;
+    }
+    let _ = read_packet(&mut sock, &mut buf).await;
 }
 
 /// One connected client: a QoS 1 publish every `1/rate` s, each timed from its write
@@ -488,6 +628,18 @@ async fn cycle(addr: SocketAddr, id: &str, user: &str) -> anyhow::Result<u8> {
     Ok(code)
 }
 
+/// CPU seconds per thread group of the server (when it is a process of its own)
+/// and of this process's generator threads (`gen:` prefixed).
+fn cpu_now(server: Option<u32>) -> HashMap<String, f64> {
+    let mut out = server.map(thread_cpu).unwrap_or_default();
+    for (g, t) in thread_cpu(std::process::id()) {
+        if g.starts_with("bench-gen") {
+            out.insert(format!("gen:{g}"), t);
+        }
+    }
+    out
+}
+
 /// CPU seconds (user + system) of the process's threads, summed per thread name
 /// (digits dropped, so `tokio-runtime-w` and numbered pools group).
 fn thread_cpu(pid: u32) -> HashMap<String, f64> {
@@ -608,6 +760,7 @@ mod tests {
                 storm_users: 20,
                 storm_clients: 2,
                 storm_msg_rate: 50,
+                storm_control: distinct,
                 storm_bin: Vec::new(),
                 storm_cycles: 1,
             };
@@ -618,6 +771,7 @@ mod tests {
             assert_eq!(o.refused, 0);
             assert!(o.ratio().is_finite());
             assert_eq!(o.round_ratios.len(), 1);
+            assert_eq!(o.control.is_some(), distinct);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
