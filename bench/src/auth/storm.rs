@@ -594,10 +594,10 @@ fn spawn_storm(
                     let user = if distinct {
                         format!("s{}", n % users as u64)
                     } else {
-                        if rate > 0 {
-                            let at =
-                                started + Duration::from_nanos((n - slot0) * 1_000_000_000 / rate);
-                            tokio::time::sleep_until(at.into()).await;
+                        // Rate 0: as fast as answered.
+                        if let Some(gap) = ((n - slot0) * 1_000_000_000).checked_div(rate) {
+                            tokio::time::sleep_until((started + Duration::from_nanos(gap)).into())
+                                .await;
                             if stop.load(Ordering::Acquire) {
                                 return anyhow::Ok(());
                             }
