@@ -7,7 +7,7 @@
 //! - reconnects/s with known credentials (CONNECT, CONNACK, DISCONNECT; after the
 //!   first, the keyed-HMAC credential cache answers);
 //! - verifications/s for distinct credentials (every CONNECT a cache miss: an
-//!   argon2id verification on the blocking pool);
+//!   argon2id verification on the broker's idle-priority verifier threads);
 //! - with `--storm-seconds`, instead: the QoS 1 p99 of connected clients with and
 //!   without a connect storm ([`storm`]).
 
