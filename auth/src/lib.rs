@@ -64,6 +64,8 @@ pub struct Settings {
     pub failed_login_burst: u32,
     pub failed_login_max_delay: Duration,
     pub max_connections_per_address: u32,
+    /// The share of a core each verifying thread may use (`auth.verify_share`).
+    pub verify_share: f64,
 }
 
 impl Settings {
@@ -82,6 +84,7 @@ impl Settings {
             failed_login_burst: 5,
             failed_login_max_delay: Duration::from_secs(5),
             max_connections_per_address: 0,
+            verify_share: 1.0,
         }
     }
 
@@ -114,6 +117,7 @@ impl Settings {
             failed_login_burst: a.failed_login_burst,
             failed_login_max_delay: a.failed_login_max_delay,
             max_connections_per_address: a.max_connections_per_address,
+            verify_share: a.verify_share,
         })
     }
 }
@@ -663,7 +667,12 @@ impl Auth {
         let known = phc.is_some();
         let ok = self
             .verifier
-            .get_or_init(|| verify::Verifier::start(verify::Verifier::default_threads()))
+            .get_or_init(|| {
+                verify::Verifier::start(
+                    verify::Verifier::default_threads(),
+                    self.settings.verify_share,
+                )
+            })
             .verify(phc, password.to_vec())
             .await;
         let _ = tx.send(Some(ok && known));

@@ -10,6 +10,8 @@
 //! and yield it at once when a runtime worker wakes. A login waits in the queue
 //! meanwhile; under a broker that keeps every core busy it gets the small share
 //! the kernel gives idle threads (slower logins, never a stalled broker).
+//! `auth.verify_share` below 1 makes each thread rest after a verification, so it
+//! uses at most that share of a core (fewer verifications/s, more idle CPU).
 
 use std::sync::{Arc, Mutex};
 
@@ -32,8 +34,15 @@ pub(crate) struct Verifier {
 }
 
 impl Verifier {
-    /// Starts `threads` verifying threads (named `rg-verify`).
-    pub(crate) fn start(threads: usize) -> Verifier {
+    /// Starts `threads` verifying threads (named `rg-verify`), each using at most
+    /// `share` of a core: after a verification that took `d` it rests
+    /// `d × (1/share − 1)`.
+    pub(crate) fn start(threads: usize, share: f64) -> Verifier {
+        let rest_per_busy = if share > 0.0 && share < 1.0 {
+            1.0 / share - 1.0
+        } else {
+            0.0
+        };
         let (tx, rx) = mpsc::channel::<Job>(QUEUE);
         // One receiver shared by the threads: whichever is free takes the next job.
         // A std lock held while waiting for a job, never across an `.await`.
@@ -50,11 +59,15 @@ impl Verifier {
                             rx.blocking_recv()
                         };
                         let Some(job) = job else { return };
+                        let started = std::time::Instant::now();
                         let ok = match &job.phc {
                             Some(phc) => crate::store::verify_password(phc, &job.password),
                             None => crate::store::verify_password(dummy_hash(), &job.password),
                         };
                         let _ = job.answer.send(ok);
+                        if rest_per_busy > 0.0 {
+                            std::thread::sleep(started.elapsed().mul_f64(rest_per_busy));
+                        }
                     }
                 });
             if let Err(e) = spawned {
@@ -117,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn verifies_on_its_threads_and_answers_each_caller() {
-        let v = Arc::new(Verifier::start(1));
+        let v = Arc::new(Verifier::start(1, 0.5));
         let phc = crate::store::hash_password(b"right");
         let calls = ["right", "wrong", "right"].map(|pw| {
             let (v, phc) = (v.clone(), phc.clone());
@@ -134,7 +147,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn its_threads_run_at_idle_priority() {
-        let _v = Verifier::start(1);
+        let _v = Verifier::start(1, 1.0);
         // The thread sets its policy first thing; give it a moment.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {

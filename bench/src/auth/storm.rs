@@ -74,7 +74,9 @@ pub struct StormArgs {
     /// broker's).
     #[arg(long)]
     pub storm_control: bool,
-    /// `rocketgate` binaries to start as the server, in turn (repeatable); none: an
+    /// `rocketgate` binaries to start as the server, in turn (repeatable), each
+    /// optionally followed by settings of its own: "PATH KEY=VALUE…" (e.g.
+    /// "target/release/rocketgate ROCKETGATE_AUTH__VERIFY_SHARE=0.25"); none: an
     /// in-process node.
     #[arg(long)]
     pub storm_bin: Vec<PathBuf>,
@@ -206,7 +208,12 @@ pub fn run(dir: &Path, s: &StormArgs) -> anyhow::Result<Vec<Outcome>> {
                 let auth = Auth::open(auth_settings(users.clone()))?;
                 write_users(&auth, s)?;
                 drop(auth);
-                let mut server = Server::start(bin, &node_dir, &users)?;
+                // "PATH KEY=VALUE…": settings of that server only.
+                let spec = bin.to_string_lossy().into_owned();
+                let mut words = spec.split_whitespace();
+                let path = PathBuf::from(words.next().unwrap_or_default());
+                let env: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
+                let mut server = Server::start(&path, &node_dir, &users, &env)?;
                 let o = gen_rt.block_on(measure(
                     bin.display().to_string(),
                     server.mqtt,
@@ -676,7 +683,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(bin: &Path, dir: &Path, users: &Path) -> anyhow::Result<Server> {
+    fn start(bin: &Path, dir: &Path, users: &Path, env: &[(&str, &str)]) -> anyhow::Result<Server> {
         use std::io::{BufRead, BufReader};
         let log = std::fs::File::create(dir.join("node.log"))?;
         let mut cmd = Command::new(bin);
@@ -697,6 +704,7 @@ impl Server {
             .env("ROCKETGATE_AUTH__USERS_FILE", users)
             .env("ROCKETGATE_AUTH__INTERNAL_SECRET", "bench-internal-secret")
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
