@@ -7,7 +7,8 @@
 //! connection answers publish / subscribe / admin with one cached lookup),
 //! RocketMQ's request signature (`sign.rs`), JWTs (`jwt.rs`) and the abuse limits
 //! (`limit.rs`). [`Auth`] puts them together: [`Auth::login`] turns presented
-//! [`Credentials`] into an [`Identity`] (slow hashes run on the blocking pool, a
+//! [`Credentials`] into an [`Identity`] (slow hashes run on idle-priority threads of
+//! their own, fewer than the cores, `verify.rs`; a
 //! keyed-HMAC cache remembers verified passwords for `cache_ttl`, failures slow
 //! down per address and per user), [`Auth::grant`] compiles its rules,
 //! [`Auth::verify_signed`] checks a signed remoting request.
@@ -16,7 +17,10 @@
 //! their own codes (CONNACK 0x86, HTTP 401/403, NO_PERMISSION, ...). Start reading
 //! at [`Auth::login`], then `acl.rs`. `docs/security.md` is the user's guide.
 
-#![forbid(unsafe_code)]
+// One system call (a thread's scheduling policy, `verify.rs`) needs unsafe; every
+// other module stays without it.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod acl;
 mod error;
@@ -25,6 +29,7 @@ pub mod limit;
 pub mod scram;
 pub mod sign;
 pub mod store;
+mod verify;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -59,6 +64,8 @@ pub struct Settings {
     pub failed_login_burst: u32,
     pub failed_login_max_delay: Duration,
     pub max_connections_per_address: u32,
+    /// The share of a core each verifying thread may use (`auth.verify_share`).
+    pub verify_share: f64,
 }
 
 impl Settings {
@@ -77,6 +84,7 @@ impl Settings {
             failed_login_burst: 5,
             failed_login_max_delay: Duration::from_secs(5),
             max_connections_per_address: 0,
+            verify_share: 1.0,
         }
     }
 
@@ -109,6 +117,7 @@ impl Settings {
             failed_login_burst: a.failed_login_burst,
             failed_login_max_delay: a.failed_login_max_delay,
             max_connections_per_address: a.max_connections_per_address,
+            verify_share: a.verify_share,
         })
     }
 }
@@ -166,6 +175,19 @@ struct Cached {
     until: Instant,
 }
 
+/// A verification in flight: its entry in `Auth::verifying` goes when it ends
+/// (answered or abandoned).
+struct Verifying<'a> {
+    auth: &'a Auth,
+    slot: [u8; 32],
+}
+
+impl Drop for Verifying<'_> {
+    fn drop(&mut self) {
+        lock(&self.auth.verifying).remove(&self.slot);
+    }
+}
+
 /// Users, credentials and rules; one per process, shared by every door.
 pub struct Auth {
     settings: Settings,
@@ -187,6 +209,11 @@ pub struct Auth {
     /// `${clientid}`), so a connection's grant costs no compilation. A std lock held
     /// for one map operation.
     compiled: Mutex<HashMap<String, (u64, CompiledRules)>>,
+    /// The password-verifying threads, started on the first password login.
+    verifier: std::sync::OnceLock<verify::Verifier>,
+    /// Verifications in flight by cache slot, each with the channel its answer
+    /// comes on (`ok && known`). A std lock held for one map operation.
+    verifying: Mutex<HashMap<[u8; 32], tokio::sync::watch::Receiver<Option<bool>>>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -197,10 +224,6 @@ impl std::fmt::Debug for Auth {
             .finish_non_exhaustive()
     }
 }
-
-/// A PHC hash of a random password: verifying an unknown user's password against it
-/// costs what a known user's does, so timing does not tell which users exist.
-static DUMMY_HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 impl Auth {
     /// Loads the user store (a missing file is an empty store).
@@ -232,6 +255,8 @@ impl Auth {
             stamp: Mutex::new(stamp),
             editing: Mutex::new(()),
             compiled: Mutex::default(),
+            verifier: std::sync::OnceLock::new(),
+            verifying: Mutex::default(),
         }))
     }
 
@@ -618,21 +643,39 @@ impl Auth {
         {
             return Ok(c.user.clone());
         }
+        // The same credentials being verified already (a fleet reconnecting with
+        // one password after a restart emptied the cache): wait for that answer
+        // instead of verifying again. A verification that was abandoned (its
+        // connection went away) answers nothing: then verify here.
+        let waiting = lock(&self.verifying).get(&slot).cloned();
+        if let Some(mut rx) = waiting
+            && let Ok(answer) = rx.wait_for(Option::is_some).await
+        {
+            return match *answer {
+                Some(true) => Ok(username.to_owned()),
+                _ => Err(Denied::BadCredentials),
+            };
+        }
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        lock(&self.verifying).insert(slot, rx);
+        let _done = Verifying { auth: self, slot };
         let users = self.users();
         let phc = users
             .user(username)
             .map(|u| u.password.clone())
             .filter(|p| !p.is_empty());
         let known = phc.is_some();
-        let phc = phc.unwrap_or_else(|| {
-            DUMMY_HASH
-                .get_or_init(|| store::hash_password(&rand::random::<[u8; 16]>()))
-                .clone()
-        });
-        let pw = password.to_vec();
-        let ok = tokio::task::spawn_blocking(move || store::verify_password(&phc, &pw))
-            .await
-            .unwrap_or(false);
+        let ok = self
+            .verifier
+            .get_or_init(|| {
+                verify::Verifier::start(
+                    verify::Verifier::default_threads(),
+                    self.settings.verify_share,
+                )
+            })
+            .verify(phc, password.to_vec())
+            .await;
+        let _ = tx.send(Some(ok && known));
         if !(ok && known) {
             return Err(Denied::BadCredentials);
         }

@@ -144,3 +144,38 @@ async fn the_file_is_watched() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Logins with the same credentials at once share one verification's answer; a
+/// wrong password among them is refused, and whoever waited gets the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_logins_with_one_password_share_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = open(dir.path());
+    let pw = |u: &'static str, p: &'static [u8]| Credentials::Password {
+        username: u,
+        password: p,
+    };
+    let mut calls = Vec::new();
+    for i in 0..12 {
+        let auth = auth.clone();
+        let password: &'static [u8] = if i % 4 == 3 { b"nope" } else { b"pw" };
+        calls.push(tokio::spawn(async move {
+            (
+                password,
+                auth.login(pw("alice", password), ip(), "test")
+                    .await
+                    .is_ok(),
+            )
+        }));
+    }
+    for c in calls {
+        let (password, ok) = c.await.unwrap();
+        assert_eq!(
+            ok,
+            password == b"pw",
+            "{}",
+            String::from_utf8_lossy(password)
+        );
+    }
+    assert!(lock(&auth.verifying).is_empty());
+}

@@ -7,7 +7,11 @@
 //! - reconnects/s with known credentials (CONNECT, CONNACK, DISCONNECT; after the
 //!   first, the keyed-HMAC credential cache answers);
 //! - verifications/s for distinct credentials (every CONNECT a cache miss: an
-//!   argon2id verification on the blocking pool).
+//!   argon2id verification on the broker's idle-priority verifier threads);
+//! - with `--storm-seconds`, instead: the QoS 1 p99 of connected clients with and
+//!   without a connect storm ([`storm`]).
+
+mod storm;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,6 +48,8 @@ pub struct AuthBenchArgs {
     /// Scratch directory (emptied before and after).
     #[arg(long, default_value = "bench-data")]
     pub dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub storm: storm::StormArgs,
 }
 
 fn scratch(dir: &std::path::Path) -> anyhow::Result<()> {
@@ -220,6 +226,10 @@ async fn reconnects(
 }
 
 pub fn run(a: AuthBenchArgs) -> anyhow::Result<()> {
+    if a.storm.storm_seconds > 0 {
+        storm::run(&a.dir, &a.storm)?;
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -16,6 +16,14 @@ impl Latencies {
         self.0.push(d.as_nanos().min(u64::MAX as u128) as u64);
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn merge(&mut self, other: Latencies) {
         self.0.extend(other.0);
     }
@@ -24,7 +32,7 @@ impl Latencies {
     pub fn summary(&mut self) -> Summary {
         self.0.sort_unstable();
         let at = |q: f64| -> Duration {
-            if self.0.is_empty() {
+            if self.is_empty() {
                 return Duration::ZERO;
             }
             let i = ((self.0.len() as f64 - 1.0) * q).round() as usize;

@@ -514,6 +514,10 @@ pub struct AuthConfig {
     pub failed_login_max_delay: Duration,
     /// Connections one address may hold on each door (0: no limit).
     pub max_connections_per_address: u32,
+    /// The share of a core each password-verifying thread may use (0 < share ≤ 1):
+    /// below 1 it rests after each argon2id verification, so a storm of new
+    /// credentials verifies more slowly and leaves the CPU idle more often.
+    pub verify_share: f64,
 }
 
 impl Default for AuthConfig {
@@ -533,6 +537,7 @@ impl Default for AuthConfig {
             failed_login_burst: 5,
             failed_login_max_delay: Duration::from_secs(5),
             max_connections_per_address: 0,
+            verify_share: 1.0,
         }
     }
 }
@@ -1031,6 +1036,12 @@ impl Config {
             bad.push(format!(
                 "store.segment_size is {}; it must be below 2GiB",
                 s.segment_size
+            ));
+        }
+        let share = self.auth.verify_share;
+        if !(share > 0.0 && share <= 1.0) {
+            bad.push(format!(
+                "auth.verify_share is {share}; it must be above 0 and at most 1"
             ));
         }
         let w = &self.ws;

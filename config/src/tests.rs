@@ -367,3 +367,16 @@ fn the_advertised_address_replaces_the_listen_host_and_keeps_the_ports() {
         assert!(e.contains("broker.advertised_address"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn verify_share_is_a_share_of_one_core() {
+    let mut c = Config::default();
+    assert_eq!(c.auth.verify_share, 1.0);
+    c.auth.verify_share = 0.25;
+    c.validate().unwrap();
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        c.auth.verify_share = bad;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("auth.verify_share"), "{bad}: {e}");
+    }
+}

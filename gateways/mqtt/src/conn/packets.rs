@@ -151,7 +151,14 @@ impl<B: MessagingApi + 'static> Conn<B> {
                 .adopt_resets(&self.shared, &mut self.session, &mut self.ready)
                 .await;
         }
-        let topics = self.shared.topics().await;
+        // A session without subscriptions (every clean start) follows nothing: the
+        // topic list (a copy of the whole table, a round trip over `RemoteBroker`)
+        // would be fetched for nothing on every CONNECT of a reconnect storm.
+        let topics = if self.session.subs.is_empty() {
+            Vec::new()
+        } else {
+            self.shared.topics().await
+        };
         self.sync_following(&topics, Start::Resume).await;
         self.session.restore_cursors = false;
         self.window
