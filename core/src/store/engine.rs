@@ -921,7 +921,6 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        inner.shippable.closed();
         let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();
@@ -943,7 +942,6 @@ impl Store {
         }
         inner.wake.notify();
         inner.stop.notify();
-        inner.shippable.closed();
         let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
         for t in threads {
             let _ = t.join();

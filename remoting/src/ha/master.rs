@@ -366,7 +366,8 @@ async fn run(
     let (mut rd, mut wr) = tokio::io::split(sock);
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
-    // Out of log (the last run was short): wait to be woken before shipping again.
+    // Out of log (the last run took all there was): wait to be woken before shipping
+    // again.
     let mut caught_up = false;
     loop {
         if caught_up {
@@ -407,7 +408,9 @@ async fn run(
             return Ok(());
         }
         // Ship what there is: the run straight from the log behind a DATA head, in
-        // one vectored write.
+        // one vectored write. A run that took all there was leaves the stream caught
+        // up (it waits, and gathers, before the next); one the batch cut short does not.
+        let end = source.bounds().1;
         let shipped = source
             .ship(next, settings.batch)
             .map_err(std::io::Error::other)?;
@@ -416,7 +419,7 @@ async fn run(
                 let head = Frame::data_header(next, source.confirmed(), bytes.len());
                 write_all_vectored(&mut wr, &head, &bytes).await?;
                 shipped_bytes.add(bytes.len() as u64);
-                caught_up = bytes.len() < settings.batch;
+                caught_up = after >= end;
                 next = after;
                 last_sent = Instant::now();
             }
