@@ -187,8 +187,13 @@ async fn a_sync_append_is_shipped_without_waiting_for_a_poll_tick() {
     let follower = follow(addr.to_string(), target.clone());
     wait_until("the slave to copy the log", || target.len() == 1000).await;
 
-    // The master's stream is idle now. A send under sync replication waits for its
-    // copy: the append wakes the stream, which ships it before any timer fires.
+    // Let every task due at this instant run first (a stream that polls has a timer
+    // due now too), so the stream is idle, waiting, when the append comes.
+    for _ in 0..1000 {
+        tokio::task::yield_now().await;
+    }
+    // A send under sync replication waits for its copy: the append wakes the stream,
+    // which ships it before any timer fires.
     source.append(300);
     assert!(
         holds_without_a_clock_tick(|| target.len() == 1300).await,
