@@ -112,11 +112,15 @@ impl master::Source for Source {
         self.0.store().segment_size()
     }
 
-    fn ship(&self, from: u64, max: usize) -> Result<Option<(Vec<u8>, u64)>, String> {
+    fn ship(&self, from: u64, max: usize) -> Result<Option<(bytes::Bytes, u64)>, String> {
         match self.0.store().ship(from, max) {
             Ok(s) => Ok(s.map(|s| (s.bytes, s.next))),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    async fn wait_shippable(&self, from: u64) {
+        self.0.store().wait_shippable(from).await;
     }
 
     fn confirmed(&self) -> u64 {
@@ -278,6 +282,9 @@ pub enum Replication {
 
 /// Bytes per shipped run.
 const BATCH: usize = 1 << 20;
+/// Under async replication a stream woken by an append waits this long before
+/// shipping, so it ships runs of many messages (see `master::Settings::gather`).
+const ASYNC_GATHER: Duration = Duration::from_millis(1);
 
 /// Attaches the group's gate to `store` before any door starts: a slave is read-only
 /// from here on, a sync master holds sends for their copies.
@@ -352,6 +359,11 @@ pub fn start(
                 secret: ha.secret.as_bytes().to_vec(),
                 heartbeat: ha.heartbeat_interval,
                 batch: BATCH,
+                gather: if ha.required_copies() > 1 {
+                    Duration::ZERO
+                } else {
+                    ASYNC_GATHER
+                },
             };
             let source = Arc::new(Source(replicas.clone(), broker.clone(), epochs));
             let mut tls_reload = None;

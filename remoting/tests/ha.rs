@@ -51,14 +51,14 @@ impl master::Source for MemSource {
     fn segment_size(&self) -> u64 {
         1 << 20
     }
-    fn ship(&self, from: u64, max: usize) -> Result<Option<(Vec<u8>, u64)>, String> {
+    fn ship(&self, from: u64, max: usize) -> Result<Option<(bytes::Bytes, u64)>, String> {
         let log = self.log.lock().unwrap();
         let from = from as usize;
         if from >= log.len() {
             return Ok(None);
         }
         let to = (from + max).min(log.len());
-        Ok(Some((log[from..to].to_vec(), to as u64)))
+        Ok(Some((log[from..to].to_vec().into(), to as u64)))
     }
     fn confirmed(&self) -> u64 {
         0
@@ -170,6 +170,7 @@ fn settings() -> master::Settings {
         secret: b"s3cret".to_vec(),
         heartbeat: Duration::from_millis(100),
         batch: 1000,
+        gather: Duration::ZERO,
     }
 }
 

@@ -197,6 +197,10 @@ struct Inner {
     /// Wakes the dispatcher thread: after every flush round under sync flush, and
     /// when an inline dispatch failed (the thread retries).
     wake: Arc<Signal>,
+    /// Wakes replication streams waiting for the shippable end to move (see
+    /// [`Store::wait_shippable`]): after every append under async flush, after every
+    /// flush round under sync flush.
+    shippable: Arc<replica::ShipSignal>,
     /// Held by whoever runs `dispatch_until`: under async flush the appending
     /// thread dispatches its own record when nobody else is (see
     /// [`Inner::dispatch_inline`]); the dispatcher thread is the backstop.
@@ -335,10 +339,18 @@ impl Store {
         };
         super::meters::register();
         let wake = Arc::new(Signal::new());
-        // Under sync flush the dispatcher follows durable bytes: one wake per round.
+        let shippable = Arc::new(replica::ShipSignal::default());
+        // Under sync flush the dispatcher and the replication streams follow durable
+        // bytes: one wake per round.
         let durability = {
-            let wake = wake.clone();
-            GroupCommit::start_with(log.clone(), policy, move || wake.notify())?
+            let (wake, shippable) = (wake.clone(), shippable.clone());
+            let sync = policy == FlushPolicy::Sync;
+            GroupCommit::start_with(log.clone(), policy, move || {
+                wake.notify();
+                if sync {
+                    shippable.moved();
+                }
+            })?
         };
         let (dispatched_tx, _) = tokio::sync::watch::channel(start);
         let inner = Arc::new(Inner {
@@ -352,6 +364,7 @@ impl Store {
             dispatched: AtomicU64::new(start),
             dispatched_tx,
             wake,
+            shippable,
             dispatching: Mutex::new(()),
             stop: Signal::new(),
             disk_full: AtomicBool::new(false),
@@ -531,6 +544,8 @@ impl Store {
 
     fn after_append(&self) {
         if matches!(self.inner.opts.flush, FlushMode::Async { .. }) {
+            // Written bytes are shippable under async flush.
+            self.inner.shippable.moved();
             self.inner.dispatch_inline();
         }
     }

@@ -27,6 +27,8 @@ pub const VERSION_1: u16 = 1;
 pub const MAX_FRAME: usize = 64 << 20;
 /// Bytes before a frame's payload.
 pub const HEADER: usize = 5;
+/// Bytes of a DATA frame before its log bytes: the frame header, `offset`, `confirmed`.
+pub const DATA_HEADER: usize = HEADER + 16;
 
 const HELLO: u8 = 1;
 const WELCOME: u8 = 2;
@@ -216,6 +218,64 @@ impl Frame {
         let len = (out.len() - start - HEADER) as u32;
         out[start] = kind;
         out[start + 1..start + HEADER].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// The head of a DATA frame carrying `len` log bytes, which follow it on the wire
+    /// as they are: a master writes this and a slice of its mapped log in one vectored
+    /// write instead of copying the run into a frame ([`Frame::encode`] gives the same
+    /// bytes).
+    pub fn data_header(offset: u64, confirmed: u64, len: usize) -> [u8; DATA_HEADER] {
+        let mut h = [0u8; DATA_HEADER];
+        h[0] = DATA;
+        h[1..HEADER].copy_from_slice(&((len + 16) as u32).to_be_bytes());
+        h[HEADER..HEADER + 8].copy_from_slice(&offset.to_be_bytes());
+        h[HEADER + 8..].copy_from_slice(&confirmed.to_be_bytes());
+        h
+    }
+
+    /// The length of the frame at the front of `buf` once its header is there
+    /// (whether or not the rest is); `None` before.
+    pub fn len_of(buf: &[u8]) -> Option<usize> {
+        let h = buf.get(..HEADER)?;
+        Some(HEADER + u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize)
+    }
+
+    /// Whether `buf` starts with a whole frame.
+    pub fn is_complete(buf: &[u8]) -> bool {
+        Frame::len_of(buf).is_some_and(|n| buf.len() >= n)
+    }
+
+    /// [`Frame::decode`] that takes the frame off the front of `buf`; the bytes of
+    /// DATA and OFFSETS frames are shared with `buf`'s memory, not copied.
+    pub fn decode_from(buf: &mut bytes::BytesMut) -> Result<Option<Frame>, FrameError> {
+        if buf.first() != Some(&DATA) {
+            let Some((frame, n)) = Frame::decode(buf)? else {
+                return Ok(None);
+            };
+            let _ = buf.split_to(n);
+            return Ok(Some(frame));
+        }
+        // DATA: check it as `decode` does (short buffers, size, short payload) but
+        // without its copy of the log bytes.
+        let n = match Frame::len_of(buf) {
+            Some(n) if n - HEADER > MAX_FRAME => return Err(FrameError::TooLarge(n - HEADER)),
+            Some(n) if buf.len() >= n => n,
+            _ => return Ok(None),
+        };
+        if n < DATA_HEADER {
+            return Err(FrameError::Malformed {
+                kind: DATA,
+                len: n - HEADER,
+                what: "short data",
+            });
+        }
+        let frame = buf.split_to(n).freeze();
+        let word = |at: usize| u64::from_be_bytes(frame[at..at + 8].try_into().expect("8 bytes"));
+        Ok(Some(Frame::Data {
+            offset: word(HEADER),
+            confirmed: word(HEADER + 8),
+            bytes: frame.slice(DATA_HEADER..),
+        }))
     }
 
     /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes are
@@ -458,6 +518,66 @@ mod tests {
             at += n;
         }
         assert_eq!(at, all.len());
+    }
+
+    #[test]
+    fn frames_taken_off_a_buffer_equal_decoded_ones_and_share_its_memory() {
+        let mut all = Vec::new();
+        for f in frames() {
+            f.encode(&mut all);
+        }
+        // Bytes arrive in pieces: a frame comes off only once whole, equal to `decode`'s.
+        let mut buf = bytes::BytesMut::new();
+        let mut got = Vec::new();
+        for piece in all.chunks(7) {
+            buf.extend_from_slice(piece);
+            assert_eq!(
+                Frame::is_complete(&buf),
+                Frame::decode(&buf).unwrap().is_some()
+            );
+            while let Some(f) = Frame::decode_from(&mut buf).unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, frames());
+        assert!(buf.is_empty());
+
+        // A DATA frame's bytes are a view of the buffer's memory, not a copy.
+        let mut buf = bytes::BytesMut::new();
+        buf.extend_from_slice(&Frame::data_header(7, 3, 4));
+        buf.extend_from_slice(b"abcd");
+        let start = buf.as_ptr() as usize;
+        match Frame::decode_from(&mut buf).unwrap() {
+            Some(Frame::Data {
+                offset: 7,
+                confirmed: 3,
+                bytes,
+            }) => {
+                assert_eq!(&bytes[..], b"abcd");
+                assert_eq!(bytes.as_ptr() as usize, start + DATA_HEADER);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A DATA frame too short for its offsets is refused, as by `decode`.
+        let mut short = bytes::BytesMut::from(&[DATA, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1][..]);
+        assert!(matches!(
+            Frame::decode_from(&mut short),
+            Err(FrameError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn a_data_header_and_its_bytes_are_the_encoded_frame() {
+        let mut framed = Vec::new();
+        Frame::Data {
+            offset: 1 << 40,
+            confirmed: 77,
+            bytes: bytes::Bytes::from_static(b"records"),
+        }
+        .encode(&mut framed);
+        let mut vectored = Frame::data_header(1 << 40, 77, 7).to_vec();
+        vectored.extend_from_slice(b"records");
+        assert_eq!(vectored, framed);
     }
 
     #[test]

@@ -1,15 +1,17 @@
 //! The master's side of the replication stream: one task per slave connection.
 
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::codec::{Frame, RefuseCode, VERSION, VERSION_1};
@@ -37,8 +39,16 @@ pub trait Source: Send + Sync + 'static {
     /// `(oldest retained offset, end the master vouches for)`.
     fn bounds(&self) -> (u64, u64);
     fn segment_size(&self) -> u64;
-    /// Up to `max` bytes of whole records from `from`: `(bytes, next offset)`.
-    fn ship(&self, from: u64, max: usize) -> Result<Option<(Vec<u8>, u64)>, String>;
+    /// Up to `max` bytes of whole records from `from`: `(bytes, next offset)`. The
+    /// bytes are written to the socket as they are (a view of the log, not a copy).
+    fn ship(&self, from: u64, max: usize) -> Result<Option<(bytes::Bytes, u64)>, String>;
+    /// Resolves once there may be more than `from` to ship (early is fine: the
+    /// stream asks [`Source::ship`] again). The broker's store wakes it when its
+    /// shippable end moves; this default, for a source that cannot, polls every 1 ms.
+    fn wait_shippable(&self, from: u64) -> impl std::future::Future<Output = ()> + Send {
+        let _ = from;
+        tokio::time::sleep(Duration::from_millis(1))
+    }
     /// The high watermark, sent along with every run.
     fn confirmed(&self) -> u64;
     fn joined(&self, conn: u64, broker_id: u64, peer: SocketAddr, offset: u64);
@@ -88,6 +98,11 @@ pub struct Settings {
     pub heartbeat: Duration,
     /// Bytes per run (at least one record is always sent whole).
     pub batch: usize,
+    /// How long a stream that ran out of log waits, once woken by new bytes, before
+    /// it ships them: zero under sync replication (a send waits for its copy), about
+    /// 1 ms under async, where shipping every append as it comes would make runs of
+    /// one message and cost the master more per message than its own append.
+    pub gather: Duration,
 }
 
 /// Stops the server: [`Handle::stop`] closes the listener and every slave connection.
@@ -324,7 +339,7 @@ async fn run(
         Err((code, reason)) => return refuse(&mut sock, peer, code, reason).await,
     };
     let (epoch, end, mut next) = (admitted.epoch, admitted.end, admitted.start);
-    let mut out = Vec::with_capacity(settings.batch + 64);
+    let mut out = Vec::new();
     Frame::Welcome {
         version: hello.version,
         start: next,
@@ -351,100 +366,170 @@ async fn run(
     let (mut rd, mut wr) = tokio::io::split(sock);
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
-    let mut idle_since = Instant::now();
+    // Out of log (the last run took all there was): wait to be woken before shipping
+    // again.
+    let mut caught_up = false;
     loop {
-        if *stopped.borrow() {
+        if caught_up {
+            // Wait for more log, a heartbeat's turn, or a reason to stop, reading acks
+            // meanwhile. Async replication gathers for `gather` once woken.
+            let mut gather_until: Option<Instant> = None;
+            loop {
+                let now = Instant::now();
+                if gather_until.is_some_and(|g| now >= g) || now >= last_sent + settings.heartbeat {
+                    break;
+                }
+                let tick = gather_until
+                    .unwrap_or(now + CHECK_EVERY)
+                    .min(last_sent + settings.heartbeat);
+                tokio::select! {
+                    r = read_frame(&mut rd, &mut buf) => {
+                        last_heard = Instant::now();
+                        if !heard(r?, peer, conn, source, &mut wr).await? {
+                            return Ok(());
+                        }
+                    }
+                    _ = source.wait_shippable(next), if gather_until.is_none() => {
+                        if settings.gather.is_zero() {
+                            break;
+                        }
+                        gather_until = Some(Instant::now() + settings.gather);
+                    }
+                    _ = tokio::time::sleep_until(tick) => {}
+                    _ = stopped.changed() => return Ok(()),
+                }
+                if !check(source, epoch, peer, conn, last_heard, silence)? || *stopped.borrow() {
+                    return Ok(());
+                }
+            }
+        }
+        // Never ship under an epoch this stream did not start with.
+        if !check(source, epoch, peer, conn, last_heard, silence)? || *stopped.borrow() {
             return Ok(());
         }
-        // Ship what there is.
+        // Ship what there is: the run straight from the log behind a DATA head, in
+        // one vectored write. A run that took all there was leaves the stream caught
+        // up (it waits, and gathers, before the next); one the batch cut short does not.
+        let end = source.bounds().1;
         let shipped = source
             .ship(next, settings.batch)
             .map_err(std::io::Error::other)?;
-        out.clear();
-        // Log bytes in `out`: counted as shipped once written.
-        let mut run_bytes = 0;
         match shipped {
             Some((bytes, after)) => {
-                run_bytes = bytes.len();
-                Frame::Data {
-                    offset: next,
-                    confirmed: source.confirmed(),
-                    bytes: bytes.into(),
-                }
-                .encode(&mut out);
+                let head = Frame::data_header(next, source.confirmed(), bytes.len());
+                write_all_vectored(&mut wr, &head, &bytes).await?;
+                shipped_bytes.add(bytes.len() as u64);
+                caught_up = after >= end;
                 next = after;
-                idle_since = Instant::now();
+                last_sent = Instant::now();
             }
-            None if last_sent.elapsed() >= settings.heartbeat => {
-                Frame::Data {
-                    offset: next,
-                    confirmed: source.confirmed(),
-                    bytes: bytes::Bytes::new(),
+            None => {
+                caught_up = true;
+                if last_sent.elapsed() >= settings.heartbeat {
+                    let head = Frame::data_header(next, source.confirmed(), 0);
+                    wr.write_all(&head).await?;
+                    last_sent = Instant::now();
                 }
-                .encode(&mut out);
             }
-            None => {}
         }
-        if !out.is_empty() {
-            wr.write_all(&out).await?;
-            shipped_bytes.add(run_bytes as u64);
-            last_sent = Instant::now();
-        }
-        // Read acks that arrived, and wait a little when there was nothing to ship
-        // (1 ms while recently busy, so a sync send is not held up; 10 ms when idle).
-        let wait = if !out.is_empty() && out.len() > 64 {
-            Duration::ZERO
-        } else if idle_since.elapsed() < Duration::from_secs(1) {
-            Duration::from_millis(1)
-        } else {
-            Duration::from_millis(10)
-        };
-        let read = tokio::select! {
-            r = read_frame(&mut rd, &mut buf) => Some(r),
-            _ = tokio::time::sleep(wait), if !wait.is_zero() => None,
-            _ = stopped.changed() => return Ok(()),
-            _ = std::future::ready(()), if wait.is_zero() => None,
-        };
-        if let Some(r) = read {
-            match r? {
-                None => return Ok(()),
-                Some(Frame::Ack { log_end }) => {
+        // Acks that already arrived, without waiting.
+        loop {
+            tokio::select! {
+                biased;
+                r = read_frame(&mut rd, &mut buf) => {
                     last_heard = Instant::now();
-                    if let Err(e) = source.acked(conn, log_end) {
-                        let mut w = Vec::new();
-                        warn!(%peer, conn, error = %e, "replication: refused an acknowledgement; dropping the slave");
-                        Frame::Refuse {
-                            code: RefuseCode::BeyondEnd,
-                            reason: e.clone(),
-                        }
-                        .encode(&mut w);
-                        let _ = wr.write_all(&w).await;
-                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                    if !heard(r?, peer, conn, source, &mut wr).await? {
+                        return Ok(());
                     }
                 }
-                Some(Frame::Offsets { body }) => {
-                    last_heard = Instant::now();
-                    if let Err(e) = source.slave_offsets(conn, &body) {
-                        warn!(%peer, conn, error = %e, "replication: a slave's consumer positions were not taken");
-                    }
-                }
-                Some(other) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("unexpected {} from a slave", other.name()),
-                    ));
-                }
+                _ = std::future::ready(()) => break,
             }
-        }
-        if source.epoch() != epoch {
-            info!(%peer, conn, from = epoch, to = source.epoch(), "replication: this master's epoch changed; closing the stream (the slave reconnects)");
-            return Ok(());
-        }
-        if last_heard.elapsed() > silence {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no acknowledgement for {silence:?}"),
-            ));
         }
     }
+}
+
+/// How often a waiting stream looks at its epoch and its slave's silence.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// Writes `head` then `body` with as few vectored writes as the socket takes (the
+/// run is not copied into a frame buffer).
+async fn write_all_vectored<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    head: &[u8],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let (mut head, mut body) = (head, body);
+    while !head.is_empty() {
+        let n = w
+            .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+            .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+    }
+    w.write_all(body).await
+}
+
+/// Acts on a frame from the slave; `false` at the end of the stream.
+async fn heard<W: tokio::io::AsyncWrite + Unpin>(
+    frame: Option<Frame>,
+    peer: SocketAddr,
+    conn: u64,
+    source: &impl Source,
+    wr: &mut W,
+) -> std::io::Result<bool> {
+    match frame {
+        None => Ok(false),
+        Some(Frame::Ack { log_end }) => {
+            if let Err(e) = source.acked(conn, log_end) {
+                let mut w = Vec::new();
+                warn!(%peer, conn, error = %e, "replication: refused an acknowledgement; dropping the slave");
+                Frame::Refuse {
+                    code: RefuseCode::BeyondEnd,
+                    reason: e.clone(),
+                }
+                .encode(&mut w);
+                let _ = wr.write_all(&w).await;
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+            }
+            Ok(true)
+        }
+        Some(Frame::Offsets { body }) => {
+            if let Err(e) = source.slave_offsets(conn, &body) {
+                warn!(%peer, conn, error = %e, "replication: a slave's consumer positions were not taken");
+            }
+            Ok(true)
+        }
+        Some(other) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unexpected {} from a slave", other.name()),
+        )),
+    }
+}
+
+/// Whether the stream goes on: not when this master's epoch moved (`false`: the
+/// slave reconnects and learns the new list), nor when the slave went silent (an
+/// error).
+fn check(
+    source: &impl Source,
+    epoch: u64,
+    peer: SocketAddr,
+    conn: u64,
+    last_heard: Instant,
+    silence: Duration,
+) -> std::io::Result<bool> {
+    if source.epoch() != epoch {
+        info!(%peer, conn, from = epoch, to = source.epoch(), "replication: this master's epoch changed; closing the stream (the slave reconnects)");
+        return Ok(false);
+    }
+    if last_heard.elapsed() > silence {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no acknowledgement for {silence:?}"),
+        ));
+    }
+    Ok(true)
 }

@@ -37,23 +37,27 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Reads the next frame from `io` into `buf`; `Ok(None)` at a clean end of stream.
+/// Cancel-safe: bytes read stay in `buf`. A DATA frame's bytes are `buf`'s memory
+/// (no copy); the buffer is grown to hold a whole run (up to 4 MiB ahead: a peer's
+/// frame header alone does not reserve more), so a run is read in few calls.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     io: &mut R,
     buf: &mut BytesMut,
 ) -> std::io::Result<Option<Frame>> {
     loop {
-        match Frame::decode(buf) {
-            Ok(Some((frame, n))) => {
-                let _ = buf.split_to(n);
-                return Ok(Some(frame));
-            }
+        match Frame::decode_from(buf) {
+            Ok(Some(frame)) => return Ok(Some(frame)),
             Ok(None) => {}
             Err(e) => {
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
             }
         }
-        if buf.capacity() - buf.len() < 64 * 1024 {
-            buf.reserve(256 * 1024);
+        let want = Frame::len_of(buf)
+            .unwrap_or(0)
+            .saturating_sub(buf.len())
+            .clamp(64 * 1024, 4 << 20);
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want.max(256 * 1024));
         }
         if io.read_buf(buf).await? == 0 {
             return if buf.is_empty() {

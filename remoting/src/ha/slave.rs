@@ -4,16 +4,22 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::codec::{Frame, Hello, VERSION, VERSION_1};
 use super::{BoxIo, read_frame};
+
+/// Unacknowledged bytes after which a slave acks even while more runs are waiting.
+const ACK_BYTES: u64 = 4 << 20;
+/// How long a slave holds bytes unacknowledged while more runs are waiting.
+const ACK_DELAY: Duration = Duration::from_millis(1);
 
 /// Wraps a connected `TcpStream` for the stream (the binary's TLS client: a
 /// handshake that verifies the master's certificate).
@@ -256,8 +262,12 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
         Frame::Offsets { body: body.into() }.encode(&mut out);
         sock.write_all(&out).await?;
     }
-    let mut acked = target.log_end();
-    let mut last_ack = Instant::now();
+    // What this slave holds, what it last told the master, and since when it holds
+    // more than that.
+    let mut held = target.log_end();
+    let mut acked = held;
+    let mut unacked_since = Instant::now();
+    let mut last_offsets = Instant::now();
     loop {
         let frame = tokio::time::timeout(timeout, read_frame(&mut sock, &mut buf))
             .await
@@ -281,28 +291,40 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
                 bytes,
             }) => {
                 status.master_confirmed.store(confirmed, Ordering::Release);
-                if !bytes.is_empty() {
+                let heartbeat = bytes.is_empty();
+                if !heartbeat {
                     let n = bytes.len() as u64;
                     super::meters::received().add(n);
                     let end = target.append(offset, bytes).await.map_err(bad)?;
                     super::meters::applied().add(n);
                     status.master_end.fetch_max(end, Ordering::AcqRel);
-                    acked = end;
+                    if held == acked {
+                        unacked_since = Instant::now();
+                    }
+                    held = end;
                 } else {
                     status.master_end.fetch_max(offset, Ordering::AcqRel);
                 }
-                // Acknowledge every run (a sync send waits for it) and every heartbeat.
-                // Runs that arrived together share one ack.
-                if buf.is_empty() || last_ack.elapsed() >= settings.heartbeat {
+                // A sync send waits for this ack, so it goes out as soon as no whole
+                // frame is waiting in the buffer (a partly read one does not hold it
+                // back); runs read back to back share one, at least every ACK_BYTES
+                // and ACK_DELAY. Every heartbeat is answered (the master drops a
+                // silent slave).
+                let due = heartbeat
+                    || !Frame::is_complete(&buf)
+                    || held - acked >= ACK_BYTES
+                    || unacked_since.elapsed() >= ACK_DELAY;
+                if due {
                     out.clear();
-                    if last_ack.elapsed() >= settings.heartbeat
+                    if last_offsets.elapsed() >= settings.heartbeat
                         && let Some(body) = target.local_offsets()
                     {
                         Frame::Offsets { body: body.into() }.encode(&mut out);
+                        last_offsets = Instant::now();
                     }
-                    Frame::Ack { log_end: acked }.encode(&mut out);
+                    Frame::Ack { log_end: held }.encode(&mut out);
                     sock.write_all(&out).await?;
-                    last_ack = Instant::now();
+                    acked = held;
                 }
             }
             Some(Frame::Refuse { code, reason }) => {

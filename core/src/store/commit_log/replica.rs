@@ -17,7 +17,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::segment::Segment;
+use bytes::Bytes;
+
+use super::segment::{RecordRef, Segment};
 use super::{CommitLog, Error, Result};
 use crate::store::record::{self, END_FILE_MIN_BLANK_LENGTH, Header, RecordView};
 
@@ -33,8 +35,10 @@ fn refused(offset: u64, reason: impl std::fmt::Display) -> Error {
 pub struct Shipment {
     /// Where the run starts in the log.
     pub offset: u64,
-    /// Whole records (and possibly a final 8-byte filler header).
-    pub bytes: Vec<u8>,
+    /// Whole records (and possibly a final 8-byte filler header), straight from the
+    /// mapped segment: no copy is made, and the segment stays mapped while the
+    /// bytes live (so a run can be written to a socket as it is).
+    pub bytes: Bytes,
     /// Where the next run starts: past the run, or the next segment after a filler.
     pub next: u64,
 }
@@ -82,10 +86,16 @@ impl CommitLog {
         if pos == from {
             return Ok(None);
         }
-        let rel = (from - seg.start()) as usize..(pos - seg.start()) as usize;
+        // Bytes below the written position never change (see `Segment`): the run is
+        // shared with the mapping instead of copied.
+        let range = (from - seg.start()) as usize..(pos - seg.start()) as usize;
+        let run = RecordRef {
+            segment: seg,
+            range,
+        };
         Ok(Some(Shipment {
             offset: from,
-            bytes: seg.bytes(rel).to_vec(),
+            bytes: run.into_bytes(),
             next,
         }))
     }
@@ -317,7 +327,7 @@ mod tests {
         // Not at the slave's end.
         assert!(slave.append_replicated(run.offset + 1, &run.bytes).is_err());
         // A flipped body byte (CRC).
-        let mut bad = run.bytes.clone();
+        let mut bad = run.bytes.to_vec();
         let last = bad.len() - 40;
         bad[last] ^= 0xff;
         let e = slave.append_replicated(0, &bad).unwrap_err().to_string();

@@ -331,7 +331,8 @@ impl Segment {
     }
 }
 
-/// A zero-copy handle on one stored record. Keeps its segment mapped (even if
+/// A zero-copy handle on one stored record (or on a run of whole records shipped to
+/// a slave, `replica.rs`). Keeps its segment mapped (even if
 /// retention deleted the file) for as long as it lives.
 #[derive(Clone)]
 pub struct RecordRef {

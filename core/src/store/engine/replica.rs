@@ -3,7 +3,7 @@
 //! checks on the bytes themselves are the commit log's (`commit_log/replica.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 
 use super::{FlushMode, Store};
 use crate::store::commit_log::Shipment;
@@ -30,6 +30,28 @@ impl Store {
     /// written ones under async flush.
     pub fn shippable_end(&self) -> u64 {
         self.inner.shippable_end()
+    }
+
+    /// Resolves once the shippable end ([`Store::shippable_end`]) is past `from`: a
+    /// master's replication stream waits here instead of polling, so a sync send is
+    /// shipped as soon as it is appended (async flush) or durable (sync flush).
+    /// Cancel-safe. It does not resolve for a closing store that takes no more
+    /// appends: the stream stops on its own signal (returning at once there would
+    /// only make it spin).
+    pub async fn wait_shippable(&self, from: u64) {
+        let signal = &self.inner.shippable;
+        signal.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leave = Leave(&signal.waiting);
+        loop {
+            // Created before the end is read: a `notify_waiters` after this point
+            // completes it even before it is first polled.
+            let notified = signal.notify.notified();
+            fence(Ordering::SeqCst);
+            if self.shippable_end() > from {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Up to `max` bytes of whole records from `from` for a slave (see
@@ -94,5 +116,93 @@ impl Store {
     /// The confirmed offset or the in-sync set moved: let the dispatcher go on.
     pub(crate) fn replication_moved(&self) {
         self.inner.wake.notify();
+    }
+}
+
+/// Wakes the replication streams inside [`Store::wait_shippable`] when the shippable
+/// end moves. Costs an appender a fence and a load while no stream waits.
+///
+/// Why no wake-up is lost: a stream counts itself in `waiting` and creates its
+/// `Notified` *before* it reads the end; an appender publishes the end *before* it
+/// reads `waiting` (a SeqCst fence on both sides). Either the stream sees the new end,
+/// or the appender sees the stream and notifies after its `Notified` exists.
+#[derive(Debug, Default)]
+pub(super) struct ShipSignal {
+    notify: tokio::sync::Notify,
+    /// Streams inside [`Store::wait_shippable`].
+    waiting: AtomicUsize,
+}
+
+impl ShipSignal {
+    /// The shippable end moved (call after publishing it).
+    pub(super) fn moved(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
+/// Leaves [`ShipSignal::waiting`] when a wait ends or is dropped.
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::{Message, StoreDeps, StoreSettings};
+
+    #[tokio::test]
+    async fn a_stream_waiting_for_the_log_is_woken_by_an_append() {
+        let sync_flush = FlushMode::Sync {
+            timeout: Duration::from_secs(5),
+        };
+        let async_flush = FlushMode::Async {
+            interval: Duration::from_secs(60),
+        };
+        for flush in [async_flush, sync_flush] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = StoreSettings {
+                flush,
+                ..StoreSettings::default()
+            };
+            let store = Arc::new(
+                Store::open(dir.path(), opts, StoreDeps::default())
+                    .unwrap()
+                    .0,
+            );
+            let wait = |s: &Arc<Store>, from: u64| {
+                let s = s.clone();
+                tokio::spawn(async move { s.wait_shippable(from).await })
+            };
+            // Nothing past the end: the stream waits (nothing polls the log for it).
+            let end = store.shippable_end();
+            let waiting = wait(&store, end);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                !waiting.is_finished(),
+                "{flush:?}: woken with nothing to ship"
+            );
+            // The append (under sync flush: the flush round that makes it durable)
+            // moves the shippable end and wakes it.
+            let m = Message::new("t", 0, b"wake".to_vec());
+            store
+                .put_batch_async(std::slice::from_ref(&m))
+                .await
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .unwrap_or_else(|_| panic!("{flush:?}: the append did not wake the stream"))
+                .unwrap();
+            assert!(store.shippable_end() > end);
+            store.close().unwrap();
+        }
     }
 }
