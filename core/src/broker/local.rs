@@ -586,12 +586,15 @@ impl MessagingApi for Broker {
         self.resend_dead_letters_from(group, which).await
     }
 
-    async fn pull(&self, request: PullRequest) -> Result<PullResult> {
-        self.pull_waiting(request).await
+    // Not `async fn`s around the waiting ones: an async fn keeps its arguments for
+    // its whole life, so each wait (a WebSocket subscription holds one per queue
+    // while idle) carried the 248-byte request twice (issue #33).
+    fn pull(&self, request: PullRequest) -> impl Future<Output = Result<PullResult>> + Send {
+        self.pull_waiting(request)
     }
 
-    async fn pop(&self, request: PopRequest) -> Result<Vec<Popped>> {
-        self.pop_waiting(request).await
+    fn pop(&self, request: PopRequest) -> impl Future<Output = Result<Vec<Popped>>> + Send {
+        self.pop_waiting(request)
     }
 
     async fn ack(&self, receipt: &str) -> Result<()> {

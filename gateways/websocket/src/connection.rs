@@ -261,7 +261,9 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
                         Err(reason) => break close(CloseCode::Policy, &reason),
                     }
                 }
-                let replies = conn.handle(&text).await;
+                // A request's work (subscribe: offsets, registration) is boxed, so
+                // an idle connection's task does not carry its state (issue #33).
+                let replies = Box::pin(conn.handle(&text)).await;
                 let mut failed = false;
                 for r in replies {
                     if ws.feed(Message::text(r)).await.is_err() { failed = true; break; }
@@ -303,7 +305,7 @@ pub(crate) async fn serve<B: MessagingApi + 'static>(
     drop(outbound);
     conn.ctx.subscribers.set(conn.id, None);
     for (_, sub) in conn.subs.drain() {
-        sub.end().await;
+        Box::pin(sub.end()).await;
     }
     if let Some(frame) = &close_with {
         tracing::debug!(%peer, code = %frame.code, reason = %frame.reason, "closing");

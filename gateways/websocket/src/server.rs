@@ -24,10 +24,13 @@ use crate::stream::{StreamHandler, WsByteStream};
 
 /// tungstenite's read buffer per connection. It is allocated at the upgrade and
 /// zero-filled to its full size on the first read, so its default (128 KiB) was
-/// ~83 % of an idle connection's memory (~155 KiB, issue #33). A frame larger than
-/// this still arrives whole: the buffer grows to the frame's length, and each read
-/// system call takes at most this many bytes.
-pub(crate) const READ_BUFFER: usize = 4 << 10;
+/// ~83 % of an idle connection's memory (~155 KiB, issue #33), and 4 KiB was still a
+/// quarter of it. A frame larger than this still arrives whole: the buffer grows to
+/// the frame's length, and each read system call takes at most this many bytes —
+/// a client sending large frames pays one call per KiB, which is cheap beside
+/// what the broker does with each message; most `/v1/ws` clients (dashboards)
+/// send a few small requests and receive.
+pub(crate) const READ_BUFFER: usize = 1 << 10;
 /// Bytes tungstenite gathers before it writes to the socket on its own (a flush
 /// writes whatever is gathered). The buffer keeps the capacity it once reached, so
 /// this also bounds what a connection keeps after a burst (default 128 KiB); the
@@ -236,6 +239,73 @@ async fn accept<B: MessagingApi + 'static>(
             if let Some(handler) = mqtt {
                 handler.serve(WsByteStream::new(ws, closing), peer, tls_identity);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
+    use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
+
+    /// Guards the idle-connection memory of issue #33 (docs/benchmarks.md): an idle
+    /// `/v1/ws` connection keeps its connection task and, per subscription, the
+    /// subscription's futures, each allocated at its full size. Measured in a
+    /// release build (a debug build makes the connection task 32 bytes larger);
+    /// the limits are those sizes: a new field or an await with a large future in
+    /// these loops shows here first — box it, or raise the limit after measuring
+    /// with `rocketgate bench ws --idle --subscribers 1000`.
+    #[tokio::test]
+    async fn an_idle_connections_futures_stay_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
+                .unwrap()
+                .0,
+        );
+        let broker = Arc::new(
+            Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap(),
+        );
+        let (server, _) = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            broker,
+            Settings::default(),
+            Hooks::default(),
+        )
+        .await
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (sock, peer) = listener.accept().await.unwrap();
+        let (_closing, closing) = watch::channel(false);
+        let task = accept(
+            Stream::Plain(sock),
+            peer,
+            None,
+            server.ctx.clone(),
+            None,
+            closing,
+        );
+        let mut sizes = vec![("connection task", std::mem::size_of_val(&task))];
+        sizes.extend(crate::subscription::idle_future_sizes(&server.ctx.broker));
+        let limits = [
+            (
+                "connection task",
+                if cfg!(debug_assertions) { 2_400 } else { 2_368 },
+            ),
+            ("subscription task", 816),
+            ("broadcasting loop", 1_144),
+            ("clustering loop", 2_656),
+            ("waiting pull", 800),
+        ];
+        for ((what, size), (_, limit)) in sizes.iter().zip(limits) {
+            assert!(
+                *size <= limit,
+                "the {what} future is {size} bytes, above {limit}: {sizes:?}"
+            );
         }
     }
 }

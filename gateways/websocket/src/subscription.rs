@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use rocketgate_core::broker::filter::Filter;
 use rocketgate_core::broker::{
     ConsumeMode, Heartbeat, MessagingApi, PopRequest, PullRequest, PullStatus,
@@ -230,9 +230,12 @@ const RECHECK: Duration = Duration::from_secs(1);
 impl<B: MessagingApi + 'static> Feed<B> {
     /// Runs until stopped, the connection goes, or the broker refuses.
     pub async fn run(self) {
+        // Boxed apart: the task's own future stays small, and a broadcasting
+        // subscription does not carry a POP's state (nor the other way round).
+        // An idle subscription's memory is mostly these futures (issue #33).
         let end = match self.spec.mode {
-            ConsumeMode::Clustering => self.pop_loop().await,
-            ConsumeMode::Broadcasting => self.pull_loop().await,
+            ConsumeMode::Clustering => Box::pin(self.pop_loop()).await,
+            ConsumeMode::Broadcasting => Box::pin(self.pull_loop()).await,
         };
         let id = self.spec.id.clone();
         if let End::Failed(e) = &end {
@@ -244,9 +247,10 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 Some(&id),
             );
             self.shared.lock().ended = true;
-            let _ = self.push(frame, false).await;
+            let _ = Box::pin(self.push(frame, false)).await;
         }
-        self.finish().await;
+        // Runs once, at the end: on the heap then, not in every idle task.
+        Box::pin(self.finish()).await;
         tracing::debug!(subscription = %id, ended = matches!(end, End::ConnectionGone), "subscription done");
     }
 
@@ -339,7 +343,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                         Ok(f) => f,
                         Err(why) => {
                             tracing::error!(%why, "skipping an unreadable record");
-                            let _ = self.broker.ack(&receipt).await;
+                            let _ = Box::pin(self.broker.ack(&receipt)).await;
                             continue;
                         }
                     };
@@ -456,9 +460,9 @@ impl<B: MessagingApi + 'static> Feed<B> {
             (due, next_due)
         };
         for (q, o, attempt) in due {
-            let r = self
-                .broker
-                .pull(self.pull_request(q, o, 1, Duration::ZERO))
+            // Rare (nacked deliveries only): boxed, so the waiting task is not
+            // the size of a pull.
+            let r = Box::pin(self.broker.pull(self.pull_request(q, o, 1, Duration::ZERO)))
                 .await
                 .map_err(End::Failed)?;
             match r.messages.into_iter().next() {
@@ -496,7 +500,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 tokio::select! {
                     _ = self.shared.wake.notified() => {}
                     _ = tokio::time::sleep_until(wake_at) => {}
-                    _ = beat.tick() => { let _ = broker.heartbeat(self.heartbeat()).await; }
+                    _ = beat.tick() => { let _ = Box::pin(broker.heartbeat(self.heartbeat())).await; }
                     _ = stopped(&mut stop) => return End::Stopped,
                 }
                 continue;
@@ -506,8 +510,9 @@ impl<B: MessagingApi + 'static> Feed<B> {
                     pending[q as usize] = true;
                     let offset = self.shared.lock().next[q as usize];
                     let req = self.pull_request(q, offset, want, self.settings.long_poll);
-                    let b = &*broker;
-                    pulls.push(async move { (q, b.pull(req).await) });
+                    // `map`, not an async block: the block would keep its own copy
+                    // of the request beside the pull's for as long as it waits.
+                    pulls.push(broker.pull(req).map(move |r| (q, r)));
                 }
             }
             tokio::select! {
@@ -535,7 +540,7 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 _ = self.shared.wake.notified() => {}
                 _ = tokio::time::sleep_until(wake_at) => {}
                 _ = beat.tick() => {
-                    if let Err(e) = broker.heartbeat(self.heartbeat()).await {
+                    if let Err(e) = Box::pin(broker.heartbeat(self.heartbeat())).await {
                         return End::Failed(e);
                     }
                 }
@@ -614,4 +619,27 @@ mod tests {
         assert_eq!(parse_broadcast_receipt("b1:x:1"), None);
         assert_eq!(parse_broadcast_receipt("v1:g:t:0:0:0:1:0"), None);
     }
+}
+
+/// The sizes of what an idle subscription keeps allocated: its task, its read
+/// loop (boxed apart), and one waiting pull per queue.
+#[cfg(test)]
+pub(crate) fn idle_future_sizes<B: MessagingApi + 'static>(
+    b: &Arc<B>,
+) -> [(&'static str, usize); 4] {
+    fn future_size<A, Fut>(_: impl FnOnce(A) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+    [
+        ("subscription task", future_size(Feed::<B>::run)),
+        (
+            "broadcasting loop",
+            future_size::<&Feed<B>, _>(Feed::<B>::pull_loop),
+        ),
+        (
+            "clustering loop",
+            future_size::<&Feed<B>, _>(Feed::<B>::pop_loop),
+        ),
+        ("waiting pull", future_size(|r: PullRequest| b.pull(r))),
+    ]
 }
