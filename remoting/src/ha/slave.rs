@@ -262,6 +262,12 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
         Frame::Offsets { body: body.into() }.encode(&mut out);
         sock.write_all(&out).await?;
     }
+    // Frames are read by a task of their own and handed over as they complete, so
+    // the socket keeps draining (and the master sending) while a run is checked,
+    // written and dispatched here.
+    let (rd, mut wr) = tokio::io::split(sock);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD);
+    let _reader = AbortOnDrop(tokio::spawn(read_ahead(rd, buf, tx)));
     // What this slave holds, what it last told the master, and since when it holds
     // more than that.
     let mut held = target.log_end();
@@ -269,72 +275,125 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
     let mut unacked_since = Instant::now();
     let mut last_offsets = Instant::now();
     loop {
-        let frame = tokio::time::timeout(timeout, read_frame(&mut sock, &mut buf))
+        let frames = tokio::time::timeout(timeout, rx.recv())
             .await
             .map_err(|_| {
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!("master silent for {timeout:?}"),
                 )
-            })??;
-        if target.known_epoch() > master_epoch {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!("a master newer than epoch {master_epoch} was elected; leaving this one"),
-            ));
-        }
-        match frame {
-            None => return Ok(()),
-            Some(Frame::Data {
-                offset,
-                confirmed,
-                bytes,
-            }) => {
-                status.master_confirmed.store(confirmed, Ordering::Release);
-                let heartbeat = bytes.is_empty();
-                if !heartbeat {
-                    let n = bytes.len() as u64;
-                    super::meters::received().add(n);
-                    let end = target.append(offset, bytes).await.map_err(bad)?;
-                    super::meters::applied().add(n);
-                    status.master_end.fetch_max(end, Ordering::AcqRel);
-                    if held == acked {
-                        unacked_since = Instant::now();
-                    }
-                    held = end;
-                } else {
-                    status.master_end.fetch_max(offset, Ordering::AcqRel);
-                }
-                // A sync send waits for this ack, so it goes out as soon as no whole
-                // frame is waiting in the buffer (a partly read one does not hold it
-                // back); runs read back to back share one, at least every ACK_BYTES
-                // and ACK_DELAY. Every heartbeat is answered (the master drops a
-                // silent slave).
-                let due = heartbeat
-                    || !Frame::is_complete(&buf)
-                    || held - acked >= ACK_BYTES
-                    || unacked_since.elapsed() >= ACK_DELAY;
-                if due {
-                    out.clear();
-                    if last_offsets.elapsed() >= settings.heartbeat
-                        && let Some(body) = target.local_offsets()
-                    {
-                        Frame::Offsets { body: body.into() }.encode(&mut out);
-                        last_offsets = Instant::now();
-                    }
-                    Frame::Ack { log_end: held }.encode(&mut out);
-                    sock.write_all(&out).await?;
-                    acked = held;
-                }
-            }
-            Some(Frame::Refuse { code, reason }) => {
+            })?
+            .ok_or_else(|| std::io::Error::other("the stream's reader stopped"))??;
+        let Some(frames) = frames else {
+            return Ok(());
+        };
+        let count = frames.len();
+        for (i, frame) in frames.into_iter().enumerate() {
+            if target.known_epoch() > master_epoch {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    format!("the master dropped this slave ({code:?}): {reason}"),
+                    format!(
+                        "a master newer than epoch {master_epoch} was elected; leaving this one"
+                    ),
                 ));
             }
-            Some(other) => return Err(bad(format!("unexpected {} from the master", other.name()))),
+            match frame {
+                Frame::Data {
+                    offset,
+                    confirmed,
+                    bytes,
+                } => {
+                    status.master_confirmed.store(confirmed, Ordering::Release);
+                    let heartbeat = bytes.is_empty();
+                    if !heartbeat {
+                        let n = bytes.len() as u64;
+                        super::meters::received().add(n);
+                        let end = target.append(offset, bytes).await.map_err(bad)?;
+                        super::meters::applied().add(n);
+                        status.master_end.fetch_max(end, Ordering::AcqRel);
+                        if held == acked {
+                            unacked_since = Instant::now();
+                        }
+                        held = end;
+                    } else {
+                        status.master_end.fetch_max(offset, Ordering::AcqRel);
+                    }
+                    // A sync send waits for this ack, so it goes out as soon as no
+                    // whole frame is waiting (a partly read one does not hold it
+                    // back); runs read back to back share one, at least every
+                    // ACK_BYTES and ACK_DELAY. Every heartbeat is answered (the master
+                    // drops a silent slave).
+                    let due = heartbeat
+                        || (i + 1 == count && rx.is_empty())
+                        || held - acked >= ACK_BYTES
+                        || unacked_since.elapsed() >= ACK_DELAY;
+                    if due {
+                        out.clear();
+                        if last_offsets.elapsed() >= settings.heartbeat
+                            && let Some(body) = target.local_offsets()
+                        {
+                            Frame::Offsets { body: body.into() }.encode(&mut out);
+                            last_offsets = Instant::now();
+                        }
+                        Frame::Ack { log_end: held }.encode(&mut out);
+                        wr.write_all(&out).await?;
+                        acked = held;
+                    }
+                }
+                Frame::Refuse { code, reason } => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!("the master dropped this slave ({code:?}): {reason}"),
+                    ));
+                }
+                other => return Err(bad(format!("unexpected {} from the master", other.name()))),
+            }
         }
+    }
+}
+
+/// Batches of frames the reader hands over; at most this many wait (each one
+/// read's worth of whole frames, a few MiB at most).
+const READ_AHEAD: usize = 4;
+
+/// What the reader hands over: the whole frames one read completed, `None` at a
+/// clean end of the stream, or the error that ended it.
+type Batch = std::io::Result<Option<Vec<Frame>>>;
+
+/// Reads frames from the master and hands them over in order until the stream ends,
+/// fails, or the follow loop goes away.
+async fn read_ahead<R: tokio::io::AsyncRead + Unpin>(
+    mut rd: R,
+    mut buf: BytesMut,
+    tx: tokio::sync::mpsc::Sender<Batch>,
+) {
+    loop {
+        let batch = read_frames(&mut rd, &mut buf).await;
+        let more = matches!(batch, Ok(Some(_)));
+        if tx.send(batch).await.is_err() || !more {
+            return;
+        }
+    }
+}
+
+/// The next frame, waiting for it, and every further whole frame already read.
+async fn read_frames<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> Batch {
+    let Some(first) = read_frame(rd, buf).await? else {
+        return Ok(None);
+    };
+    let mut frames = vec![first];
+    while let Some(frame) = Frame::decode_from(buf).map_err(|e| bad(e.to_string()))? {
+        frames.push(frame);
+    }
+    Ok(Some(frames))
+}
+
+/// Aborts the reader when the follow loop ends or is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -175,7 +175,8 @@ impl CommitLog {
             }
         }
         let active = st.active.clone();
-        active.write((offset - active.start()) as usize, bytes)?;
+        // Whole runs: one `pwrite`, not a memcpy into the mapping (see `write_file`).
+        active.write_file((offset - active.start()) as usize, bytes)?;
         if let Some(ts) = newest_ts {
             active.note_store_timestamp(ts);
         }

@@ -111,7 +111,14 @@ impl Inner {
         set_idle_priority();
         let mut seen = 0;
         while !self.closing.load(Ordering::Acquire) {
-            if self.log.warm_margin() < WARM_AHEAD / 2 {
+            // A slave appends by `pwrite` (`append_replicated`): pages faulted in
+            // here would only be zeroed for the write to overwrite, and left mapped
+            // writable for every `msync` to write-protect again.
+            let slave = self
+                .replication
+                .get()
+                .is_some_and(|g| matches!(g.role(), crate::store::ha::Role::Slave { .. }));
+            if !slave && self.log.warm_margin() < WARM_AHEAD / 2 {
                 loop {
                     if self.closing.load(Ordering::Acquire) {
                         return;

@@ -218,13 +218,15 @@ impl Gate {
         self.needed + 1
     }
 
-    fn publish(&self, confirmed: u64, in_sync: u32, available: u32) {
+    /// Publishes the group's state; whether the confirmed offset moved.
+    fn publish(&self, confirmed: u64, in_sync: u32, available: u32) -> bool {
         self.in_sync.store(in_sync, Ordering::Release);
         self.available.store(available, Ordering::Release);
         let before = self.confirmed.fetch_max(confirmed, Ordering::AcqRel);
         if confirmed > before {
             self.confirmed_tx.send_replace(confirmed);
         }
+        confirmed > before
     }
 
     /// Why this master may not take or acknowledge writes now: fenced, or its lease
@@ -386,8 +388,12 @@ impl Replicas {
             let out = f(&mut g, end, now);
             (out, g.confirmed(), g.in_sync(), g.available())
         };
-        self.gate.publish(confirmed, in_sync, available);
-        self.store.replication_moved();
+        // The dispatcher follows the confirmed offset only under sync replication
+        // (`dispatch_limit`); under async a wake per slave ack (one a millisecond
+        // under load) only took the dispatch lock from the appenders.
+        if self.gate.publish(confirmed, in_sync, available) && self.gate.is_sync() {
+            self.store.replication_moved();
+        }
         out
     }
 
