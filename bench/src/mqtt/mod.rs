@@ -495,8 +495,11 @@ fn print_report(args: &MqttBenchArgs, r: &Report) {
             "  published {:.0} msgs/s, delivered {:.0} msgs/s over {:.1} s (acked {} total)",
             pub_rate, recv_rate, r.seconds, r.acked
         );
+        // The counts too: bench/cost divides instructions by delivered messages.
         json.push_str(&format!(
-            ",\"published_per_s\":{pub_rate:.0},\"delivered_per_s\":{recv_rate:.0}"
+            ",\"published_per_s\":{pub_rate:.0},\"delivered_per_s\":{recv_rate:.0},\
+             \"published\":{},\"delivered\":{}",
+            r.published, r.received
         ));
         if let Some(l) = r.latencies {
             println!(

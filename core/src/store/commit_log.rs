@@ -105,9 +105,10 @@ pub struct SegmentInfo {
 }
 
 /// Next queue offset per (topic, queue id): RocketMQ's topicQueueTable.
-/// Nested so the hot path can look up by `&str` without allocating.
+/// Nested so the hot path can look up by `&str` without allocating; foldhash
+/// because it is read and written for every message appended.
 #[derive(Debug, Default)]
-struct QueueOffsets(HashMap<String, HashMap<u32, u64>>);
+struct QueueOffsets(foldhash::HashMap<String, foldhash::HashMap<u32, u64>>);
 
 impl QueueOffsets {
     fn from_flat(flat: HashMap<(String, u32), u64>) -> Self {

@@ -7,7 +7,7 @@
 //! there. Owns only its own state; the session and the ready queue are handed
 //! in by the connection task.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -375,7 +375,7 @@ impl Following {
 
     /// Where each followed queue is settled up to: the cursor, or the oldest
     /// message of it still waiting or in flight.
-    fn positions(session: &Session, ready: &ReadyQueue) -> HashMap<Key, u64> {
+    fn positions(session: &Session, ready: &ReadyQueue) -> foldhash::HashMap<Key, u64> {
         let mut pos = session.cursors.clone();
         let sources = session
             .inflight

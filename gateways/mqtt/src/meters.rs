@@ -4,7 +4,8 @@
 //! lock-free [`rocketgate_core::meter`] histograms; sessions and retained
 //! messages are sampled at scrape time (registered by `server.rs`).
 
-use std::collections::HashMap;
+// Looked up per stored batch and per pump: foldhash (see router.rs, `Members`).
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 

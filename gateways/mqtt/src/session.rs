@@ -1,7 +1,7 @@
 //! A session: what outlives a connection (subscriptions, cursors in the log,
 //! in-flight messages, QoS 2 ids awaiting PUBREL, the will).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use mqttbytes::QoS;
@@ -106,14 +106,15 @@ pub struct Session {
     pub expiry: u32,
     pub subs: Vec<Sub>,
     /// Next offset to look at, per (core topic, queue), for plain subscriptions.
-    pub cursors: HashMap<(Arc<str>, u32), u64>,
+    /// foldhash, as every map looked up per message (router.rs, `Members`).
+    pub cursors: foldhash::HashMap<(Arc<str>, u32), u64>,
     /// Cursors loaded from the core must be read back for these topics (after a restart).
     pub restore_cursors: bool,
     /// The core offset of each followed queue as this session last wrote or read
     /// it (`None`: the core had none): a different value in the core means someone
     /// else (an admin reset) moved the session, and the session adopts it
     /// (`follow/offsets.rs`).
-    pub committed: HashMap<(Arc<str>, u32), Option<u64>>,
+    pub committed: foldhash::HashMap<(Arc<str>, u32), Option<u64>>,
     pub inflight: InflightMap,
     pub qos2_in: HashSet<u16>,
     pub will: Option<WillRecord>,
@@ -197,9 +198,9 @@ impl Session {
             group: session_group(client_id),
             expiry,
             subs: Vec::new(),
-            cursors: HashMap::new(),
+            cursors: Default::default(),
             restore_cursors: false,
-            committed: HashMap::new(),
+            committed: Default::default(),
             inflight: InflightMap::default(),
             qos2_in: HashSet::new(),
             will: None,

@@ -23,15 +23,18 @@ pub const DEFAULT_ENTRIES_PER_FILE: u64 = 300_000;
 
 /// Checks that `topic` is usable as one directory name.
 pub fn validate_topic(topic: &str) -> Result<()> {
+    // On bytes (every append checks its topic): '/', '\\', '.' and NUL are one
+    // byte each and never part of another char.
+    let bytes = topic.as_bytes();
     let reason = if topic.is_empty() {
         "is empty"
     } else if topic.len() > 255 {
         "is longer than 255 bytes"
-    } else if topic.contains(['/', '\\']) {
+    } else if bytes.iter().any(|&b| b == b'/' || b == b'\\') {
         "contains a path separator"
-    } else if topic.contains("..") || topic == "." {
+    } else if bytes.windows(2).any(|w| w == b"..") || topic == "." {
         "contains '..' or is '.'"
-    } else if topic.contains('\0') {
+    } else if bytes.contains(&0) {
         "contains a NUL byte"
     } else {
         return Ok(());

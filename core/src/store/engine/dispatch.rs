@@ -146,8 +146,9 @@ impl Inner {
         }
         let mut count = 0u64;
         let mut pos = from;
-        let mut last_queue: Option<(String, u32, Arc<crate::store::consume_queue::ConsumeQueue>)> =
-            None;
+        // The queue knows its own name: no copy of the topic per call (at light
+        // load every call dispatches one record).
+        let mut last_queue: Option<Arc<crate::store::consume_queue::ConsumeQueue>> = None;
         // The queues given entries since their readers were last woken.
         let mut touched: Vec<Arc<crate::store::consume_queue::ConsumeQueue>> = Vec::new();
         // Whether every record below `limit` was seen (no early stop at the limit).
@@ -179,10 +180,10 @@ impl Inner {
                 // reuse the last one instead of a hashed lookup per record.
                 let qid = view.queue_id() as u32;
                 let q = match &last_queue {
-                    Some((t, id, q)) if *id == qid && t == view.topic() => q.clone(),
+                    Some(q) if q.queue_id() == qid && q.topic() == view.topic() => q.clone(),
                     _ => {
                         let q = self.queues.get_or_create(view.topic(), qid)?;
-                        last_queue = Some((view.topic().to_owned(), qid, q.clone()));
+                        last_queue = Some(q.clone());
                         q
                     }
                 };
