@@ -556,6 +556,29 @@ pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|c| *c).await;
 }
 
+/// The sizes of what an idle subscription keeps allocated: its task, its read
+/// loop (boxed apart), and one waiting pull per queue.
+#[cfg(test)]
+pub(crate) fn idle_future_sizes<B: MessagingApi + 'static>(
+    b: &Arc<B>,
+) -> [(&'static str, usize); 4] {
+    fn future_size<A, Fut>(_: impl FnOnce(A) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+    [
+        ("subscription task", future_size(Feed::<B>::run)),
+        (
+            "broadcasting loop",
+            future_size::<&Feed<B>, _>(Feed::<B>::pull_loop),
+        ),
+        (
+            "clustering loop",
+            future_size::<&Feed<B>, _>(Feed::<B>::pop_loop),
+        ),
+        ("waiting pull", future_size(|r: PullRequest| b.pull(r))),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,27 +642,4 @@ mod tests {
         assert_eq!(parse_broadcast_receipt("b1:x:1"), None);
         assert_eq!(parse_broadcast_receipt("v1:g:t:0:0:0:1:0"), None);
     }
-}
-
-/// The sizes of what an idle subscription keeps allocated: its task, its read
-/// loop (boxed apart), and one waiting pull per queue.
-#[cfg(test)]
-pub(crate) fn idle_future_sizes<B: MessagingApi + 'static>(
-    b: &Arc<B>,
-) -> [(&'static str, usize); 4] {
-    fn future_size<A, Fut>(_: impl FnOnce(A) -> Fut) -> usize {
-        std::mem::size_of::<Fut>()
-    }
-    [
-        ("subscription task", future_size(Feed::<B>::run)),
-        (
-            "broadcasting loop",
-            future_size::<&Feed<B>, _>(Feed::<B>::pull_loop),
-        ),
-        (
-            "clustering loop",
-            future_size::<&Feed<B>, _>(Feed::<B>::pop_loop),
-        ),
-        ("waiting pull", future_size(|r: PullRequest| b.pull(r))),
-    ]
 }
