@@ -267,7 +267,9 @@ async fn follow(target: &impl Target, settings: &Settings, status: &Status) -> s
     // written and dispatched here.
     let (rd, mut wr) = tokio::io::split(sock);
     let (tx, mut rx) = tokio::sync::mpsc::channel(READ_AHEAD);
-    let _reader = AbortOnDrop(tokio::spawn(read_ahead(rd, buf, tx)));
+    // In a `JoinSet`: the reader is aborted when the follow loop ends or is dropped.
+    let mut reader = tokio::task::JoinSet::new();
+    reader.spawn(read_ahead(rd, buf, tx));
     // What this slave holds, what it last told the master, and since when it holds
     // more than that.
     let mut held = target.log_end();
@@ -386,15 +388,6 @@ async fn read_frames<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, buf: &mut Byte
         frames.push(frame);
     }
     Ok(Some(frames))
-}
-
-/// Aborts the reader when the follow loop ends or is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 fn bad(e: impl Into<String>) -> std::io::Error {

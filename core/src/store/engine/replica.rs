@@ -113,7 +113,8 @@ impl Store {
         Ok(())
     }
 
-    /// The confirmed offset or the in-sync set moved: let the dispatcher go on.
+    /// The confirmed offset moved under sync replication (the dispatcher's limit,
+    /// `dispatch_limit`): let the dispatcher go on.
     pub(crate) fn replication_moved(&self) {
         self.inner.wake.notify();
     }
