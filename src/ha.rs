@@ -15,9 +15,10 @@ use anyhow::Context;
 use rocketgate_config::Config;
 use rocketgate_core::broker::{Broker, OffsetPublisher, PopPublisher};
 use rocketgate_core::clock::SystemClock;
-use rocketgate_core::store::Store;
+use rocketgate_core::meter;
 use rocketgate_core::store::epoch::{self, EpochEntry, EpochFile};
 use rocketgate_core::store::ha::{Gate, Replicas};
+use rocketgate_core::store::{Store, meters};
 use rocketgate_http as http;
 use rocketgate_remoting::ha::BoxIo;
 use rocketgate_remoting::ha::{master, slave};
@@ -643,6 +644,7 @@ impl View {
                 master: None,
                 connected: None,
                 lag_bytes: None,
+                message_lag_p99_ms: None,
             },
             Side::Slave {
                 master,
@@ -663,6 +665,10 @@ impl View {
                         .load(Ordering::Acquire)
                         .saturating_sub(store.positions().written),
                 ),
+                message_lag_p99_ms: meters::REPLICATION_LAG
+                    .quantile_ns(0.99)
+                    // (past the last bound, +Inf: reported as that bound, 30 s, "at least")
+                    .map(|ns| ns.min(meter::FINE_NS[meter::FINE_NS.len() - 1]) as f64 / 1e6),
             },
         }
     }

@@ -701,6 +701,7 @@ fn replication_bytes_are_counted_on_master_and_slave() {
         l.local_addr().unwrap().to_string()
     };
     let secret = ("ROCKETGATE_HA__SECRET", "metrics-test");
+    let started = Instant::now();
     let (mut master, m) = standalone_with(
         &["--data-dir", dirs.0.path().to_str().unwrap(), "--ha", &ha],
         &[secret],
@@ -743,6 +744,33 @@ fn replication_bytes_are_counted_on_master_and_slave() {
     ] {
         assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
     }
+    // Every replicated message is one lag sample on the slave (the 20 sent, and
+    // whatever the master stored besides), none older than the master (+1 ms: the
+    // store timestamp is whole ms); the master appends nothing replicated and has
+    // no such histogram.
+    let waited = started.elapsed().as_secs_f64() + 0.001;
+    let lag = "rocketgate_replication_message_lag_seconds";
+    assert!(st.contains(&format!("# TYPE {lag} histogram")), "{st}");
+    let count = value(&st, &format!("{lag}_count")).unwrap_or(0.0);
+    let sum = value(&st, &format!("{lag}_sum")).unwrap_or(-1.0);
+    assert!(count >= 20.0, "{count} lag samples for 20 messages:\n{st}");
+    assert!(
+        sum >= 0.0 && sum / count <= waited,
+        "mean lag {} s, yet the master started {waited:.3} s ago:\n{st}",
+        sum / count
+    );
+    assert_eq!(
+        value(&st, &format!("{lag}_bucket{{le=\"+Inf\"}}")),
+        Some(count),
+        "{st}"
+    );
+    assert!(!mt.contains(lag), "a master shows no replicated lag:\n{mt}");
+    let (code, cluster) = curl(&[&format!("http://{}/v1/cluster", s["http"])]);
+    assert_eq!(code, 200, "{cluster}");
+    assert!(
+        cluster.contains("\"message_lag_p99_ms\":"),
+        "the slave's p99 beside its lag bytes: {cluster}"
+    );
     sigterm(&mut slave);
     sigterm(&mut master);
 }

@@ -56,6 +56,12 @@ pub struct NativeBenchArgs {
     /// Sends in flight per producer.
     #[arg(long, default_value_t = 16)]
     pub inflight: usize,
+    /// Total send rate in messages/s, shared evenly by the producers (their sends
+    /// staggered over one interval); 0 = as fast as the broker takes them. A
+    /// producer that falls behind its schedule sends what it owes back to back,
+    /// still at most `--inflight` at once.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Send to an in-process remoting sink that answers without storing (and skip
     /// consuming): the generator's own ceiling.
     #[arg(long)]
@@ -103,13 +109,25 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     PeakRss::reset();
 
     // ---- produce ----
-    let per_producer = args.messages / args.producers.max(1) as u64;
-    let total = per_producer * args.producers.max(1) as u64;
+    let producer_count = args.producers.max(1);
+    let per_producer = args.messages / producer_count as u64;
+    let total = per_producer * producer_count as u64;
+    let mut clients = Vec::with_capacity(producer_count);
+    for p in 0..producer_count {
+        clients.push(Producer::start(config(), format!("bench-producers-{p}")).await?);
+    }
     let started = Instant::now();
     let mut producers = JoinSet::new();
-    for p in 0..args.producers.max(1) {
-        let producer = Producer::start(config(), format!("bench-producers-{p}")).await?;
+    for (p, producer) in clients.into_iter().enumerate() {
         let a = args.clone();
+        // With `--rate`: message k of this producer is due at (k + p / producers) / its
+        // share of the rate after the start.
+        let schedule = (a.rate > 0.0).then(|| {
+            (
+                a.rate / producer_count as f64,
+                p as f64 / producer_count as f64,
+            )
+        });
         producers.spawn(async move {
             let permits = Arc::new(Semaphore::new(a.inflight.max(1)));
             let mut sends = JoinSet::new();
@@ -117,6 +135,10 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
             let mut sent = 0u64;
             while sent < per_producer {
                 let n = (a.batch.max(1) as u64).min(per_producer - sent);
+                if let Some((rate, phase)) = schedule {
+                    let due = started + Duration::from_secs_f64((sent as f64 + phase) / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                }
                 sent += n;
                 let permit = permits.clone().acquire_owned().await?;
                 let producer = producer.clone();
@@ -156,8 +178,13 @@ async fn run_async(args: NativeBenchArgs) -> anyhow::Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     let s = lat.summary();
+    let paced = if args.rate > 0.0 {
+        format!(" paced at {:.0} msgs/s", args.rate)
+    } else {
+        String::new()
+    };
     println!(
-        "native produce ({target}): {total} msgs of {} B, batch {}, {} producers x {} in flight: {:.0} msgs/s, {}/s; send latency p50 {} p99 {} p999 {} max {}",
+        "native produce ({target}): {total} msgs of {} B, batch {}, {} producers x {} in flight{paced}: {:.0} msgs/s, {}/s; send latency p50 {} p99 {} p999 {} max {}",
         args.size,
         args.batch,
         args.producers,

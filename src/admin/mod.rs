@@ -630,6 +630,7 @@ async fn dispatch(args: AdminArgs) -> Result<(), Failure> {
                 pairs.push(("master", cell(&r["master"])));
                 pairs.push(("connected", cell(&r["connected"])));
                 pairs.push(("lag bytes", cell(&r["lag_bytes"])));
+                pairs.push(("message lag p99 ms", cell(&r["message_lag_p99_ms"])));
             }
             table::pairs(pairs);
             if r["role"] == "master" {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use recovery::{Recovery, RecoveryReport};
-pub use replica::Shipment;
+pub use replica::{Appended, Shipment};
 pub use segment::RecordRef;
 use segment::Segment;
 pub(crate) use segment::parse_file_name as parse_segment_name;

@@ -161,6 +161,12 @@ pub struct ReplicationStatus {
     /// On a slave: bytes the master had that it has not yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<u64>,
+    /// On a slave that has replicated messages: the 99th percentile of their lag
+    /// (appended here minus stored on the master) since it started, in ms, as the
+    /// upper bound of the `rocketgate_replication_message_lag_seconds` bucket that
+    /// holds it (`/metrics` has the buckets; rate them for a recent window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_lag_p99_ms: Option<f64>,
 }
 
 /// One slave of a master.

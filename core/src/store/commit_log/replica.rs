@@ -43,6 +43,18 @@ pub struct Shipment {
     pub next: u64,
 }
 
+/// What a slave's log did with a shipped run ([`CommitLog::append_replicated`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The log's written position after the run.
+    pub end: u64,
+    /// The run's records by the master's store timestamp (ms), in log order, one
+    /// entry per stretch of records that share it: `(store_ms, records)`. The
+    /// checks read every record anyway; the slave's lag histogram is computed from
+    /// this once the run is written, so nothing is parsed twice.
+    pub stamps: Vec<(i64, u32)>,
+}
+
 impl CommitLog {
     /// Up to `max` bytes of whole records from `from` (a record boundary) up to
     /// `limit` (at most the written position), always at least one record when one is
@@ -103,8 +115,9 @@ impl CommitLog {
     /// Appends a run shipped by the master at `offset`, which must be this log's
     /// written position. Every record is checked (header, size, CRCs, its stored
     /// physical offset) before anything is written; an 8-byte filler header ends the
-    /// segment and the log rolls to the next. Returns the new written position.
-    pub fn append_replicated(&self, offset: u64, bytes: &[u8]) -> Result<u64> {
+    /// segment and the log rolls to the next. Returns the new written position and
+    /// the run's store timestamps.
+    pub fn append_replicated(&self, offset: u64, bytes: &[u8]) -> Result<Appended> {
         // A slave whose own sync failed takes no more of the stream either.
         self.check_running()?;
         let mut st = self.lock_append();
@@ -119,7 +132,7 @@ impl CommitLog {
         let mut i = 0usize;
         let mut filler: Option<u32> = None;
         let mut queues: Vec<(String, u32, u64)> = Vec::new();
-        let mut newest_ts = None;
+        let mut stamps: Vec<(i64, u32)> = Vec::new();
         while i < bytes.len() {
             let pos = offset + i as u64;
             let rest = &bytes[i..];
@@ -167,7 +180,11 @@ impl CommitLog {
                         Some(slot) => slot.2 = slot.2.max(next),
                         None => queues.push((topic.to_owned(), qid, next)),
                     }
-                    newest_ts = Some(view.store_timestamp());
+                    let ts = view.store_timestamp();
+                    match stamps.last_mut() {
+                        Some((last, n)) if *last == ts => *n += 1,
+                        _ => stamps.push((ts, 1)),
+                    }
                     i += size;
                 }
                 Ok(Header::Zero) => return Err(refused(pos, "a zero header")),
@@ -177,7 +194,7 @@ impl CommitLog {
         let active = st.active.clone();
         // Whole runs: one `pwrite`, not a memcpy into the mapping (see `write_file`).
         active.write_file((offset - active.start()) as usize, bytes)?;
-        if let Some(ts) = newest_ts {
+        if let Some(&(ts, _)) = stamps.last() {
             active.note_store_timestamp(ts);
         }
         for (topic, qid, next) in queues {
@@ -200,7 +217,10 @@ impl CommitLog {
             st.pos = seg_end;
         }
         self.written.store(st.pos, Ordering::Release);
-        Ok(st.pos)
+        Ok(Appended {
+            end: st.pos,
+            stamps,
+        })
     }
 
     /// Moves an empty log's start to `start` (a segment boundary): a brand-new slave
@@ -266,18 +286,22 @@ mod tests {
         }
     }
 
-    /// Ships everything from `master` to `slave` in runs of at most `max` bytes.
-    fn ship_all(master: &CommitLog, slave: &CommitLog, max: usize) -> usize {
+    /// Ships everything from `master` to `slave` in runs of at most `max` bytes;
+    /// the runs, and the store timestamps the slave reported, `(store_ms, records)`.
+    fn ship_all(master: &CommitLog, slave: &CommitLog, max: usize) -> (usize, Vec<(i64, u32)>) {
         let mut runs = 0;
+        let mut stamps = Vec::new();
         let mut from = slave.max_offset();
         while let Some(s) = master.ship(from, u64::MAX, max).unwrap() {
             assert_eq!(s.offset, from);
-            slave.append_replicated(s.offset, &s.bytes).unwrap();
+            let appended = slave.append_replicated(s.offset, &s.bytes).unwrap();
             assert_eq!(slave.max_offset(), s.next);
+            assert_eq!(appended.end, slave.max_offset());
+            stamps.extend(appended.stamps);
             from = s.next;
             runs += 1;
         }
-        runs
+        (runs, stamps)
     }
 
     fn segment_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -301,12 +325,23 @@ mod tests {
         let master = open(a.path());
         let slave = open(b.path());
         // ~170 KiB in 64 KiB segments: two rolls with fillers.
+        let before = super::super::now_millis();
         fill(&master, 200);
+        let after = super::super::now_millis();
         assert!(master.segments().len() >= 3);
-        let runs = ship_all(&master, &slave, 16 << 10);
+        let (runs, stamps) = ship_all(&master, &slave, 16 << 10);
         assert!(runs > 3, "shipped in {runs} runs");
+        // Every record's store timestamp is reported once (what the lag histogram
+        // counts), fillers none, and they are the master's.
+        let records: u32 = stamps.iter().map(|(_, n)| n).sum();
+        assert_eq!(records, 200, "{stamps:?}");
+        assert!(
+            stamps.iter().all(|(ts, _)| (before..=after).contains(ts)),
+            "{stamps:?} outside {before}..={after}"
+        );
         fill(&master, 50);
-        ship_all(&master, &slave, 1);
+        let (_, stamps) = ship_all(&master, &slave, 1);
+        assert_eq!(stamps.iter().map(|(_, n)| n).sum::<u32>(), 50);
         assert_eq!(slave.max_offset(), master.max_offset());
         assert_eq!(slave.next_queue_offsets(), master.next_queue_offsets());
         slave.flush().unwrap();

@@ -68,15 +68,20 @@ impl Store {
     /// Appends a run shipped by the master at `offset` (this log's end), checking
     /// every record first; under sync flush returns once it is durable. Returns the
     /// offset this slave may acknowledge (its written end, durable under sync flush).
+    /// Once written, each record's lag behind the master is sampled
+    /// ([`crate::store::meters::REPLICATION_LAG`]) from the store timestamps the
+    /// checks already read.
     pub async fn append_replicated(&self, offset: u64, bytes: &[u8]) -> Result<u64> {
         if self.inner.closing.load(Ordering::Acquire) {
             return Err(Error::ShutDown);
         }
-        let end = self
+        let appended = self
             .inner
             .log
             .append_replicated(offset, bytes)
             .map_err(|e| self.inner.out_of_space(e))?;
+        crate::store::meters::replicated(&appended.stamps);
+        let end = appended.end;
         match self.inner.opts.flush {
             FlushMode::Async { .. } => self.inner.dispatch_inline(),
             FlushMode::Sync { timeout } => {
