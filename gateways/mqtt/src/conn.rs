@@ -291,7 +291,13 @@ where
                 Ok(0) | Err(_) => break End::Closed,
                 Ok(n) => {
                     last_seen = Instant::now();
-                    if let Some(end) = Box::pin(conn.on_bytes(&mut inbuf)).await {
+                    // Acknowledgements first, without the boxed `on_bytes` future
+                    // (several KiB moved into a fresh box per read): a fan-out
+                    // subscriber's reads are nothing else.
+                    conn.take_acks(&mut inbuf);
+                    if !inbuf.is_empty()
+                        && let Some(end) = Box::pin(conn.on_bytes(&mut inbuf)).await
+                    {
                         break end;
                     }
                     size_read_buffer(&mut inbuf, n, spare);

@@ -372,6 +372,11 @@ impl Inbound {
         }
     }
 
+    /// Nothing read waits to be stored.
+    pub fn is_idle(&self) -> bool {
+        self.pubs.is_empty()
+    }
+
     /// Stores the pending publishes (one core batch), then acknowledges them in order.
     /// A 3.1.1 PUBACK / PUBREC cannot say "not stored", so when the core fails a
     /// 3.1.1 client gets no acknowledgement and the connection ends (`Some`): the

@@ -84,6 +84,7 @@ impl Window {
         let mut tally = Tally::default();
         let now = rocketgate_core::clock::now_ms();
         let mut latency = rocketgate_core::meter::Batch::default();
+        let mut last_grant = None;
         loop {
             let full = session.inflight.len() >= window;
             if full
@@ -93,10 +94,11 @@ impl Window {
             {
                 break;
             }
-            let matcher = Matcher {
+            let mut matcher = Matcher {
                 subs: &session.subs,
                 client_id: &session.client_id,
                 v5,
+                last_grant: &mut last_grant,
             };
             let Some(mut r) = ready.pop_with(|b, i| matcher.matched(b, i)) else {
                 break;
@@ -380,13 +382,18 @@ struct Matcher<'a> {
     subs: &'a [Sub],
     client_id: &'a str,
     v5: bool,
+    /// The grant of the last name matched in this `pump`, with the name: the
+    /// messages of a batch mostly share one name (the router makes one `Arc`
+    /// for them), so the subscriptions are matched once per name, not once per
+    /// message (with a thousand fan-out sessions, per delivery).
+    last_grant: &'a mut Option<(Arc<str>, Grant)>,
 }
 
 impl Matcher<'_> {
     /// Message `i` of `b` for every plain subscription it matches: once, at the
     /// highest granted QoS, with every subscription identifier (`None`: none
     /// matches, or it expired).
-    fn matched(&self, b: &Batch, i: usize) -> Option<Ready> {
+    fn matched(&mut self, b: &Batch, i: usize) -> Option<Ready> {
         let d = b.messages.get(i)?;
         // (Batches made by `batch_of` have every name.)
         let name = match b.names.get(i) {
@@ -394,11 +401,19 @@ impl Matcher<'_> {
             None => mqtt_name(d)?,
         };
         let head = b.heads.get(i).and_then(Option::as_ref);
-        let mut grant = Grant::of(self.subs, &name, false);
+        let mut grant = match &*self.last_grant {
+            Some((n, g)) if Arc::ptr_eq(n, &name) || **n == *name => g.clone(),
+            _ => {
+                let g = Grant::of(self.subs, &name, false);
+                *self.last_grant = Some((name.clone(), g.clone()));
+                g
+            }
+        };
         grant.qos?;
         let no_local = grant.no_local;
         let v5 = self.v5;
-        let mut props = empty_props();
+        // (Made only for a v5 client: a 3.1.1 delivery has no properties.)
+        let mut props = v5.then(empty_props);
         // A session takes what the router worked out once for everyone; a v5
         // one parses the record when it has properties a v5 client is given.
         let (meta, payload) = match head.filter(|h| !v5 || !h.v5_properties) {
@@ -416,7 +431,7 @@ impl Matcher<'_> {
             None => {
                 let view = RecordView::parse(&d.record).ok()?;
                 (
-                    message::read_meta(view.properties(), v5.then_some(&mut props)),
+                    message::read_meta(view.properties(), props.as_mut()),
                     d.record.slice_ref(view.body()),
                 )
             }
@@ -436,8 +451,11 @@ impl Matcher<'_> {
         let now = meta.expiry_at.map_or(0, |_| message::now_ms());
         let expiry = message::remaining_expiry(meta.expiry_at, now).ok()?;
         let qos = min_qos(granted, meta.qos.unwrap_or(QoS::ExactlyOnce));
-        props.message_expiry_interval = expiry;
-        props.subscription_identifiers = ids;
+        let properties = props.and_then(|mut props| {
+            props.message_expiry_interval = expiry;
+            props.subscription_identifiers = ids;
+            (!message::no_properties(&props)).then(|| Box::new(props))
+        });
         let publish = Outgoing {
             dup: false,
             qos,
@@ -446,7 +464,7 @@ impl Matcher<'_> {
             pkid: 0,
             payload,
             // (A v5 delivery without any is encoded without mqttbytes.)
-            properties: (v5 && !message::no_properties(&props)).then(|| Box::new(props)),
+            properties,
         };
         Some(Ready {
             publish,
@@ -462,6 +480,7 @@ impl Matcher<'_> {
 
 /// What a session's plain subscriptions matching a name grant a message: the
 /// highest QoS, every subscription identifier, retain-as-published from any.
+#[derive(Clone)]
 struct Grant {
     qos: Option<QoS>,
     ids: Vec<usize>,

@@ -335,6 +335,102 @@ async fn qos2_inbound_is_stored_once_even_when_retransmitted() {
     node.stop().await;
 }
 
+/// Acknowledgements settle what they acknowledge and nothing else, however the
+/// reads cut them: several in one read with another packet between them, one
+/// split across two reads, one for an id not in flight, and a PUBCOMP for a
+/// QoS 2 message the client never sent a PUBREC for (not released, so not
+/// complete). What is left in flight comes again on resume, and only that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_settle_only_what_they_acknowledge_however_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path()).await;
+    let mut props = connect_props();
+    props.session_expiry_interval = Some(300);
+    let (mut sub, _) = Raw::connect_v5(node.addr, "acker", Some(props.clone())).await;
+    subscribe(&mut sub, "acks/#", QoS::ExactlyOnce).await;
+    let (mut publ, _) = Raw::connect_v5(node.addr, "acks-pub", None).await;
+    publ.send(publish("acks/x", QoS::AtLeastOnce, 1, b"one"))
+        .await;
+    publ.send(publish("acks/x", QoS::AtLeastOnce, 2, b"two"))
+        .await;
+    publ.send(publish("acks/x", QoS::ExactlyOnce, 3, b"three"))
+        .await;
+    assert!(matches!(publ.recv().await, Some(Packet::PubAck(a)) if a.pkid == 1));
+    assert!(matches!(publ.recv().await, Some(Packet::PubAck(a)) if a.pkid == 2));
+    assert!(matches!(publ.recv().await, Some(Packet::PubRec(r)) if r.pkid == 3));
+    publ.send(Packet::PubRel(v5::PubRel::new(3))).await;
+    assert!(matches!(publ.recv().await, Some(Packet::PubComp(c)) if c.pkid == 3));
+
+    let mut ids = Vec::new();
+    while ids.len() < 3 {
+        match sub.recv().await {
+            Some(Packet::Publish(p)) => ids.push((p.payload.clone(), p.pkid, p.qos)),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+    let id_of = |payload: &[u8]| ids.iter().find(|(p, ..)| &p[..] == payload).unwrap().1;
+    let (one, two, three) = (id_of(b"one"), id_of(b"two"), id_of(b"three"));
+    let unknown = (1..=u16::MAX)
+        .find(|id| ![one, two, three].contains(id))
+        .unwrap();
+    let mut wire = BytesMut::new();
+    v5::PubAck::new(one).write(&mut wire).unwrap();
+    v5::PingReq.write(&mut wire).unwrap();
+    v5::PubAck::new(unknown).write(&mut wire).unwrap();
+    v5::PubComp::new(three).write(&mut wire).unwrap();
+    v5::PubAck::new(two).write(&mut wire).unwrap();
+    let split = wire.len() - 2;
+    sub.send_bytes(&wire[..split]).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PingResp)));
+    sub.send_bytes(&wire[split..]).await;
+    sub.send(Packet::PingReq).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PingResp)));
+    drop(sub);
+
+    // Only "three" was not acknowledged as its flow asks: it comes again, and
+    // its PUBCOMP after the PUBREL (split across reads too) completes it.
+    let addr = node.addr;
+    let resume = |props: v5::ConnectProperties| async move {
+        let mut c = v5::Connect::new("acker");
+        c.clean_session = false;
+        c.properties = Some(props);
+        let mut sub = Raw::connect(addr).await;
+        sub.send(Packet::Connect(c)).await;
+        assert!(matches!(sub.recv().await, Some(Packet::ConnAck(a)) if a.session_present));
+        sub
+    };
+    let mut sub = resume(props.clone()).await;
+    let again = match sub.recv().await {
+        Some(Packet::Publish(p)) => p,
+        other => panic!("expected \"three\" again, got {other:?}"),
+    };
+    assert_eq!(&again.payload[..], b"three");
+    assert!(again.dup);
+    assert_eq!(again.qos, QoS::ExactlyOnce);
+    sub.send(Packet::PingReq).await;
+    assert!(
+        matches!(sub.recv().await, Some(Packet::PingResp)),
+        "nothing else was in flight"
+    );
+    sub.send(Packet::PubRec(v5::PubRec::new(again.pkid))).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PubRel(r)) if r.pkid == again.pkid));
+    let mut comp = BytesMut::new();
+    v5::PubComp::new(again.pkid).write(&mut comp).unwrap();
+    sub.send_bytes(&comp[..1]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    sub.send_bytes(&comp[1..]).await;
+    sub.send(Packet::PingReq).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PingResp)));
+    drop(sub);
+
+    let mut sub = resume(props).await;
+    sub.send(Packet::PingReq).await;
+    assert!(
+        matches!(sub.recv().await, Some(Packet::PingResp)),
+        "nothing is in flight any more"
+    );
+    node.stop().await;
+}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_stream_runs_mqtt_over_any_byte_stream_with_shared_state() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,6 +31,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
     pub(super) async fn on_bytes(&mut self, buf: &mut BytesMut) -> Option<End> {
         let max = self.shared.settings.max_packet_size as usize;
         loop {
+            self.take_acks(buf);
             let packet = match codec::read_frame(self.out.version(), buf, max) {
                 Ok(Some(Frame::Packet(p))) => p,
                 Ok(Some(Frame::Auth(a))) => {
@@ -67,6 +68,23 @@ impl<B: MessagingApi + 'static> Conn<B> {
             }
         }
         self.flush_publishes().await
+    }
+
+    /// The acknowledgements at the front of `buf` in their short form, each
+    /// straight to the window (see [`codec::take_short_ack`]): synchronous, so
+    /// a read of nothing but acknowledgements (a fan-out subscriber's) needs no
+    /// `on_bytes` future. Stops at the first other packet, so packets are still
+    /// handled in the order they came; and takes none while PUBLISHes read
+    /// before them wait to be stored (`on_bytes` stores those first).
+    pub(super) fn take_acks(&mut self, buf: &mut BytesMut) {
+        if !self.inbound.is_idle() {
+            return;
+        }
+        let max = self.shared.settings.max_packet_size as usize;
+        while let Some((pkid, comp)) = codec::take_short_ack(buf, max) {
+            self.window
+                .on_ack(&mut self.session, &mut self.members, pkid, comp);
+        }
     }
 
     async fn on_packet(&mut self, packet: Packet) -> Option<End> {
