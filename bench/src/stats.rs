@@ -94,10 +94,15 @@ pub fn fmt_bytes(b: u64) -> String {
 
 /// Resident memory of another process (Linux `VmRSS`).
 pub(crate) fn rss_of(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS")
+}
+
+/// A field of `/proc/PID/status` in bytes (`VmRSS`, `RssAnon`).
+pub(crate) fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map(|kb| kb * 1024)
 }

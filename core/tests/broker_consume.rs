@@ -114,6 +114,55 @@ async fn waiting_pulls_are_woken_by_their_own_queue_only() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_wait_is_woken_by_any_of_its_queues_and_not_by_other_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = open(dir.path(), options());
+    env.broker
+        .create_topic(TopicConfig::new("t", 4))
+        .await
+        .unwrap();
+    env.broker
+        .send(msg("t", "old"), QueueChoice::Queue(1))
+        .await
+        .unwrap();
+    // A queue behind its end: no waiting at all.
+    let behind = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.broker
+            .wait_for_arrivals("t", vec![0, 0, 0, 0], Duration::from_secs(60)),
+    )
+    .await
+    .expect("returns at once when a queue has more");
+    assert!(behind.unwrap(), "a local broker waits on topics");
+    // Caught up everywhere: it waits, through appends to other topics, until
+    // one of its own queues gets an entry.
+    let waiter = {
+        let broker = env.broker.clone();
+        tokio::spawn(async move {
+            broker
+                .wait_for_arrivals("t", vec![0, 1, 0, 0], Duration::from_secs(60))
+                .await
+        })
+    };
+    for _ in 0..5 {
+        env.broker
+            .send(msg("other", "x"), QueueChoice::Queue(0))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "caught up: it still waits");
+    env.broker
+        .send(msg("t", "new"), QueueChoice::Queue(3))
+        .await
+        .unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by queue 3's entry, not by its 60 s wait");
+    assert!(woken.unwrap().unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_pull_gives_up_after_its_timeout() {
     let dir = tempfile::tempdir().unwrap();

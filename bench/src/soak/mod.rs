@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::stats::{Latencies, raise_fd_limit};
+use crate::stats::{Latencies, raise_fd_limit, status_bytes};
 
 #[derive(Debug, Clone, Args)]
 pub struct SoakArgs {
@@ -205,16 +205,6 @@ impl Row {
         s.push_str(&format!(",{:.1}", self.slow_per_sec));
         s
     }
-}
-
-/// A field of `/proc/PID/status` in bytes (`VmRSS`, `RssAnon`).
-fn status_bytes(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
 }
 
 fn open_fds(pid: u32) -> Option<u64> {

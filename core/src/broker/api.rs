@@ -109,6 +109,23 @@ pub trait MessagingApi: Send + Sync {
     /// Reads matching messages from one queue, waiting up to `wait` for one.
     fn pull(&self, request: PullRequest) -> impl Future<Output = Result<PullResult>> + Send;
 
+    /// Waits until one of `topic`'s queues has an entry at or past the offset
+    /// `next[queue id]` says (or that offset is out of the queue's range), or
+    /// until `wait` passes; either way `Ok(true)`: pull each queue without waiting
+    /// then. One waiter for the whole topic, where a pull per queue would keep a
+    /// long poll each (what a caught-up broadcasting reader holds while idle,
+    /// issue #33). `Ok(false)` at once when this broker cannot wait on a topic
+    /// (the default: a remote one), and the caller long-polls each queue.
+    fn wait_for_arrivals(
+        &self,
+        topic: &str,
+        next: Vec<u64>,
+        wait: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let _ = (topic, next, wait);
+        std::future::ready(Ok(false))
+    }
+
     /// Receives up to `max_messages` matching messages of the topic for the
     /// group, from any readable queue, waiting up to `wait` when there is none.
     /// An empty result means the wait ran out.

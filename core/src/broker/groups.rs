@@ -79,8 +79,38 @@ pub struct Heartbeat {
 
 #[derive(Debug)]
 struct Member {
-    subscriptions: BTreeMap<String, Filter>,
+    subscriptions: Subscriptions,
     last_seen_ms: i64,
+}
+
+/// A member's topics and their filters, sorted by topic, one per topic (the last
+/// one a heartbeat names wins). An exact-size slice, not a map: most members
+/// subscribe to one topic, and every broadcasting WebSocket subscription is a
+/// member, so a map's first node (1.2 KiB for eleven entries) was most of what
+/// the broker kept per idle subscriber (issue #33).
+#[derive(Debug, PartialEq)]
+struct Subscriptions(Box<[(String, Filter)]>);
+
+impl Subscriptions {
+    fn new(mut list: Vec<(String, Filter)>) -> Self {
+        // Stable: of the entries for one topic the last is kept.
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list.reverse();
+        list.dedup_by(|later, earlier| later.0 == earlier.0);
+        list.reverse();
+        Subscriptions(list.into_boxed_slice())
+    }
+
+    fn get(&self, topic: &str) -> Option<&Filter> {
+        self.0
+            .binary_search_by(|(t, _)| t.as_str().cmp(topic))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(String, Filter)> {
+        self.0.iter()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,14 +150,15 @@ impl ConsumerGroups {
         if hb.member.is_empty() {
             return Err(Error::InvalidArgument("member id is empty".into()));
         }
-        let mut subscriptions = BTreeMap::new();
+        let mut subscriptions = Vec::with_capacity(hb.subscriptions.len());
         for s in &hb.subscriptions {
             schedule::validate_topic(&s.topic)?;
-            subscriptions.insert(
+            subscriptions.push((
                 s.topic.clone(),
                 Filter::parse(s.filter_type, &s.expression)?,
-            );
+            ));
         }
+        let subscriptions = Subscriptions::new(subscriptions);
         self.expire(now_ms);
         let group = self
             .groups
@@ -241,7 +272,7 @@ impl ConsumerGroups {
             .map(|g| {
                 g.members
                     .iter()
-                    .filter(|(_, m)| m.subscriptions.contains_key(topic))
+                    .filter(|(_, m)| m.subscriptions.get(topic).is_some())
                     .map(|(id, _)| id.clone())
                     .collect()
             })
@@ -353,6 +384,36 @@ mod tests {
         assert_eq!(g.members_of("g", "t"), ["a"]);
         g.expire(5000);
         assert_eq!(g.mode("g"), None);
+    }
+
+    #[test]
+    fn a_topic_named_twice_keeps_its_last_filter() {
+        let mut g = ConsumerGroups::new(1000);
+        let mut twice = hb("g", "a", "t");
+        twice.subscriptions = vec![
+            Subscription::tag("t", "A"),
+            Subscription::tag("b", "*"),
+            Subscription::tag("t", "B || C"),
+            Subscription::tag("a", "*"),
+        ];
+        g.heartbeat(&twice, 0).unwrap();
+        let t = g.subscription("g", "a", "t").unwrap();
+        assert_eq!(t.expression(), "B || C");
+        assert!(g.subscription("g", "a", "c").is_none());
+        let topics: Vec<_> = g.members("g")[0]
+            .1
+            .iter()
+            .map(|s| s.topic.clone())
+            .collect();
+        assert_eq!(topics, ["a", "b", "t"]);
+        // The same set in another order is no change (no rebalance).
+        twice.subscriptions = vec![
+            Subscription::tag("a", "*"),
+            Subscription::tag("t", "A"),
+            Subscription::tag("t", "B || C"),
+            Subscription::tag("b", "*"),
+        ];
+        assert!(!g.heartbeat(&twice, 10).unwrap());
     }
 
     #[test]

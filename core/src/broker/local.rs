@@ -597,6 +597,11 @@ impl MessagingApi for Broker {
         self.pop_waiting(request)
     }
 
+    async fn wait_for_arrivals(&self, topic: &str, next: Vec<u64>, wait: Duration) -> Result<bool> {
+        self.wait_for_topic(topic, &next, wait).await?;
+        Ok(true)
+    }
+
     async fn ack(&self, receipt: &str) -> Result<()> {
         self.ack_receipt(&receipt.parse()?)
     }

@@ -90,7 +90,11 @@ impl Broker {
                     self.pop_queue(&req, queue_id, now, until, &mut out, &mut dead)?
                 };
             }
-            self.dead_letter_expired(&req, dead).await;
+            if !dead.is_empty() {
+                // Rare, and a send: boxed, so that a waiting POP (what an idle
+                // WebSocket clustering subscription holds) does not carry its state.
+                Box::pin(self.dead_letter_expired(&req, dead)).await;
+            }
             if !out.is_empty() || Instant::now() >= deadline {
                 return Ok(out);
             }

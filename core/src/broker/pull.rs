@@ -14,6 +14,9 @@
 //! Filtering is two-step: the tag hash in the consume-queue entry first (no
 //! commit-log read), then the real tag or the properties on the record.
 
+use std::task::Poll;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::filter::Filter;
@@ -96,6 +99,48 @@ impl Broker {
                 return Ok(no_new(offset, min, max));
             }
         }
+    }
+
+    /// Waits until one of `topic`'s queues has an entry at or past `next[queue]`
+    /// (or `next[queue]` is outside its range), or `wait` passes. Armed before
+    /// the queues are looked at, as a pull is, so an entry dispatched in between
+    /// still wakes it; only the topic's own queues do.
+    pub(super) async fn wait_for_topic(
+        &self,
+        topic: &str,
+        next: &[u64],
+        wait: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + wait;
+        let queues = u32::try_from(next.len())
+            .unwrap_or(u32::MAX)
+            .min(self.topic_config(topic)?.read_queues);
+        let arrivals = (0..queues)
+            .map(|q| self.store.queue_arrivals(topic, q))
+            .collect::<Result<Vec<_>>>()?;
+        let mut armed: Vec<_> = arrivals
+            .iter()
+            .map(|q| Box::pin(q.arrivals().notified()))
+            .collect();
+        for n in &mut armed {
+            n.as_mut().enable();
+        }
+        for (q, &offset) in (0..queues).zip(next) {
+            let (_, max) = self.store.queue_bounds(topic, q);
+            if offset != max {
+                // More to read, or an offset a pull will move.
+                return Ok(());
+            }
+        }
+        let arrived = std::future::poll_fn(|cx| {
+            if armed.iter_mut().any(|n| n.as_mut().poll(cx).is_ready()) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        let _ = tokio::time::timeout_at(deadline, arrived).await;
+        Ok(())
     }
 
     /// Refuses a pull of a queue another member holds an orderly lock on.

@@ -476,11 +476,21 @@ impl<B: MessagingApi + 'static> Feed<B> {
         Ok(next_due)
     }
 
+    /// Broadcasting: reads every queue of the topic. A queue with messages is
+    /// pulled again at once; once every queue came back empty, the loop waits on
+    /// the topic ([`MessagingApi::wait_for_arrivals`]: one waiter, where a long
+    /// poll per queue kept ~1 KiB each per idle subscription, issue #33) and
+    /// then pulls without waiting. A broker that cannot wait on a topic (a
+    /// remote one) is long-polled per queue instead.
     async fn pull_loop(&self) -> End {
         let broker = self.broker.clone();
         let queues = self.shared.lock().next.len() as u32;
         let mut pulls = FuturesUnordered::new();
         let mut pending = vec![false; queues as usize];
+        // The last pull of the queue found nothing new (it is not pulled again
+        // until the topic says it has more).
+        let mut quiet = vec![false; queues as usize];
+        let mut long_polls = false;
         let mut stop = self.stop.clone();
         let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT_EVERY, HEARTBEAT_EVERY);
         loop {
@@ -505,11 +515,39 @@ impl<B: MessagingApi + 'static> Feed<B> {
                 }
                 continue;
             }
+            if !long_polls && pulls.is_empty() && quiet.iter().all(|q| *q) {
+                // Caught up everywhere: one wait on the topic, no pull in flight.
+                let next = self.shared.lock().next.clone();
+                tokio::select! {
+                    r = broker.wait_for_arrivals(&self.spec.topic, next, self.settings.long_poll) => match r {
+                        Ok(waited) => {
+                            long_polls = !waited;
+                            quiet.iter_mut().for_each(|q| *q = false);
+                        }
+                        Err(e) => return End::Failed(e),
+                    },
+                    _ = self.shared.wake.notified() => {}
+                    _ = tokio::time::sleep_until(wake_at) => {}
+                    _ = beat.tick() => {
+                        if let Err(e) = Box::pin(broker.heartbeat(self.heartbeat())).await {
+                            return End::Failed(e);
+                        }
+                    }
+                    _ = stopped(&mut stop) => return End::Stopped,
+                }
+                continue;
+            }
+            let wait = if long_polls {
+                self.settings.long_poll
+            } else {
+                Duration::ZERO
+            };
             for q in 0..queues {
-                if !pending[q as usize] {
-                    pending[q as usize] = true;
-                    let offset = self.shared.lock().next[q as usize];
-                    let req = self.pull_request(q, offset, want, self.settings.long_poll);
+                let i = q as usize;
+                if !pending[i] && (long_polls || !quiet[i]) {
+                    pending[i] = true;
+                    let offset = self.shared.lock().next[i];
+                    let req = self.pull_request(q, offset, want, wait);
                     // `map`, not an async block: the block would keep its own copy
                     // of the request beside the pull's for as long as it waits.
                     pulls.push(broker.pull(req).map(move |r| (q, r)));
@@ -523,6 +561,8 @@ impl<B: MessagingApi + 'static> Feed<B> {
                         Err(e) => return End::Failed(e),
                     };
                     let mut next = r.next_offset;
+                    let before = self.shared.lock().next[q as usize];
+                    quiet[q as usize] = r.status == PullStatus::NoNewMessage && next == before;
                     if r.status == PullStatus::Found {
                         for m in &r.messages {
                             let room = self.shared.lock().want(&self.settings, now_ms());
