@@ -194,8 +194,10 @@ pub struct Grant {
     /// Auth off, or the internal credential: everything is allowed.
     all: bool,
     /// Decisions made so far. A std lock held for one lookup (uncontended: one
-    /// connection's task); cleared when it grows past [`MAX_CACHED`].
-    cache: Mutex<Decisions>,
+    /// connection's task); cleared when it grows past [`MAX_CACHED`]. Boxed on the
+    /// first decision: a grant that allows everything never makes one, and every
+    /// idle connection holds a grant (issue #33's memory per connection).
+    cache: Mutex<Option<Box<Decisions>>>,
 }
 
 const MAX_CACHED: usize = 4096;
@@ -220,8 +222,13 @@ pub struct Placeholders<'a> {
 impl Grant {
     /// Everything allowed (auth off, or the internal credential).
     pub fn all() -> Grant {
+        // One empty rule list for every such grant: an idle connection with auth
+        // off then holds no allocation of its own for it (issue #33's memory per
+        // connection, `gateways/mqtt/tests/idle_memory.rs`).
+        static NO_RULES: std::sync::LazyLock<Arc<Vec<Compiled>>> =
+            std::sync::LazyLock::new(Arc::default);
         Grant {
-            rules: Arc::default(),
+            rules: NO_RULES.clone(),
             all: true,
             cache: Mutex::default(),
         }
@@ -280,6 +287,11 @@ impl Grant {
         }
     }
 
+    /// `f` on the decision cache, made on first use.
+    fn cached<R>(&self, f: impl FnOnce(&mut Decisions) -> R) -> R {
+        f(lock(&self.cache).get_or_insert_with(Box::default))
+    }
+
     /// True when everything is allowed.
     pub fn is_all(&self) -> bool {
         self.all
@@ -290,7 +302,7 @@ impl Grant {
         if self.all {
             return true;
         }
-        if let Some(&d) = lock(&self.cache).publish.get(name) {
+        if let Some(d) = self.cached(|c| c.publish.get(name).copied()) {
             return d;
         }
         let d = (|| {
@@ -306,11 +318,12 @@ impl Grant {
                 |r| r.publish && r.topics.iter().any(|p| filter_matches(p, name)),
             )
         })();
-        let mut c = lock(&self.cache);
-        if c.publish.len() >= MAX_CACHED {
-            c.publish.clear();
-        }
-        c.publish.insert(name.to_owned(), d);
+        self.cached(|c| {
+            if c.publish.len() >= MAX_CACHED {
+                c.publish.clear();
+            }
+            c.publish.insert(name.to_owned(), d);
+        });
         d
     }
 
@@ -321,7 +334,7 @@ impl Grant {
             return true;
         }
         let key = (group.map(str::to_owned), filter.to_owned());
-        if let Some(&d) = lock(&self.cache).subscribe.get(&key) {
+        if let Some(d) = self.cached(|c| c.subscribe.get(&key).copied()) {
             return d;
         }
         let d = (|| {
@@ -355,11 +368,12 @@ impl Grant {
                 },
             )
         })();
-        let mut c = lock(&self.cache);
-        if c.subscribe.len() >= MAX_CACHED {
-            c.subscribe.clear();
-        }
-        c.subscribe.insert(key, d);
+        self.cached(|c| {
+            if c.subscribe.len() >= MAX_CACHED {
+                c.subscribe.clear();
+            }
+            c.subscribe.insert(key, d);
+        });
         d
     }
 
@@ -442,11 +456,11 @@ impl Grant {
         if self.all {
             return true;
         }
-        if let Some(d) = lock(&self.cache).admin {
+        if let Some(d) = self.cached(|c| c.admin) {
             return d;
         }
         let d = self.decide(|r| r.admin, |r| r.admin);
-        lock(&self.cache).admin = Some(d);
+        self.cached(|c| c.admin = Some(d));
         d
     }
 
@@ -455,11 +469,11 @@ impl Grant {
         if self.may_admin() {
             return true;
         }
-        if let Some(d) = lock(&self.cache).monitor {
+        if let Some(d) = self.cached(|c| c.monitor) {
             return d;
         }
         let d = self.decide(|r| r.monitor, |r| r.monitor);
-        lock(&self.cache).monitor = Some(d);
+        self.cached(|c| c.monitor = Some(d));
         d
     }
 

@@ -77,31 +77,44 @@ impl TlsIdentity for Option<String> {
     }
 }
 
+/// What a connection starts from: one boxed argument, because an `async fn`
+/// keeps room for its arguments for its whole life beside the locals they are
+/// moved into (~80 bytes per idle connection, see `server.rs`).
+pub(crate) struct Opened<B, IO, I, G> {
+    pub shared: Arc<Shared<B>>,
+    pub io: IO,
+    pub peer: SocketAddr,
+    pub tls_identity: I,
+    /// Held until the connection ends (the server's count of running connections).
+    pub guard: G,
+}
+
 /// Runs one connection. `tls_identity` is the name in the client's verified TLS
 /// certificate (mTLS; `None` without one): it is logged at CONNECT and handed to
 /// [`Conn::accept`], where the authentication layer takes it from there.
-pub(crate) async fn run<B, IO, I>(shared: Arc<Shared<B>>, io: IO, peer: SocketAddr, tls_identity: I)
+pub(crate) async fn run<B, IO, I, G>(opened: Box<Opened<B, IO, I, G>>)
 where
     B: MessagingApi + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     I: TlsIdentity,
+    G: Send,
 {
+    let Opened {
+        shared,
+        io,
+        peer,
+        tls_identity,
+        guard: _guard,
+    } = *{ opened }; // (the box is freed here, not when the connection ends)
     let (mut rd, mut wr) = tokio::io::split(io);
     let mut inbuf = BytesMut::with_capacity(8 * 1024);
-    let max = shared.settings.max_packet_size as usize;
-    let first = tokio::time::timeout(
-        shared.settings.connect_timeout,
-        Box::pin(read_connect(&mut rd, &mut inbuf, max)),
-    )
-    .await;
-    let (version, connect) = match first {
-        Ok(Ok(c)) => c,
-        Ok(Err(Some(reply))) => {
-            let _ = wr.write_all(&reply).await;
-            let _ = wr.shutdown().await;
-            return;
-        }
-        Ok(Err(None)) | Err(_) => return,
+    // Boxed, and the CONNECT comes back boxed: what a step before the loop keeps
+    // in this function's state stays in every connection's task for its whole
+    // life (a local holding the CONNECT cost ~400 bytes each, see `server.rs`).
+    let Some((version, connect)) =
+        Box::pin(first_packet(&shared.settings, &mut rd, &mut wr, &mut inbuf)).await
+    else {
+        return;
     };
     // A moved service's refusal, enhanced authentication (boxed: rare, and every
     // byte of this function's state is in every connection's task, see `server.rs`;
@@ -111,7 +124,7 @@ where
         &mut rd,
         &mut wr,
         &mut inbuf,
-        Box::new(connect),
+        connect,
         version,
         peer,
     ))
@@ -446,6 +459,31 @@ async fn write_out<W: AsyncWrite + Unpin>(w: &mut W, out: BytesMut) {
 /// a shared group's members stopped taking messages and the group stopped
 /// delivering (issue #6).
 const FAIR_SHARE: usize = 16 * 1024;
+
+/// Reads the CONNECT within the connect timeout. A packet that is not one is
+/// answered as the protocol says (a CONNACK refusal where there is one) and the
+/// connection closed: `None`.
+async fn first_packet<R, W>(
+    settings: &crate::Settings,
+    rd: &mut R,
+    wr: &mut W,
+    inbuf: &mut BytesMut,
+) -> Option<(crate::codec::Version, Box<mqttbytes::v5::Connect>)>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let max = settings.max_packet_size as usize;
+    match tokio::time::timeout(settings.connect_timeout, read_connect(rd, inbuf, max)).await {
+        Ok(Ok((version, connect))) => Some((version, Box::new(connect))),
+        Ok(Err(Some(reply))) => {
+            let _ = wr.write_all(&reply).await;
+            let _ = wr.shutdown().await;
+            None
+        }
+        Ok(Err(None)) | Err(_) => None,
+    }
+}
 
 /// A quiet connection's read buffer: small, so thousands of idle connections
 /// hold a few hundred bytes each instead of kilobytes (it is part of the

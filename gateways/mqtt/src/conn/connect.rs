@@ -372,7 +372,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         let session_present = old.is_some();
         let mut session = old.unwrap_or_else(|| Box::new(Session::new(&client_id, expiry)));
         session.expiry = expiry;
-        session.will = will;
+        session.will = will.map(Box::new);
         // A resumed session keeps only the subscriptions this login may hold.
         session.subs.retain(|sub| {
             access
