@@ -285,8 +285,7 @@ pub(crate) async fn start_ws<B: MessagingApi + 'static>(
 ) -> anyhow::Result<ws::Handle> {
     let mqtt_over_ws =
         move |io: ws::WsByteStream, peer: SocketAddr, tls_identity: Option<String>| {
-            let mqtt = mqtt.clone();
-            tokio::spawn(async move { mqtt.serve_stream(io, peer, tls_identity).await });
+            mqtt.spawn_stream(io, peer, tls_identity);
         };
     let hooks = ws::Hooks {
         mqtt: Some(Arc::new(mqtt_over_ws)),

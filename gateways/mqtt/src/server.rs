@@ -229,6 +229,27 @@ impl<B> Clone for Streams<B> {
 }
 
 impl<B: MessagingApi + 'static> Streams<B> {
+    /// Spawns the task serving one MQTT connection over `io` (MQTT over
+    /// WebSocket) and returns. The task is the connection's own future: spawning
+    /// an `async` block around [`Streams::serve_stream`] instead keeps two more
+    /// copies of `io` and the other arguments in every connection's task.
+    pub fn spawn_stream<IO>(&self, io: IO, peer: SocketAddr, tls_identity: Option<String>)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        if *self.shared.shutdown.borrow() {
+            return;
+        }
+        let guard = Active::new(self.shared.clone());
+        tokio::spawn(crate::conn::run(Box::new(crate::conn::Opened {
+            shared: self.shared.clone(),
+            io,
+            peer,
+            tls_identity,
+            guard,
+        })));
+    }
+
     /// Runs one MQTT connection over `io` until it ends. `tls_identity`: the
     /// verified client certificate's name when the stream came over TLS with one
     /// (MQTT over WSS with mTLS).
