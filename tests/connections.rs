@@ -317,9 +317,9 @@ fn ws_idle_cost(node: &Node, mqtt: bool, n: usize) -> u64 {
 fn an_idle_websocket_connection_with_a_subscription_costs_little_memory() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path(), None);
-    // Release builds measure ~20.5 KiB for /v1/ws and ~27.6 KiB for /mqtt (docs/benchmarks.md,
-    // #33, 2026-12-07); this debug build's futures are larger. Before #33 tungstenite's
-    // 128 KiB read buffer alone was over the limit.
+    // Release builds measure 12.9–14.7 KiB for /v1/ws and 14–28 KiB for /mqtt
+    // (docs/benchmarks.md, #33, 2026-12-07); this debug build's futures are larger.
+    // Before #33 tungstenite's 128 KiB read buffer alone was over the limit.
     const LIMIT: u64 = 48 << 10;
     let json = ws_idle_cost(&node, false, 300);
     let mqtt = ws_idle_cost(&node, true, 300);
