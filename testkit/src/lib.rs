@@ -1,11 +1,14 @@
 //! # rocketgate-testkit
 //!
-//! Helpers that more than one crate's tests need, so they are written once: today a
+//! Helpers that more than one crate's tests need, so they are written once: a
 //! headless Chromium driven over the DevTools protocol ([`browser`]), used by the
-//! WebSocket door's browser tests and by the interop tests' whole-node browser tests.
+//! WebSocket door's browser tests and by the interop tests' whole-node browser tests;
+//! and a counting allocator for the doors' memory-per-connection tests ([`heap`]).
 //!
 //! Test code only: no crate's normal dependencies may include it.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod browser;
+#[allow(unsafe_code)] // a `GlobalAlloc` implementation, passing every call to `System`
+pub mod heap;

@@ -10,67 +10,14 @@
 //! heap plus its allocator's rounding to size classes (mimalloc: ~10 % more),
 //! docs/benchmarks.md has the breakdown.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::Duration;
 
 use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
 use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
 use rocketgate_mqtt::{Server, Settings};
+use rocketgate_testkit::heap::{Counting, Snapshot, server_runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-struct Counting;
-
-thread_local! {
-    /// Set on the server runtime's threads.
-    static SERVER: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Live bytes allocated (minus freed) on server threads.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-/// Live allocations by size in 16-byte steps (the last slot: 16 KiB and more).
-const SLOTS: usize = 1025;
-static BY_SIZE: [AtomicIsize; SLOTS] = [const { AtomicIsize::new(0) }; SLOTS];
-
-fn slot(size: usize) -> usize {
-    size.div_ceil(16).min(SLOTS - 1)
-}
-
-fn counted() -> bool {
-    SERVER.try_with(Cell::get).unwrap_or(false)
-}
-
-fn add(size: usize, n: isize) {
-    LIVE.fetch_add(size as isize * n, Ordering::Relaxed);
-    BY_SIZE[slot(size)].fetch_add(n, Ordering::Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counted() {
-            add(layout.size(), 1);
-        }
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counted() {
-            add(layout.size(), -1);
-        }
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counted() {
-            add(layout.size(), -1);
-            add(new_size, 1);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -94,36 +41,9 @@ async fn open(addr: std::net::SocketAddr, i: usize) -> TcpStream {
     s
 }
 
-fn snapshot() -> (isize, Vec<isize>) {
-    (
-        LIVE.load(Ordering::Relaxed),
-        BY_SIZE.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
-    )
-}
-
-/// The server's live heap once what the connections set off has settled: the
-/// same figure twice 200 ms apart (a loaded machine runs the server late).
-fn settled() -> (isize, Vec<isize>) {
-    let mut last = snapshot();
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = snapshot();
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    last
-}
-
 #[test]
 fn an_idle_connection_holds_little_heap() {
-    let server = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(|| SERVER.with(|s| s.set(true)))
-        .enable_all()
-        .build()
-        .unwrap();
+    let server = server_runtime();
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -152,26 +72,13 @@ fn an_idle_connection_holds_little_heap() {
     for i in 0..WARM {
         held.push(client.block_on(open(addr, i)));
     }
-    let (before, before_sizes) = settled();
+    let before = Snapshot::settled();
     for i in WARM..WARM + N {
         held.push(client.block_on(open(addr, i)));
     }
-    let (after, after_sizes) = settled();
-    let per = (after - before) / N as isize;
-    // Allocations that every connection holds, by size (at least 0.9 per
-    // connection; the rest is the maps' amortised growth).
-    let mut table = String::new();
-    for (s, (a, b)) in after_sizes.iter().zip(&before_sizes).enumerate() {
-        let count = (a - b) as f64 / N as f64;
-        if count.abs() >= 0.9 {
-            table.push_str(&format!(
-                "\n  {:>5.2} × {}–{} B",
-                count,
-                s * 16 - 15,
-                s * 16
-            ));
-        }
-    }
+    let after = Snapshot::settled();
+    let per = (after.bytes - before.bytes) / N as isize;
+    let table = after.per_connection_table(&before, N);
     let figures = format!("heap per idle connection: {per} B; allocations per connection:{table}");
     println!("{figures}");
     drop(held);

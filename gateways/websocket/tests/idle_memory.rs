@@ -8,58 +8,15 @@
 //! The limits are this code's measured figures with a little room: a change that
 //! makes every idle connection hold more fails here, before a release bench.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rocketgate_core::broker::{Broker, BrokerSettings, MessagingApi, SystemClock, TopicConfig};
 use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
+use rocketgate_testkit::heap::{Counting, Snapshot, server_runtime};
 use rocketgate_websocket::{Hooks, Server, Settings};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-
-struct Counting;
-
-thread_local! {
-    /// Set on the server runtime's threads.
-    static SERVER: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Live bytes allocated (minus freed) on server threads.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-fn counted() -> bool {
-    SERVER.try_with(Cell::get).unwrap_or(false)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counted() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counted() {
-            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        }
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counted() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -96,21 +53,6 @@ async fn open(addr: std::net::SocketAddr, subscribe: Option<String>) -> Ws {
     ws
 }
 
-/// The server's live heap once what the connections set off has settled: the
-/// same figure twice 200 ms apart (a loaded machine runs the server late).
-fn settled() -> isize {
-    let mut last = LIVE.load(Ordering::Relaxed);
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = LIVE.load(Ordering::Relaxed);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    last
-}
-
 /// Bytes of server heap per connection of the kind `subscribe(i)` makes.
 fn per_connection(
     client: &tokio::runtime::Runtime,
@@ -121,14 +63,14 @@ fn per_connection(
     for i in 0..WARM {
         held.push(client.block_on(open(addr, subscribe(i))));
     }
-    let before = settled();
+    let before = Snapshot::settled().bytes;
     for i in WARM..WARM + N {
         held.push(client.block_on(open(addr, subscribe(i))));
     }
-    let after = settled();
+    let after = Snapshot::settled().bytes;
     drop(held);
     // The next kind's baseline does not include these connections' teardown.
-    settled();
+    Snapshot::settled();
     (after - before) / N as isize
 }
 
@@ -140,12 +82,7 @@ fn subscription(mode: &str, i: usize) -> Option<String> {
 
 #[test]
 fn an_idle_connection_holds_little_heap() {
-    let server = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(|| SERVER.with(|s| s.set(true)))
-        .enable_all()
-        .build()
-        .unwrap();
+    let server = server_runtime();
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
