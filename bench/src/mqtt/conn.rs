@@ -69,6 +69,7 @@ pub async fn dial(
         TcpSocket::new_v6()?
     };
     if let Some(ip) = source {
+        defer_port_choice(&socket);
         socket
             .bind(SocketAddr::new(ip, 0))
             .with_context(|| format!("binding the source address {ip}"))?;
@@ -88,6 +89,29 @@ pub async fn dial(
                 .with_context(|| format!("TLS handshake with {broker}"))?;
             Ok(BenchStream::Tls(Box::new(tls)))
         }
+    }
+}
+
+/// `IP_BIND_ADDRESS_NO_PORT`: a bind to (address, port 0) leaves the port to
+/// `connect`, which picks one free for this 4-tuple. Without it the kernel picks
+/// the port at bind time, one no other socket on that address holds — TIME_WAIT
+/// ones included — and with tens of thousands of connections over a few source
+/// addresses that search is what limits the connect rate (and a previous run's
+/// TIME_WAIT sockets make it slower still). Best effort: on failure the bind
+/// still works, only slower.
+fn defer_port_choice(socket: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket this function borrows, with a valid pointer to
+    // an int and its size.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 

@@ -154,7 +154,7 @@ where
             None => {
                 let out = conn.out.take();
                 drop(conn);
-                write_out(&mut wr, out).await;
+                Box::pin(write_out(&mut wr, out)).await;
                 return;
             }
         };
@@ -166,7 +166,6 @@ where
     } else {
         Box::pin(conn.on_bytes(&mut inbuf)).await
     };
-    let mut shutdown = shared.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_seen = Instant::now();
     // Written but not flushed (a WebSocket stream frames on flush).
@@ -174,16 +173,32 @@ where
     // The signals that rarely fire are waited on by futures that live across
     // the turns of the loop: made anew each turn, each registered and removed a
     // waiter under a lock (three per turn, several turns per message).
-    let stopping = shutdown.changed();
+    // The stop is a `Notify` (64 bytes here) rather than the shutdown watch's
+    // `changed()` (120): every byte of this state is in every idle connection.
+    let stopping = shared.stopping.notified();
     tokio::pin!(stopping);
+    if *shared.shutdown.borrow() {
+        // Stopped before the waiter was made (it would never fire).
+        early = early.or(Some(End::Shutdown));
+    }
     let lag = lagged.notified();
     tokio::pin!(lag);
-    let topics = topic_change(shared.router.topic_list());
-    tokio::pin!(topics);
+    // The topic list is watched only by sessions with a subscription whose first
+    // level is a wildcard (only those follow topics made later): boxed and made
+    // when the first such subscription comes, so the other connections carry 8
+    // bytes for it instead of 160.
+    let mut topics = None;
     let mut topics_open = true;
     let end = loop {
         if let Some(end) = early.take() {
             break end;
+        }
+        if topics.is_none() && topics_open && conn.session.follows_patterns() {
+            let mut rx = shared.router.topic_list();
+            // A topic the router listed between the subscription's own look at
+            // the topics and now would be missed: look once more at once.
+            rx.mark_changed();
+            topics = Some(Box::pin(topic_change(rx)));
         }
         if conn.following.catching_up() && conn.ready.len() < READY_LOW {
             Box::pin(conn.fill_ready()).await;
@@ -222,7 +237,7 @@ where
             .store(!room || !writable, std::sync::atomic::Ordering::Release);
         tokio::select! {
             biased;
-            _ = &mut stopping => break End::Shutdown,
+            () = &mut stopping => break End::Shutdown,
             Some(t) = taken_over(&mut tk_rx) => {
                 // What the client sent on this connection before it opened the
                 // new one (typically DISCONNECT, maybe with a session expiry of 0)
@@ -350,12 +365,17 @@ where
                     conn.members.on_offer(o, &conn.session, v5, &mut conn.ready);
                 }
             }
-            (rx, changed) = &mut topics, if topics_open => {
-                topics_open = changed;
-                let list = changed.then(|| rx.borrow().clone());
-                topics.set(topic_change(rx));
-                if let Some(list) = list {
+            (rx, changed) = next_topics(&mut topics) => {
+                if changed {
+                    let list = rx.borrow().clone();
+                    if let Some(t) = topics.as_mut() {
+                        t.set(topic_change(rx));
+                    }
                     Box::pin(conn.on_topics(&list)).await;
+                } else {
+                    // The router is gone.
+                    topics = None;
+                    topics_open = false;
                 }
             }
         }
@@ -363,7 +383,7 @@ where
     Box::pin(conn.finish(end, &mut tk_rx)).await;
     let out = conn.out.take();
     drop(conn);
-    write_out(&mut wr, out).await;
+    Box::pin(write_out(&mut wr, out)).await;
 }
 
 /// Handles what has already arrived on the socket, without waiting for more;
@@ -406,6 +426,18 @@ async fn taken_over(rx: &mut Option<oneshot::Receiver<Takeover>>) -> Option<Take
 async fn topic_change<T>(mut rx: watch::Receiver<T>) -> (watch::Receiver<T>, bool) {
     let changed = rx.changed().await.is_ok();
     (rx, changed)
+}
+
+/// The topic list's next change, when this connection watches it; pending
+/// forever when it does not.
+async fn next_topics<F, T>(watch: &mut Option<std::pin::Pin<Box<F>>>) -> T
+where
+    F: Future<Output = T>,
+{
+    match watch {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
 }
 
 enum Drained {

@@ -194,7 +194,7 @@ impl Inbound {
                 .await;
         }
         if p.qos == QoS::ExactlyOnce {
-            if cx.session.qos2_in.contains(&p.pkid) {
+            if cx.session.qos2_in.contains(p.pkid) {
                 // A retransmission of a message already stored: acknowledge only.
                 return self
                     .push_pub(
@@ -210,7 +210,7 @@ impl Inbound {
                     )
                     .await;
             }
-            let unfinished = cx.session.qos2_in.len()
+            let unfinished = cx.session.qos2_in.count()
                 + self
                     .pubs
                     .iter()

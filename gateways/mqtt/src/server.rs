@@ -164,13 +164,15 @@ where
     tokio::spawn(connection_task(shared, io, peer, tls_identity));
 }
 
-/// A connection's task. Its future (~1.35 KB: the `Conn` and the state of its
+/// A connection's task. Its future (~1.1 KB: the `Conn` and the state of its
 /// loop) is the largest part of an idle connection's memory. Tokio's task cell
 /// adds 104 bytes and rounds to 128, and the allocator rounds that to a size
-/// class (1,536 or 2,048 bytes here): 40 bytes more in `Conn` once took idle
-/// connections from 3.6 to 4.3 KiB each (docs/benchmarks.md, session 10), and a
+/// class (1,280, 1,536 or 2,048 bytes here): 40 bytes more in `Conn` once took
+/// idle connections from 3.6 to 4.3 KiB each (docs/benchmarks.md, session 10); a
 /// kept CONNECT plus the arguments held twice put every task in the 2 KiB class
-/// until 2026-12-07. Keep rarely used state boxed; a unit test guards the size.
+/// until 2026-12-07, and the topic-list waiter and the shutdown watch's waiter
+/// kept it in the 1.5 KiB one until 2026-12-08. Keep rarely used state boxed; a
+/// unit test guards the size.
 fn connection_task<B, IO, I>(
     shared: Arc<Shared<B>>,
     io: IO,
@@ -335,7 +337,7 @@ impl<B: MessagingApi + 'static> Streams<B> {
                         connected: true,
                         expiry: live.expiry,
                         subscriptions: live.subscriptions,
-                        inflight: live.inflight,
+                        inflight: live.inflight as usize,
                         will: false,
                         peer: Some(card.peer),
                         since_ms: Some(card.since_ms),
@@ -472,6 +474,8 @@ impl<B: MessagingApi + 'static> Handle<B> {
     pub async fn stop(self) {
         let _ = self.stop_tx.send(true);
         let shared = &self.streams.shared;
+        // After the flag: a connection checks it once its waiter exists.
+        shared.stopping.notify_waiters();
         for t in &self.tasks {
             t.abort();
         }
@@ -535,18 +539,18 @@ mod tests {
     use rocketgate_core::broker::{Broker, BrokerSettings, SystemClock};
     use rocketgate_core::store::{Store, StoreDeps, StoreSettings};
 
-    /// The largest connection task that stays in mimalloc's 1,536-byte size class:
+    /// The largest connection task that stays in mimalloc's 1,280-byte size class:
     /// tokio's task cell is the future plus 104 bytes (header 32, scheduler and
-    /// id 16, stage tag 8, trailer 48), rounded up to 128. 1,352 bytes in a debug
-    /// build on 2026-12-07 (a release build's futures are a little smaller); the
-    /// next class is 2,048, ~0.5 KiB more per idle connection.
-    const LARGEST_KNOWN_TO_FIT: usize = 1_536 - 104;
+    /// id 16, stage tag 8, trailer 48), rounded up to 128. 1,128 bytes in a debug
+    /// build on 2026-12-08 (a release build's futures are a little smaller); the
+    /// next class is 1,536, 256 bytes more per idle connection.
+    const LARGEST_KNOWN_TO_FIT: usize = 1_280 - 104;
 
     /// Guards the idle-connection memory target (≤ 4 KiB at 100,000): the
     /// connection task's future is the largest part of it, and a few bytes more
     /// move every connection to the next size class.
     #[tokio::test]
-    async fn a_connection_task_stays_in_the_allocators_1536_byte_class() {
+    async fn a_connection_task_stays_in_the_allocators_1280_byte_class() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
             Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
@@ -573,7 +577,7 @@ mod tests {
         assert!(
             size <= LARGEST_KNOWN_TO_FIT,
             "the connection task is {size} bytes (at most {LARGEST_KNOWN_TO_FIT} fit \
-             the 1,536-byte class): box the new state (see `conn::run`), or measure \
+             the 1,280-byte class): box the new state (see `conn::run`), or measure \
              `bench/compare --runs 1 --no-ceiling --brokers rocketgate --scenarios idle-19k` \
              before and after"
         );

@@ -91,7 +91,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
         match packet {
             Packet::PubRel(r) => {
                 let mut c = PubComp::new(r.pkid);
-                if !self.session.qos2_in.remove(&r.pkid) {
+                if !self.session.qos2_in.remove(r.pkid) {
                     c.reason = PubCompReason::PacketIdentifierNotFound;
                 }
                 self.out.send(&Packet::PubComp(c));
@@ -390,7 +390,7 @@ impl<B: MessagingApi + 'static> Conn<B> {
                     true
                 }
                 None => {
-                    self.session.subs.push(sub.clone());
+                    self.session.push_sub(sub.clone());
                     false
                 }
             };
