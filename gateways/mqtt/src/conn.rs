@@ -175,7 +175,7 @@ where
     // waiter under a lock (three per turn, several turns per message).
     // The stop is a `Notify` (64 bytes here) rather than the shutdown watch's
     // `changed()` (120): every byte of this state is in every idle connection.
-    let stopping = shared.stopping.notified();
+    let stopping = shared.stopping(u64::from(peer.port()));
     tokio::pin!(stopping);
     if *shared.shutdown.borrow() {
         // Stopped before the waiter was made (it would never fire).

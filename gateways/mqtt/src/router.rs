@@ -841,7 +841,23 @@ impl Fanout {
                             Err(_) => {}
                         }
                     }
+                    let waited = NODE_WAIT.saturating_sub(
+                        deadline.saturating_duration_since(tokio::time::Instant::now()),
+                    );
+                    if sent && waited >= SESSION_WAIT / 2 {
+                        tracing::debug!(
+                            session = m.inbox.id,
+                            waited_ms = waited.as_millis() as u64,
+                            "the reader waited for a session"
+                        );
+                    }
                     if !sent {
+                        tracing::debug!(
+                            session = m.inbox.id,
+                            client_slow = m.inbox.client_slow.load(Ordering::Relaxed),
+                            waited_ms = waited.as_millis() as u64,
+                            "a session's feed dropped: it catches up from the log"
+                        );
                         m.inbox.overflowed.store(true, Ordering::Release);
                         m.inbox.lagged.notify_one();
                         dropped = true;

@@ -475,7 +475,7 @@ impl<B: MessagingApi + 'static> Handle<B> {
         let _ = self.stop_tx.send(true);
         let shared = &self.streams.shared;
         // After the flag: a connection checks it once its waiter exists.
-        shared.stopping.notify_waiters();
+        shared.wake_stopping();
         for t in &self.tasks {
             t.abort();
         }

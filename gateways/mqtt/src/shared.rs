@@ -90,9 +90,12 @@ pub(crate) struct Shared<B> {
     /// The state log was loaded (else the tail loads it first).
     pub loaded: AtomicBool,
     pub shutdown: watch::Receiver<bool>,
-    /// Wakes every connection when `shutdown` turns true ([`Shared::stop`]): a
-    /// connection waits on this, 56 bytes smaller than the watch's `changed()`.
-    pub stopping: Notify,
+    /// Wake every connection when `shutdown` turns true (`Handle::stop`): a
+    /// connection waits on one of these, 56 bytes smaller than the watch's
+    /// `changed()`. Sharded as the watch's own waiters are: a pending waiter's
+    /// every poll (each turn of a connection's loop) takes its `Notify`'s lock,
+    /// and one lock for every connection on every core would be contended.
+    stopping: [Notify; STOP_SHARDS],
     /// Connections per client address (`auth.max_connections_per_address`).
     pub conn_limit: rocketgate_auth::ConnectionLimit,
     next_id: AtomicU64,
@@ -104,6 +107,9 @@ pub(crate) struct Shared<B> {
     /// controller): v5 clients are told 0x9C (Use another server) instead of 0x8B.
     pub redirect_on_stop: AtomicBool,
 }
+
+/// Shards of [`Shared::stopping`] (tokio's watch uses 8 for its waiters).
+const STOP_SHARDS: usize = 8;
 
 impl<B: MessagingApi + 'static> Shared<B> {
     /// Creates the state topics when needed, loads the state log (newest
@@ -143,7 +149,7 @@ impl<B: MessagingApi + 'static> Shared<B> {
             redirect_on_stop: AtomicBool::new(false),
             loaded: AtomicBool::new(loaded.is_ok()),
             shutdown,
-            stopping: Notify::new(),
+            stopping: std::array::from_fn(|_| Notify::new()),
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -273,6 +279,20 @@ impl<B: MessagingApi + 'static> Shared<B> {
             disconnected,
             retained,
         });
+    }
+
+    /// What a connection waits on for the server's stop (check `shutdown` once
+    /// it exists: a stop before it was made does not wake it). `key` spreads the
+    /// connections over the shards.
+    pub fn stopping(&self, key: u64) -> tokio::sync::futures::Notified<'_> {
+        self.stopping[(key % STOP_SHARDS as u64) as usize].notified()
+    }
+
+    /// Wakes every connection's [`Shared::stopping`] (after `shutdown` is set).
+    pub fn wake_stopping(&self) {
+        for n in &self.stopping {
+            n.notify_waiters();
+        }
     }
 
     /// A connection (TCP or another stream) started.
