@@ -123,6 +123,11 @@ pub struct MqttBenchArgs {
     /// (so another generator can run traffic beside them).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     pub hold: u64,
+    /// Idle scenario: handshakes (TCP connect, CONNECT, CONNACK) in flight at once
+    /// while opening the connections. 64 keeps the broker's core busy; 256 and
+    /// 1,024 measured slower here (docs/benchmarks.md, connect rate).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub connect_at_once: usize,
     /// The broker's process id: its RSS is reported (and per connection for `idle`).
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -157,7 +162,7 @@ pub(crate) struct Report {
     pub latencies: Option<crate::stats::Summary>,
     broker_rss: Option<u64>,
     per_connection: Option<f64>,
-    /// Idle: connections opened per second (CONNECT to CONNACK, `CONNECT_AT_ONCE`
+    /// Idle: connections opened per second (CONNECT to CONNACK, `--connect-at-once`
     /// at a time).
     connect_rate: Option<f64>,
 }
@@ -411,7 +416,7 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
     let started = Instant::now();
     let tls = connector(args)?;
     let opened = AtomicU64::new(0);
-    // CONNECT_AT_ONCE handshakes in flight: the connect rate is the broker's, not
+    // `--connect-at-once` handshakes in flight: the connect rate is the broker's, not
     // one round trip after another.
     let held: Vec<BenchStream> = stream::iter(0..args.connections)
         .map(|i| {
@@ -430,7 +435,7 @@ async fn idle(args: &MqttBenchArgs) -> anyhow::Result<Report> {
                 anyhow::Ok(s)
             }
         })
-        .buffer_unordered(CONNECT_AT_ONCE)
+        .buffer_unordered(args.connect_at_once.max(1))
         .collect::<Vec<_>>()
         .await
         .into_iter()
