@@ -728,7 +728,7 @@ mod tests {
             Store::open(
                 dir,
                 crate::node::store_options(&config),
-                StoreDeps::default(),
+                StoreDeps::fixed_usage(0.1),
             )
             .unwrap()
             .0,
@@ -827,7 +827,7 @@ mod tests {
         let b_end = Store::open(
             dir_b.path(),
             crate::node::store_options(&config(dir_b.path(), 0, "")),
-            StoreDeps::default(),
+            StoreDeps::fixed_usage(0.1),
         )
         .unwrap()
         .0

@@ -22,6 +22,7 @@ impl Drop for Node {
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
     c.env("ROCKETGATE_AUTH__ENABLED", "true")
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB");
     c

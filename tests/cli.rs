@@ -14,6 +14,8 @@ fn node() -> Command {
     let mut c = bin();
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
+        // How full this machine's disk is must not decide a test.
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         // Never take default ports in tests (the flags beat these where a test gives them).
         .env("ROCKETGATE_LISTEN__HTTP", "127.0.0.1:0")
         .env("ROCKETGATE_LISTEN__WS", "127.0.0.1:0")
@@ -539,6 +541,7 @@ fn listeners_of(
     std::collections::BTreeMap<String, String>,
 ) {
     let mut child = bin()
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         .args(args)

@@ -28,7 +28,8 @@ impl Node {
     /// Starts a standalone node; `nofile`: its (soft, hard) open-file limits.
     fn start(dir: &std::path::Path, nofile: Option<(u64, u64)>) -> Node {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
-        cmd.args(["standalone", "--data-dir"])
+        cmd.env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
+            .args(["standalone", "--data-dir"])
             .arg(dir)
             .args(["--namesrv", "127.0.0.1:0", "--native", "127.0.0.1:0"])
             .args(["--mqtt", "127.0.0.1:0", "--http", "127.0.0.1:0"])

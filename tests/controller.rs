@@ -28,6 +28,7 @@ fn free_port() -> u16 {
 /// Short timings so a failover takes seconds: a master silent 1.5 s is replaced.
 fn with_timings(c: &mut Command) -> &mut Command {
     c.env("ROCKETGATE_CONTROLLER__BROKER_TIMEOUT", "1500ms")
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .env("ROCKETGATE_CONTROLLER__HEARTBEAT_INTERVAL", "300ms")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -44,6 +44,7 @@ fn free_port() -> u16 {
 fn node(args: &[&str], env: &[(&str, &str)]) -> (Reaped, BTreeMap<String, String>) {
     let mut child = Reaped(
         Command::new(env!("CARGO_BIN_EXE_rocketgate"))
+            .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
             .arg("standalone")
             .args(args)
             .args(["--namesrv", "0", "--native", "0", "--mqtt", "0"])

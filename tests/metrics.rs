@@ -18,7 +18,8 @@ fn standalone(data: &str, env: &[(&str, &str)]) -> (Reaped, HashMap<String, Stri
 /// [`standalone`] with more arguments (`args` include `--data-dir`).
 fn standalone_with(args: &[&str], env: &[(&str, &str)]) -> (Reaped, HashMap<String, String>) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
-    c.arg("standalone")
+    c.env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
+        .arg("standalone")
         .args(args)
         .args(["--namesrv", "0", "--native", "0", "--mqtt", "0"])
         .args(["--http", "0", "--ws", "0"])

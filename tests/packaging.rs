@@ -341,6 +341,7 @@ impl Drop for Node {
 fn the_health_check_the_image_runs_answers_on_a_live_node() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = bin()
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .args(["standalone", "--data-dir"])
         .arg(dir.path())
         .args([

@@ -24,7 +24,7 @@ async fn mosquitto_through_the_mqtt_door_over_a_remote_broker() {
         ..StoreSettings::default()
     };
     let store = Arc::new(
-        Store::open(&dir.path().join("store"), opts, StoreDeps::default())
+        Store::open(&dir.path().join("store"), opts, StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0,
     );

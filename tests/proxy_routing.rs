@@ -33,7 +33,7 @@ fn group(port: u16) -> Group {
         ..StoreSettings::default()
     };
     let store = Arc::new(
-        Store::open(dir.path(), settings, StoreDeps::default())
+        Store::open(dir.path(), settings, StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0,
     );

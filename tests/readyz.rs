@@ -32,6 +32,7 @@ fn a_broker_without_its_nameserver_is_alive_but_not_ready() {
     let dead_addr = dead.local_addr().unwrap().to_string();
     drop(dead);
     let mut child = Command::new(env!("CARGO_BIN_EXE_rocketgate"))
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .args(["broker", "--data-dir"])
         .arg(dir.path())
         .args(["--namesrv", &dead_addr])

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 /// The binary with small files, every door on a free port.
 fn node_cmd(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
-    c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+    // Past the hard ratio a store refuses appends; how full this machine's disk is
+    // must not decide a test (the disk-full tests below set it on their own tmpfs).
+    c.env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
+        .env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         .env("ROCKETGATE_STORE__CONSUME_QUEUE_ENTRIES_PER_FILE", "10000")
         .env("ROCKETGATE_STORE__RETENTION_CHECK_INTERVAL", "1s")
@@ -304,7 +307,9 @@ fn a_full_disk_refuses_writes_keeps_unread_messages_and_takes_writes_when_space_
     let fs = Tmpfs::mount(8);
     // Space another program holds, freed later.
     std::fs::write(fs.path().join("other-program"), vec![1u8; 2 << 20]).unwrap();
-    let node = Node::start(&fs.path().join("data"));
+    let mut cmd = node_cmd(&fs.path().join("data"));
+    cmd.env("ROCKETGATE_STORE__DISK_HARD_RATIO", "0.9");
+    let node = Node::start_with(cmd);
     let body = "m".repeat(4000);
     let acked = fill_until_disk_full(&node, "pressure", &body);
     // The MQTT door says the same to an MQTT 5 device: PUBACK 0x97 quota exceeded.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocketgate"));
     c.env("ROCKETGATE_STORE__SEGMENT_SIZE", "1MiB")
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .env("ROCKETGATE_STORE__MAX_MESSAGE_SIZE", "64KiB")
         .env_remove("ROCKETGATE_AUTH__ENABLED");
     c

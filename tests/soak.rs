@@ -11,6 +11,9 @@ use std::process::{Command, Stdio};
 fn short_soak_keeps_every_door_flowing_without_growth() {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_rocketgate"))
+        // The soak's broker inherits it: a disk this machine happened to fill past
+        // the hard ratio must not fail the run.
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .args(["bench", "soak", "--seconds", "40", "--row-seconds", "5"])
         .args(["--mqtt-clients", "200", "--mqtt-interval", "2"])
         .args(["--ws-subscribers", "4", "--http-receivers", "2"])
@@ -60,6 +63,9 @@ fn short_soak_keeps_every_door_flowing_without_growth() {
 #[test]
 fn soak_refuses_a_partial_target() {
     let out = Command::new(env!("CARGO_BIN_EXE_rocketgate"))
+        // The soak's broker inherits it: a disk this machine happened to fill past
+        // the hard ratio must not fail the run.
+        .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .args([
             "bench",
             "soak",

@@ -425,3 +425,118 @@ fn super_paths_count_as_edges() {
         vec![vec!["m::x".to_owned(), "m::y".to_owned()]]
     );
 }
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// What opens a store over the machine's real disk (spelled in two pieces so this
+/// file does not match itself).
+const REAL_DISK: &str = concat!("StoreDeps::", "default()");
+
+/// Crates that exist to test or measure: all of their code counts as test code.
+const TEST_CRATES: [&str; 4] = [
+    "rocketgate-bench",
+    "rocketgate-fuzz",
+    "interop-tests",
+    "rocketgate-testkit",
+];
+
+/// The places in test code (tests, `#[cfg(test)]` modules, doc examples, test and
+/// bench crates) that open a store over the machine's real disk, or start a broker
+/// process without lifting the hard ratio.
+fn tests_reading_the_machines_disk(name: &str, crate_dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in rust_files(&crate_dir.join("tests")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        if text.contains(REAL_DISK) {
+            found.push(format!("{}: {REAL_DISK}", file.display()));
+        }
+        let starts_a_broker = text.contains("CARGO_BIN_EXE_rocketgate")
+            && (text.contains("\"standalone\"") || text.contains("\"broker\""));
+        if starts_a_broker && !text.contains("ROCKETGATE_STORE__DISK_HARD_RATIO") {
+            found.push(format!(
+                "{}: starts a broker with the default hard ratio",
+                file.display()
+            ));
+        }
+    }
+    let all_test = TEST_CRATES.contains(&name);
+    for file in rust_files(&crate_dir.join("src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let tests = if all_test {
+            Some(text.as_str())
+        } else {
+            text.split_once("#[cfg(test)]").map(|(_, t)| t)
+        };
+        if tests.is_some_and(|t| t.contains(REAL_DISK)) {
+            found.push(format!("{}: {REAL_DISK} in test code", file.display()));
+        }
+        let doc_example = text.lines().any(|l| {
+            let l = l.trim_start();
+            (l.starts_with("//!") || l.starts_with("///"))
+                && l.contains("Store::open(")
+                && l.contains(REAL_DISK)
+        });
+        if doc_example {
+            found.push(format!("{}: {REAL_DISK} in a doc example", file.display()));
+        }
+    }
+    found
+}
+
+/// A store refuses appends once the disk is fuller than its hard ratio (90 % by
+/// default). A test over the real disk then fails on a machine whose disk another
+/// job filled, which is how a CI run failed 30 tests with `DiskFull { usage_percent:
+/// 90.05 }`. Test stores use `StoreDeps::fixed_usage`, test brokers a hard ratio of 1
+/// (only `ENOSPC` refuses); tests/reliability.rs fills a tmpfs to test a full disk.
+#[test]
+fn no_test_depends_on_how_full_the_machines_disk_is() {
+    let found: Vec<String> = crates()
+        .iter()
+        .flat_map(|(name, dir)| tests_reading_the_machines_disk(name, dir))
+        .collect();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_disk_check_finds_a_test_over_the_real_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("tests")).unwrap();
+    std::fs::create_dir_all(d.join("src")).unwrap();
+    let open = format!("Store::open(d, s, {REAL_DISK})");
+    std::fs::write(d.join("tests/a.rs"), &open).unwrap();
+    std::fs::write(
+        d.join("tests/b.rs"),
+        "Command::new(env!(\"CARGO_BIN_EXE_rocketgate\")).arg(\"standalone\")",
+    )
+    .unwrap();
+    // Production code may use the real disk; its tests and doc examples may not.
+    std::fs::write(
+        d.join("src/c.rs"),
+        format!("//! {open}\nfn f() {{ {open} }}\n#[cfg(test)]\nmod t {{ {open} }}"),
+    )
+    .unwrap();
+    assert_eq!(tests_reading_the_machines_disk("x", d).len(), 4);
+    // In a bench crate every line is test code.
+    std::fs::write(d.join("src/c.rs"), format!("fn f() {{ {open} }}")).unwrap();
+    assert_eq!(tests_reading_the_machines_disk("x", d).len(), 2);
+    assert_eq!(
+        tests_reading_the_machines_disk("rocketgate-bench", d).len(),
+        3
+    );
+}

@@ -73,7 +73,7 @@ async fn node(dir: &std::path::Path, auth: Arc<Auth>) -> anyhow::Result<Node> {
         },
         ..StoreSettings::default()
     };
-    let store = Arc::new(Store::open(dir, opts, StoreDeps::default())?.0);
+    let store = Arc::new(Store::open(dir, opts, StoreDeps::fixed_usage(0.1))?.0);
     let broker = Arc::new(Broker::open(
         store.clone(),
         BrokerSettings::default(),

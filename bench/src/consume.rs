@@ -48,7 +48,7 @@ pub fn run(args: ConsumeBenchArgs) -> anyhow::Result<()> {
         },
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(&dir, opts, StoreDeps::default())?;
+    let (store, _) = Store::open(&dir, opts, StoreDeps::fixed_usage(0.1))?;
     let store = Arc::new(store);
     let broker = Arc::new(Broker::open(
         store.clone(),

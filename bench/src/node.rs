@@ -27,7 +27,7 @@ pub(crate) async fn start_node(dir: &std::path::Path) -> anyhow::Result<Node> {
         store_host: addr,
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(dir, opts, StoreDeps::default())?;
+    let (store, _) = Store::open(dir, opts, StoreDeps::fixed_usage(0.1))?;
     let broker = Arc::new(Broker::open(
         Arc::new(store),
         BrokerSettings::default(),

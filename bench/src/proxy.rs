@@ -59,7 +59,7 @@ async fn node(dir: &std::path::Path) -> anyhow::Result<Node> {
         },
         ..StoreSettings::default()
     };
-    let store = Arc::new(Store::open(&dir.join("store"), opts, StoreDeps::default())?.0);
+    let store = Arc::new(Store::open(&dir.join("store"), opts, StoreDeps::fixed_usage(0.1))?.0);
     let broker = Arc::new(Broker::open(
         store.clone(),
         BrokerSettings::default(),

@@ -212,7 +212,7 @@ fn scenario(
         prefault,
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(&dir, opts, StoreDeps::default())?;
+    let (store, _) = Store::open(&dir, opts, StoreDeps::fixed_usage(0.1))?;
     let store = Arc::new(store);
     if args.prefill > 0 {
         prefill(&store, args.prefill)?;

@@ -37,7 +37,7 @@ fn main() {
         index_entries_per_file: 1 << 20,
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(dir.path(), settings, StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(dir.path(), settings, StoreDeps::fixed_usage(0.1)).unwrap();
     let body = vec![b'x'; size];
     let batch: Vec<Message> = (0..100)
         .map(|_| Message::new("t", 0, body.clone()).with_tags("TagA"))

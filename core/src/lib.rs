@@ -27,7 +27,10 @@
 //! use rocketgate_core::store::{Message, RecordView, Store, StoreDeps, StoreSettings};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let (store, _report) = Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())?;
+//! // A service passes `StoreDeps::default()`: the real disk, whose fill level past
+//! // `disk_hard_ratio` refuses appends. This example must run on any machine.
+//! let deps = StoreDeps::fixed_usage(0.1);
+//! let (store, _report) = Store::open(dir.path(), StoreSettings::default(), deps)?;
 //! let sent = store.put(&Message::new("orders", 0, b"hello".to_vec()).with_tags("created"))?;
 //! assert!(store.wait_dispatched(std::time::Duration::from_secs(5)));
 //!

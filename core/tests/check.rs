@@ -25,7 +25,7 @@ fn settings() -> StoreSettings {
 }
 
 fn bodies(dir: &Path) -> Vec<String> {
-    let (store, _) = Store::open(dir, settings(), StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(dir, settings(), StoreDeps::fixed_usage(0.1)).unwrap();
     assert!(store.wait_dispatched(Duration::from_secs(10)));
     let (min, max) = store.queue_bounds("c", 0);
     let read = store.read_queue("c", 0, min, (max - min) as usize).unwrap();
@@ -52,7 +52,7 @@ fn message(i: usize) -> Message {
 #[test]
 fn a_broken_structure_inside_the_log_is_quarantined_and_the_log_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = Store::open(dir.path(), settings(), StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(dir.path(), settings(), StoreDeps::fixed_usage(0.1)).unwrap();
     let mut phys = Vec::new();
     for i in 0..80 {
         phys.push(store.put(&message(i)).unwrap().phys_offset);
@@ -95,7 +95,7 @@ fn a_broken_structure_inside_the_log_is_quarantined_and_the_log_goes_on() {
     want.extend((first_of_seg1..80).map(|i| format!("m{i:07}")));
     assert_eq!(got, want);
     // And the log takes appends after a repair.
-    let (store, _) = Store::open(dir.path(), settings(), StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(dir.path(), settings(), StoreDeps::fixed_usage(0.1)).unwrap();
     store.put(&message(80)).unwrap();
     store.close().unwrap();
 }

@@ -39,7 +39,7 @@ fn sync() -> FlushMode {
 fn open_with(dir: &Path, flush: FlushMode, faults: &Arc<FaultyFiles>) -> Store {
     let deps = StoreDeps {
         files: Files::new(faults.clone()),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     Store::open(dir, settings(flush), deps).unwrap().0
 }
@@ -48,7 +48,7 @@ fn open_with(dir: &Path, flush: FlushMode, faults: &Arc<FaultyFiles>) -> Store {
 fn crash_and_reopen(store: Store, dir: &Path, flush: FlushMode) -> Store {
     store.halt_for_tests();
     drop(store);
-    Store::open(dir, settings(flush), StoreDeps::default())
+    Store::open(dir, settings(flush), StoreDeps::fixed_usage(0.1))
         .unwrap()
         .0
 }
@@ -234,7 +234,7 @@ fn no_space_at_checkpoint_write_is_an_error_and_loses_nothing() {
         "{err}"
     );
     drop(store);
-    let store = Store::open(dir.path(), settings(sync()), StoreDeps::default())
+    let store = Store::open(dir.path(), settings(sync()), StoreDeps::fixed_usage(0.1))
         .unwrap()
         .0;
     assert_eq!(bodies(&store, "c").len(), 20);
@@ -275,7 +275,7 @@ fn an_io_error_on_read_fails_the_read_and_never_skips_the_message() {
 fn a_torn_write_at_every_offset_of_a_record_recovers_to_the_last_whole_record() {
     let probe = tempfile::tempdir().unwrap();
     let len = {
-        let store = Store::open(probe.path(), settings(sync()), StoreDeps::default())
+        let store = Store::open(probe.path(), settings(sync()), StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0;
         store.put(&msg("t", "torn record")).unwrap().size as usize

@@ -95,7 +95,7 @@ fn boot(dir: &Path, flush: FlushMode, cycle: usize, seed: u64) -> (Outcome, Arc<
     let faults = Arc::new(FaultyFiles::with_power_loss(seed));
     let deps = StoreDeps {
         files: Files::new(faults.clone()),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let store = Arc::new(Store::open(dir, settings(flush), deps).unwrap().0);
     let acked = Arc::new(Mutex::new(Vec::new()));
@@ -189,7 +189,7 @@ fn run(flush: FlushMode, n: usize, check: impl Fn(&Outcome, &[Vec<u8>])) -> (usi
         let (dirty, lost) = faults.lose_power().unwrap();
         dirty_pages += dirty;
         lost_pages += lost;
-        let store = Store::open(dir.path(), settings(flush), StoreDeps::default())
+        let store = Store::open(dir.path(), settings(flush), StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0;
         let all = stored(&store);

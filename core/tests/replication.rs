@@ -22,7 +22,11 @@ fn open(dir: &Path, flush: FlushMode) -> Arc<Store> {
         index_entries_per_file: 64,
         ..StoreSettings::default()
     };
-    Arc::new(Store::open(dir, opts, StoreDeps::default()).unwrap().0)
+    Arc::new(
+        Store::open(dir, opts, StoreDeps::fixed_usage(0.1))
+            .unwrap()
+            .0,
+    )
 }
 
 fn asynchronous() -> FlushMode {

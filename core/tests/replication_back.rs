@@ -29,7 +29,11 @@ fn open_store(dir: &Path) -> Arc<Store> {
         index_entries_per_file: 64,
         ..StoreSettings::default()
     };
-    Arc::new(Store::open(dir, opts, StoreDeps::default()).unwrap().0)
+    Arc::new(
+        Store::open(dir, opts, StoreDeps::fixed_usage(0.1))
+            .unwrap()
+            .0,
+    )
 }
 
 /// A slave's broker over `dir`: the gate attached before the broker opens, as the

@@ -45,7 +45,7 @@ fn asynchronous() -> FlushMode {
 }
 
 fn open(dir: &Path, flush: FlushMode) -> Store {
-    Store::open(dir, small(flush), StoreDeps::default())
+    Store::open(dir, small(flush), StoreDeps::fixed_usage(0.1))
         .unwrap()
         .0
 }
@@ -195,8 +195,12 @@ fn a_torn_tail_after_an_unclean_stop_is_cut_and_its_queue_offset_reused() {
     // Make recovery look at the tail even if a checkpoint covered it.
     let _ = std::fs::remove_file(dir.path().join("checkpoint"));
 
-    let (store, report) =
-        Store::open(dir.path(), small(asynchronous()), StoreDeps::default()).unwrap();
+    let (store, report) = Store::open(
+        dir.path(),
+        small(asynchronous()),
+        StoreDeps::fixed_usage(0.1),
+    )
+    .unwrap();
     assert!(report.unclean_shutdown);
     assert!(report.truncated_bytes > 0);
     let bodies = bodies_of(&store, "t", 0);
@@ -222,7 +226,7 @@ fn retention_deletes_expired_segments_and_moves_readers_up() {
     let clock: Arc<dyn Clock> = Arc::new(move || c.0.load(Ordering::SeqCst));
     let deps = StoreDeps {
         clock,
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let mut opts = small(asynchronous());
     opts.retention = Duration::from_secs(3600);
@@ -245,7 +249,7 @@ fn retention_deletes_expired_segments_and_moves_readers_up() {
             opts,
             StoreDeps {
                 clock,
-                ..StoreDeps::default()
+                ..StoreDeps::fixed_usage(0.1)
             },
         )
         .unwrap()
@@ -297,7 +301,7 @@ fn above_the_hard_ratio_appends_are_refused_then_resume() {
     let gauge = Arc::new(Gauge(AtomicU64::new(50)));
     let deps = StoreDeps {
         disk: gauge.clone(),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let (store, _) = Store::open(dir.path(), small(sync()), deps).unwrap();
     store
@@ -326,7 +330,7 @@ fn backlog(dir: &Path, policy: DiskFullPolicy) -> (Store, Arc<Gauge>) {
     let gauge = Arc::new(Gauge(AtomicU64::new(10)));
     let deps = StoreDeps {
         disk: gauge.clone(),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let (store, _) = Store::open(dir, small(asynchronous()), deps).unwrap();
     for i in 0..300u32 {
@@ -339,7 +343,7 @@ fn backlog(dir: &Path, policy: DiskFullPolicy) -> (Store, Arc<Gauge>) {
     drop(store);
     let deps = StoreDeps {
         disk: gauge.clone(),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let opts = StoreSettings {
         disk_full_policy: policy,
@@ -448,7 +452,7 @@ fn the_log_tail_is_pre_faulted_by_an_idle_priority_thread() {
         segment_size: 64 << 20,
         ..small(asynchronous())
     };
-    let store = Store::open(dir.path(), opts, StoreDeps::default())
+    let store = Store::open(dir.path(), opts, StoreDeps::fixed_usage(0.1))
         .unwrap()
         .0;
     store

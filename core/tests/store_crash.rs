@@ -58,7 +58,7 @@ fn crash_child() {
         return;
     };
     let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
-    let (store, _) = Store::open(Path::new(&dir), options(), StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(Path::new(&dir), options(), StoreDeps::fixed_usage(0.1)).unwrap();
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for i in start.. {
@@ -124,7 +124,8 @@ fn sigkill_during_sync_appends_loses_nothing_acknowledged() {
         acked.extend(got);
 
         // Reopen as a restarted broker would and check every acknowledged message.
-        let (store, report) = Store::open(dir.path(), options(), StoreDeps::default()).unwrap();
+        let (store, report) =
+            Store::open(dir.path(), options(), StoreDeps::fixed_usage(0.1)).unwrap();
         assert!(
             report.unclean_shutdown,
             "cycle {cycle}: the kill must look unclean"

@@ -30,7 +30,7 @@ fn settings() -> StoreSettings {
 }
 
 fn open(dir: &Path) -> Store {
-    Store::open(dir, settings(), StoreDeps::default())
+    Store::open(dir, settings(), StoreDeps::fixed_usage(0.1))
         .unwrap()
         .0
 }

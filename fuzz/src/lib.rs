@@ -327,7 +327,7 @@ async fn start_mqtt(
         ..StoreSettings::default()
     };
     let store = Arc::new(
-        Store::open(dir, settings, StoreDeps::default())
+        Store::open(dir, settings, StoreDeps::fixed_usage(0.1))
             .expect("store")
             .0,
     );

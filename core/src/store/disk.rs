@@ -35,6 +35,19 @@ impl DiskSpace for Statvfs {
     }
 }
 
+/// A disk that always reports the same fill level. For tests and benchmarks: a
+/// store refuses appends past its hard ratio, and whether a test passes must not
+/// depend on how full the machine's disk happens to be (the real file system still
+/// answers `ENOSPC` when it is truly full).
+#[derive(Debug, Clone, Copy)]
+pub struct FixedUsage(pub f64);
+
+impl DiskSpace for FixedUsage {
+    fn usage_ratio(&self, _path: &Path) -> std::io::Result<f64> {
+        Ok(self.0)
+    }
+}
+
 /// Bytes available to us and the file system's size under `path` (`df`'s
 /// `Avail` and `Size`), for `/metrics`.
 pub fn space(path: &Path) -> std::io::Result<(u64, u64)> {

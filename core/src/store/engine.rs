@@ -119,6 +119,18 @@ pub struct StoreDeps {
     pub files: Files,
 }
 
+impl StoreDeps {
+    /// The system clock and files over a disk that always reports `ratio` full
+    /// ([`super::FixedUsage`]): what tests and benchmarks open stores with, so their
+    /// outcome does not depend on how full the machine's disk is.
+    pub fn fixed_usage(ratio: f64) -> Self {
+        StoreDeps {
+            disk: Arc::new(super::FixedUsage(ratio)),
+            ..StoreDeps::default()
+        }
+    }
+}
+
 impl Default for StoreDeps {
     fn default() -> Self {
         StoreDeps {

@@ -21,7 +21,7 @@ pub mod truncate;
 
 pub use commit_log::{AppendResult, RecordRef};
 pub use consume_queue::CqEntry;
-pub use disk::{DiskSpace, Statvfs};
+pub use disk::{DiskSpace, FixedUsage, Statvfs};
 pub use engine::{
     Clock, DiskFullPolicy, FlushMode, OpenReport, Positions, QueueRead, ReadProgress, Store,
     StoreDeps, StoreSettings, system_clock,

@@ -45,7 +45,7 @@ pub fn options() -> BrokerSettings {
 
 pub fn open(dir: &Path, opts: BrokerSettings) -> Env {
     let store = Arc::new(
-        Store::open(dir, store_options(), StoreDeps::default())
+        Store::open(dir, store_options(), StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0,
     );

@@ -879,7 +879,7 @@ mod tests {
 
     fn node(dir: &std::path::Path) -> Arc<Broker> {
         let store = Arc::new(
-            Store::open(dir, StoreSettings::default(), StoreDeps::default())
+            Store::open(dir, StoreSettings::default(), StoreDeps::fixed_usage(0.1))
                 .unwrap()
                 .0,
         );

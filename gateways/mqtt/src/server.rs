@@ -553,9 +553,13 @@ mod tests {
     async fn a_connection_task_stays_in_the_allocators_1280_byte_class() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
-            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
-                .unwrap()
-                .0,
+            Store::open(
+                dir.path(),
+                StoreSettings::default(),
+                StoreDeps::fixed_usage(0.1),
+            )
+            .unwrap()
+            .0,
         );
         let broker = Arc::new(
             Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap(),

@@ -52,7 +52,7 @@ fn an_idle_connection_holds_little_heap() {
     let path = dir.path().to_owned();
     let (addr, _handle) = server.block_on(async move {
         let store = Arc::new(
-            Store::open(&path, StoreSettings::default(), StoreDeps::default())
+            Store::open(&path, StoreSettings::default(), StoreDeps::fixed_usage(0.1))
                 .unwrap()
                 .0,
         );

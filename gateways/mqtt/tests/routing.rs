@@ -592,7 +592,7 @@ async fn a_delivery_in_flight_survives_an_io_error_reading_it_back_for_a_resend(
     let faults = Arc::new(FaultyFiles::new());
     let deps = StoreDeps {
         files: Files::new(faults.clone()),
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let node = Node::start_on(dir.path(), support::settings(dir.path()), deps).await;
     let (mut sub, mut sbuf, _) = raw_v4_kept(&node, "eio-sub").await;

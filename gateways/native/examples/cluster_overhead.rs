@@ -23,7 +23,7 @@ fn open(port: u16, dir: &std::path::Path) -> Arc<Broker> {
         },
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(dir, settings, StoreDeps::default()).expect("store");
+    let (store, _) = Store::open(dir, settings, StoreDeps::fixed_usage(0.1)).expect("store");
     Arc::new(
         Broker::open(
             Arc::new(store),

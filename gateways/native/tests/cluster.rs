@@ -50,7 +50,7 @@ impl Group {
         let disk = Arc::new(Gauge(AtomicU64::new(10)));
         let deps = StoreDeps {
             disk: disk.clone(),
-            ..StoreDeps::default()
+            ..StoreDeps::fixed_usage(0.1)
         };
         let settings = StoreSettings {
             segment_size: 16 << 20,

@@ -43,7 +43,7 @@ impl Node {
             store_host: addr,
             ..StoreSettings::default()
         };
-        let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::default()).unwrap();
+        let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::fixed_usage(0.1)).unwrap();
         let broker = Arc::new(
             Broker::open(
                 Arc::new(store),

@@ -306,9 +306,13 @@ mod tests {
     async fn an_idle_connections_futures_stay_small() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
-            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default())
-                .unwrap()
-                .0,
+            Store::open(
+                dir.path(),
+                StoreSettings::default(),
+                StoreDeps::fixed_usage(0.1),
+            )
+            .unwrap()
+            .0,
         );
         let broker = Arc::new(
             Broker::open(store, BrokerSettings::default(), Arc::new(SystemClock)).unwrap(),

@@ -147,7 +147,7 @@ async fn produce_and_consume(rt: Arc<ClientRuntime>) {
         store_host: broker_addr,
         ..StoreSettings::default()
     };
-    let (store, _) = Store::open(&dir, store_opts, StoreDeps::default()).unwrap();
+    let (store, _) = Store::open(&dir, store_opts, StoreDeps::fixed_usage(0.1)).unwrap();
     let broker = Arc::new(
         Broker::open(
             Arc::new(store),

@@ -787,8 +787,12 @@ mod tests {
     #[tokio::test]
     async fn due_messages_go_where_the_topic_table_says_at_delivery() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) =
-            Store::open(dir.path(), StoreSettings::default(), StoreDeps::default()).unwrap();
+        let (store, _) = Store::open(
+            dir.path(),
+            StoreSettings::default(),
+            StoreDeps::fixed_usage(0.1),
+        )
+        .unwrap();
         let store = Arc::new(store);
         let clock = Arc::new(ManualClock::new(1_000_000));
         let config = dir.path().join("config");

@@ -180,7 +180,7 @@ mod tests {
                 ..StoreSettings::default()
             };
             let store = Arc::new(
-                Store::open(dir.path(), opts, StoreDeps::default())
+                Store::open(dir.path(), opts, StoreDeps::fixed_usage(0.1))
                     .unwrap()
                     .0,
             );

@@ -89,7 +89,7 @@ pub async fn start_on(
     let deps = StoreDeps {
         disk: disk.clone(),
         files,
-        ..StoreDeps::default()
+        ..StoreDeps::fixed_usage(0.1)
     };
     let store = Arc::new(Store::open(dir.path(), store_opts, deps).unwrap().0);
     let broker = Arc::new(Broker::open(store.clone(), opts, Arc::new(SystemClock)).unwrap());

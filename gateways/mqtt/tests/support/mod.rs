@@ -55,7 +55,7 @@ impl Node {
     }
 
     pub async fn start_with(dir: &Path, settings: Settings) -> Node {
-        Node::start_on(dir, settings, StoreDeps::default()).await
+        Node::start_on(dir, settings, StoreDeps::fixed_usage(0.1)).await
     }
 
     /// A node whose store uses `deps` (e.g. file operations with faults injected).

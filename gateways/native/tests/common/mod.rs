@@ -48,7 +48,7 @@ impl Node {
 
     pub async fn start_with(opts: Options) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let mut deps = StoreDeps::default();
+        let mut deps = StoreDeps::fixed_usage(0.1);
         if let Some(d) = opts.disk {
             deps.disk = d;
         }
@@ -244,7 +244,7 @@ impl Cluster {
             store_host: broker_addr,
             ..StoreSettings::default()
         };
-        let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::default()).unwrap();
+        let (store, _) = Store::open(dir.path(), store_opts, StoreDeps::fixed_usage(0.1)).unwrap();
         let broker = Arc::new(
             Broker::open(
                 Arc::new(store),

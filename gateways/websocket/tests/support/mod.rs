@@ -44,7 +44,7 @@ pub fn store_options() -> StoreSettings {
 
 pub fn open_broker(dir: &std::path::Path) -> Arc<Broker> {
     let store = Arc::new(
-        Store::open(dir, store_options(), StoreDeps::default())
+        Store::open(dir, store_options(), StoreDeps::fixed_usage(0.1))
             .unwrap()
             .0,
     );
