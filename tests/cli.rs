@@ -523,13 +523,11 @@ fn standalone_serves_mqtt_over_websocket() {
     sigterm(&mut node);
 }
 
-/// A port free right now (bound and released), for the "chosen port" flag tests.
+/// A port free right now, for the "chosen port" flag tests: outside the kernel's
+/// ephemeral range, so no other test's `bind(0)` is handed it before the node binds it
+/// (a CI run lost the standalone node's MQTT door to that race).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port()
 }
 
 /// Starts `args` without any `ROCKETGATE_LISTEN__*` variable (so a flag that were

@@ -17,12 +17,10 @@ use rocketgate_controller::{ControllerClient, Heartbeat};
 use rocketgate_remoting::RemotingCommand;
 use rocketgate_remoting::client::Link;
 
+/// A port outside the kernel's ephemeral range, so no other test's `bind(0)` is
+/// handed it before the process this test starts binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port()
 }
 
 /// Short timings so a failover takes seconds: a master silent 1.5 s is replaced.

@@ -32,12 +32,10 @@ impl Drop for Reaped {
     }
 }
 
+/// A port outside the kernel's ephemeral range, so no other test's `bind(0)` is
+/// handed it before the process this test starts binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port()
 }
 
 /// A standalone node with `args` and `env`; its listeners (`door -> addr`).

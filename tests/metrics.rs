@@ -697,10 +697,8 @@ fn mqtt_deliveries_are_counted_per_topic_and_every_path_samples_latency() {
 #[test]
 fn replication_bytes_are_counted_on_master_and_slave() {
     let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let ha = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    // Outside the ephemeral range: no other test is handed it before the master binds it.
+    let ha = format!("127.0.0.1:{}", rocketgate_testkit::net::free_port());
     let secret = ("ROCKETGATE_HA__SECRET", "metrics-test");
     let started = Instant::now();
     let (mut master, m) = standalone_with(

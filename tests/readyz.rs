@@ -27,10 +27,9 @@ fn curl(url: &str) -> (u16, serde_json::Value) {
 #[test]
 fn a_broker_without_its_nameserver_is_alive_but_not_ready() {
     let dir = tempfile::tempdir().unwrap();
-    // A port nothing listens on: bound, then closed.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap().to_string();
-    drop(dead);
+    // A port nothing listens on (outside the ephemeral range, so no other test is
+    // handed it while this one counts on its silence).
+    let dead_addr = format!("127.0.0.1:{}", rocketgate_testkit::net::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_rocketgate"))
         .env("ROCKETGATE_STORE__DISK_HARD_RATIO", "1")
         .args(["broker", "--data-dir"])

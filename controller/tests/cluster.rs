@@ -14,12 +14,10 @@ use rocketgate_controller::{Controller, ControllerClient, ControllerSettings, He
 use rocketgate_remoting::RemotingCommand;
 use rocketgate_remoting::client::Link;
 
+/// A port outside the kernel's ephemeral range, so no other test's `bind(0)` is
+/// handed it before the process this test starts binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port()
 }
 
 async fn start_all(dir: &Path, peers: &BTreeMap<u64, String>) -> Vec<Controller> {

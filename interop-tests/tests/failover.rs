@@ -42,12 +42,10 @@ const TOPIC: &str = "ledger";
 /// would name them; here only checked to arrive).
 const MQTT_REFERENCE: &str = "broker-a-mqtt-1:1883 broker-a-mqtt-2:1883";
 
+/// A port outside the kernel's ephemeral range, so no other test's `bind(0)` is
+/// handed it before the process this test starts binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port()
 }
 
 /// A NameServer with an embedded controller; SIGKILLed when dropped.

@@ -84,11 +84,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn free_port(host: IpAddr) -> u16 {
-    std::net::TcpListener::bind((host, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    rocketgate_testkit::net::free_port_on(host)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
