@@ -354,6 +354,18 @@ impl Following {
                         continue;
                     }
                     if !r.messages.is_empty() {
+                        // Which sessions read the log on their own, and how far behind
+                        // (`RUST_LOG=rocketgate_mqtt::follow=debug`; docs/benchmarks.md,
+                        // "The QoS 0 fan-out's ramp").
+                        tracing::debug!(
+                            session = self.inbox.id,
+                            topic = %key.0,
+                            queue = key.1,
+                            from = cur,
+                            to = r.next_offset,
+                            behind = r.max_offset.saturating_sub(r.next_offset),
+                            "a catch-up read from the log"
+                        );
                         let batch = batch_of(key.0.clone(), key.1, cur, r.next_offset, r.messages);
                         ready.push_run(Arc::new(batch), None, cur);
                     }
